@@ -1,0 +1,196 @@
+//! `seedbar`: the command-line face of the engine (run, models, pull, convert, bench, probe).
+
+mod bench;
+mod probe;
+
+use std::{
+    hash::{BuildHasher, RandomState},
+    io::Write,
+    path::PathBuf,
+    process::ExitCode,
+};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use seedbar_engine::{
+    store::{ModelStore, DEFAULT_MODEL},
+    ChatMessage, GenerateRequest, Model, SamplingParams,
+};
+
+#[derive(Parser)]
+#[command(name = "seedbar", version, about = "Local LLMs with seeds you can pin")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct ModelArg {
+    /// A model name from `seedbar models`, or a path to a GGUF file or model directory.
+    #[arg(long, short, default_value = DEFAULT_MODEL)]
+    model: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answer one prompt, streaming the reply as the model writes it.
+    Run {
+        #[command(flatten)]
+        model: ModelArg,
+        /// The seed for sampling; without it one is drawn and printed so the reply can be repeated.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Sampling temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temp: f32,
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        #[arg(long, default_value_t = 0.0)]
+        min_p: f32,
+        #[arg(long, default_value_t = 512)]
+        max_tokens: usize,
+        /// A system message to put before the prompt.
+        #[arg(long)]
+        system: Option<String>,
+        prompt: String,
+    },
+    /// List the models in the store, or add a GGUF file to it.
+    Models {
+        #[command(subcommand)]
+        action: Option<ModelsAction>,
+    },
+    /// Download a Hugging Face repository (org/name) into the store.
+    Pull { repo: String },
+    /// Write a GGUF model as an MLX safetensors directory.
+    Convert { input: PathBuf, output: PathBuf },
+    /// Measure prefill and decode speed.
+    Bench(bench::BenchArgs),
+    /// Print a model's raw outputs (tokens, logits, tokenizer, chat template) as JSON.
+    Probe(probe::ProbeArgs),
+}
+
+#[derive(Subcommand)]
+enum ModelsAction {
+    /// Put a GGUF file into the store.
+    Add {
+        file: PathBuf,
+        /// The store name (defaults to the file name without extension).
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SEEDBAR_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("seedbar: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolve `--model` through the store and load it.
+fn load_model(arg: &ModelArg) -> Result<Model> {
+    let store = ModelStore::open_default()?;
+    let path = store.resolve(&arg.model)?;
+    Model::load(&path).with_context(|| format!("loading {}", path.display()))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run {
+            model,
+            seed,
+            temp,
+            top_p,
+            top_k,
+            min_p,
+            max_tokens,
+            system,
+            prompt,
+        } => {
+            let model = load_model(&model)?;
+            let seed =
+                seed.unwrap_or_else(|| RandomState::new().hash_one(std::time::SystemTime::now()));
+            let mut messages = Vec::new();
+            if let Some(system) = system {
+                messages.push(ChatMessage::new("system", &system));
+            }
+            messages.push(ChatMessage::new("user", &prompt));
+            let request = GenerateRequest {
+                prompt: model.chat_prompt(&messages)?,
+                max_tokens,
+                sampling: SamplingParams {
+                    temperature: temp,
+                    top_p,
+                    top_k,
+                    min_p,
+                    seed,
+                },
+            };
+            let mut stdout = std::io::stdout();
+            let generation = model.generate(&request, &mut |text| {
+                let _ = stdout.write_all(text.as_bytes());
+                let _ = stdout.flush();
+            })?;
+            println!();
+            eprintln!(
+                "[seed {seed} · {} tokens · {:.1} tok/s · finish: {}]",
+                generation.tokens.len(),
+                generation.tokens.len() as f64 / generation.decode_seconds.max(1e-9),
+                generation.finish_reason.as_str()
+            );
+        }
+        Command::Models { action: None } => {
+            let store = ModelStore::open_default()?;
+            let models = store.list()?;
+            if models.is_empty() {
+                println!(
+                    "no models in {} (try `seedbar pull org/name`)",
+                    store.root().display()
+                );
+            }
+            for m in models {
+                println!(
+                    "{:<40} {:<12} {:>9.1} MB  {}",
+                    m.name,
+                    m.format,
+                    m.bytes as f64 / 1e6,
+                    m.path.display()
+                );
+            }
+        }
+        Command::Models {
+            action: Some(ModelsAction::Add { file, name }),
+        } => {
+            let name = match name {
+                Some(n) => n,
+                None => file
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .context("cannot name the model after its file; pass --name")?
+                    .to_string(),
+            };
+            let path = ModelStore::open_default()?.import_gguf(&file, &name)?;
+            println!("{name}: {}", path.display());
+        }
+        Command::Pull { repo } => {
+            let dir = ModelStore::open_default()?.pull(&repo, true)?;
+            println!("{repo}: {}", dir.display());
+        }
+        Command::Convert { input, output } => {
+            seedbar_engine::convert::gguf_to_mlx(&input, &output)?;
+            println!("wrote {}", output.display());
+        }
+        Command::Bench(args) => bench::run(args, load_model)?,
+        Command::Probe(args) => probe::run(args, load_model)?,
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! `seedbar probe`: a model's raw outputs as JSON, for parity tests against reference
+//! implementations (mlx-lm, Python tokenizers, Jinja2).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use mlx_rs::Array;
+use seedbar_engine::{models::Logits, sampling, ChatMessage, Model};
+use serde_json::{json, Value};
+
+use crate::ModelArg;
+
+#[derive(clap::Args)]
+pub struct ProbeArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Comma-separated prompt token ids.
+    #[arg(long, value_delimiter = ',')]
+    ids: Vec<u32>,
+    /// Greedy tokens to generate after `--ids`.
+    #[arg(long, default_value_t = 0)]
+    generate: usize,
+    /// Write the logits of every prompt position (`[1, L, V]`) to this safetensors file.
+    #[arg(long)]
+    logits_out: Option<PathBuf>,
+    /// A JSON file with a list of strings to encode, decode and stream-decode.
+    #[arg(long)]
+    texts: Option<PathBuf>,
+    /// A JSON file with a list of chats (lists of {role, content}) to render.
+    #[arg(long)]
+    chats: Option<PathBuf>,
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &PathBuf) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> {
+    let model = load(&args.model)?;
+    let mut out = serde_json::Map::new();
+    if !args.ids.is_empty() {
+        if let Some(path) = &args.logits_out {
+            let ids: Vec<i32> = args.ids.iter().map(|&t| t as i32).collect();
+            let input = Array::from_slice(&ids, &[1, ids.len() as i32]);
+            let logits = model.transformer.forward(
+                &input,
+                &mut model.transformer.new_caches(),
+                Logits::All,
+            )?;
+            Array::save_safetensors([("logits", &logits)], None, path)?;
+        }
+        let mut caches = model.transformer.new_caches();
+        let mut logits = model.prefill(&args.ids, &mut caches)?;
+        let mut generated = Vec::new();
+        for i in 0..args.generate {
+            let token = sampling::argmax(&logits);
+            generated.push(token);
+            if i + 1 < args.generate {
+                logits = model.step(&[token], &mut caches)?;
+            }
+        }
+        out.insert("generated".into(), json!(generated));
+    }
+    if let Some(path) = &args.texts {
+        let texts: Vec<String> = read_json(path)?;
+        let mut encoded = Vec::new();
+        let mut decoded = Vec::new();
+        let mut streamed = Vec::new();
+        for text in &texts {
+            let ids = model.tokenizer.encode(text)?;
+            decoded.push(model.tokenizer.decode(&ids)?);
+            let mut stream = model.tokenizer.stream();
+            let mut pieces = Vec::new();
+            for &id in &ids {
+                pieces.push(stream.push(id)?);
+            }
+            pieces.push(stream.finish()?);
+            streamed.push(pieces);
+            encoded.push(ids);
+        }
+        out.insert("encoded".into(), json!(encoded));
+        out.insert("decoded".into(), json!(decoded));
+        out.insert("streamed".into(), json!(streamed));
+    }
+    if let Some(path) = &args.chats {
+        let chats: Vec<Vec<ChatMessage>> = read_json(path)?;
+        let rendered = chats
+            .iter()
+            .map(|chat| model.template.render(chat, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        out.insert("rendered".into(), json!(rendered));
+    }
+    out.insert("eos_ids".into(), json!(model.eos_ids));
+    println!("{}", Value::Object(out));
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! GGUF files (llama architecture): tensors renamed to Hugging Face names with q/k rows
+//! un-permuted back from llama.cpp's interleaved-RoPE layout, hyper-parameters and the
+//! tokenizer read from the metadata. MLX's loader keeps Q4_0/Q4_1/Q8_0 as affine-quantized
+//! triplets (`weight`, `scales`, `biases`) and widens other types to float16.
+
+use std::{collections::HashMap, path::Path};
+
+use mlx_rs::{
+    io::{GgufFile, GgufMetadataValue},
+    Array, Dtype,
+};
+
+use crate::{
+    config::{ModelConfig, TokenIds},
+    error::{EngineError, Result},
+    tokenizer::{GgufVocab, Tokenizer},
+};
+
+/// What a GGUF file holds, in the form the rest of the engine uses.
+pub struct GgufContents {
+    pub config: ModelConfig,
+    pub tensors: HashMap<String, Array>,
+    pub tokenizer: Tokenizer,
+    pub chat_template: Option<String>,
+    pub bos_token: String,
+    pub eos_token: String,
+}
+
+struct Metadata<'a> {
+    file: &'a GgufFile,
+    path: &'a Path,
+}
+
+impl Metadata<'_> {
+    fn number(&self, key: &str) -> Result<Option<f32>> {
+        match self.file.get_metadata(key).map_err(|e| self.err(e))? {
+            Some(GgufMetadataValue::Array(a)) => {
+                Ok(Some(a.try_item_cast::<f32>().map_err(|e| self.err(e))?))
+            }
+            None => Ok(None),
+            Some(_) => Err(EngineError::bad_file(
+                self.path,
+                format!("metadata `{key}` is not a number"),
+            )),
+        }
+    }
+
+    fn required(&self, key: &str) -> Result<f32> {
+        self.number(key)?
+            .ok_or_else(|| EngineError::bad_file(self.path, format!("metadata `{key}` is missing")))
+    }
+
+    fn string(&self, key: &str) -> Result<Option<String>> {
+        self.file.get_metadata_string(key).map_err(|e| self.err(e))
+    }
+
+    fn strings(&self, key: &str) -> Result<Vec<String>> {
+        Ok(self
+            .file
+            .get_metadata_strings(key)
+            .map_err(|e| self.err(e))?
+            .unwrap_or_default())
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> EngineError {
+        EngineError::bad_file(self.path, e.to_string())
+    }
+}
+
+pub fn read(path: &Path) -> Result<GgufContents> {
+    if !path.exists() {
+        return Err(EngineError::MissingFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let file = GgufFile::load(path)
+        .map_err(|e| EngineError::bad_file(path, format!("not a readable GGUF file: {e}")))?;
+    let meta = Metadata { file: &file, path };
+    let arch = meta
+        .string("general.architecture")?
+        .ok_or_else(|| EngineError::bad_file(path, "metadata `general.architecture` is missing"))?;
+    if arch != "llama" {
+        return Err(EngineError::UnsupportedArchitecture(format!(
+            "{arch} (in GGUF)"
+        )));
+    }
+    let key = |k: &str| format!("{arch}.{k}");
+    let int = |k: &str| -> Result<i32> { Ok(meta.required(&key(k))? as i32) };
+    let tokens = meta.strings("tokenizer.ggml.tokens")?;
+    let heads = int("attention.head_count")?;
+    let kv_heads = meta
+        .number(&key("attention.head_count_kv"))?
+        .map_or(heads, |v| v as i32);
+    let hidden = int("embedding_length")?;
+    let token_id = |k: &str| -> Result<Option<u32>> { Ok(meta.number(k)?.map(|v| v as u32)) };
+    let bos = token_id("tokenizer.ggml.bos_token_id")?;
+    let eos = token_id("tokenizer.ggml.eos_token_id")?;
+    let mut tensors = file.arrays().map_err(|e| meta.err(e))?;
+    let config = ModelConfig {
+        model_type: "llama".into(),
+        hidden_size: hidden,
+        num_hidden_layers: int("block_count")?,
+        num_attention_heads: heads,
+        num_key_value_heads: Some(kv_heads),
+        head_dim: meta.number(&key("attention.key_length"))?.map(|v| v as i32),
+        intermediate_size: int("feed_forward_length")?,
+        vocab_size: meta
+            .number(&key("vocab_size"))?
+            .map_or(tokens.len() as i32, |v| v as i32),
+        rms_norm_eps: meta.required(&key("attention.layer_norm_rms_epsilon"))?,
+        rope_theta: meta.number(&key("rope.freq_base"))?.unwrap_or(10000.0),
+        rope_traditional: false,
+        rope_scaling: None,
+        tie_word_embeddings: !tensors.contains_key("output.weight"),
+        attention_bias: false,
+        max_position_embeddings: meta.number(&key("context_length"))?.map(|v| v as i32),
+        bos_token_id: bos,
+        eos_token_id: eos.map(TokenIds::One),
+    };
+    config.validate(path)?;
+    let head_dim = config.head_dim();
+    unpermute_rows(&mut tensors, "attn_q", heads, head_dim)?;
+    unpermute_rows(&mut tensors, "attn_k", kv_heads, head_dim)?;
+    let tensors = tensors
+        .into_iter()
+        .map(|(name, t)| (hf_name(&name), t))
+        .collect();
+    let token_types = match file
+        .get_metadata_array("tokenizer.ggml.token_type")
+        .map_err(|e| meta.err(e))?
+    {
+        Some(a) => a.as_dtype(Dtype::Int32)?.as_slice::<i32>().to_vec(),
+        None => vec![1; tokens.len()],
+    };
+    let token_text = |id: Option<u32>| {
+        id.and_then(|i| tokens.get(i as usize))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (bos_token, eos_token) = (token_text(bos), token_text(eos));
+    let tokenizer = Tokenizer::from_gguf(GgufVocab {
+        model: meta.string("tokenizer.ggml.model")?.unwrap_or_default(),
+        pre: meta
+            .string("tokenizer.ggml.pre")?
+            .unwrap_or_else(|| "default".into()),
+        merges: meta.strings("tokenizer.ggml.merges")?,
+        token_types,
+        tokens,
+    })?;
+    Ok(GgufContents {
+        config,
+        tensors,
+        tokenizer,
+        chat_template: meta.string("tokenizer.chat_template")?,
+        bos_token,
+        eos_token,
+    })
+}
+
+/// llama.cpp stores q/k rows of each head as (half, 2) for interleaved RoPE; MLX and
+/// Hugging Face use (2, half). Rows only move, so quantized triplets permute the same way.
+fn unpermute_rows(
+    tensors: &mut HashMap<String, Array>,
+    kind: &str,
+    heads: i32,
+    head_dim: i32,
+) -> Result<()> {
+    let names: Vec<String> = tensors
+        .keys()
+        .filter(|n| n.split('.').nth(2) == Some(kind))
+        .cloned()
+        .collect();
+    for name in names {
+        let t = &tensors[&name];
+        let shape = t.shape().to_vec();
+        if shape.len() != 2 || shape[0] != heads * head_dim {
+            return Err(EngineError::WrongShape {
+                name,
+                expected: vec![heads * head_dim, -1],
+                actual: shape,
+            });
+        }
+        let fixed = t
+            .reshape(&[heads, head_dim / 2, 2, shape[1]])?
+            .swap_axes(1, 2)?
+            .reshape(&shape)?;
+        tensors.insert(name, fixed);
+    }
+    Ok(())
+}
+
+/// `blk.3.attn_q.scales` -> `model.layers.3.self_attn.q_proj.scales`
+fn hf_name(gguf: &str) -> String {
+    let (stem, suffix) = gguf.rsplit_once('.').unwrap_or((gguf, ""));
+    let mapped = match stem {
+        "token_embd" => "model.embed_tokens".to_string(),
+        "output_norm" => "model.norm".to_string(),
+        "output" => "lm_head".to_string(),
+        _ => match stem.split('.').collect::<Vec<_>>().as_slice() {
+            ["blk", layer, part] => {
+                let module = match *part {
+                    "attn_norm" => "input_layernorm",
+                    "ffn_norm" => "post_attention_layernorm",
+                    "attn_q" => "self_attn.q_proj",
+                    "attn_k" => "self_attn.k_proj",
+                    "attn_v" => "self_attn.v_proj",
+                    "attn_output" => "self_attn.o_proj",
+                    "ffn_gate" => "mlp.gate_proj",
+                    "ffn_up" => "mlp.up_proj",
+                    "ffn_down" => "mlp.down_proj",
+                    other => return format!("model.layers.{layer}.{other}.{suffix}"),
+                };
+                format!("model.layers.{layer}.{module}")
+            }
+            _ => stem.to_string(),
+        },
+    };
+    format!("{mapped}.{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hf_name;
+
+    #[test]
+    fn names_map_to_hugging_face() {
+        assert_eq!(
+            hf_name("blk.3.attn_q.scales"),
+            "model.layers.3.self_attn.q_proj.scales"
+        );
+        assert_eq!(hf_name("token_embd.weight"), "model.embed_tokens.weight");
+        assert_eq!(
+            hf_name("blk.0.ffn_norm.weight"),
+            "model.layers.0.post_attention_layernorm.weight"
+        );
+        assert_eq!(hf_name("output.weight"), "lm_head.weight");
+    }
+}

@@ -1,0 +1,64 @@
+//! Per-layer key/value cache of one batch of sequences: `[B, kv_heads, T, head_dim]` buffers
+//! that grow in fixed blocks, so decode writes in place instead of re-concatenating.
+
+use mlx_rs::{
+    ops::{
+        self,
+        indexing::{IndexOp, TryIndexMutOp},
+    },
+    Array,
+};
+
+use crate::error::Result;
+
+/// Positions added per growth step.
+pub const KV_BLOCK: i32 = 256;
+
+#[derive(Default)]
+pub struct KvCache {
+    keys: Option<Array>,
+    values: Option<Array>,
+    len: i32,
+}
+
+impl KvCache {
+    /// Number of positions held.
+    pub fn len(&self) -> i32 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append `[B, H, L, D]` keys and values; returns everything held so far.
+    pub fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
+        let new = keys.shape()[2];
+        let end = self.len + new;
+        let capacity = self.keys.as_ref().map_or(0, |k| k.shape()[2]);
+        if end > capacity {
+            let blocks = (end - capacity + KV_BLOCK - 1) / KV_BLOCK;
+            self.keys = Some(grow(self.keys.take(), &keys, blocks)?);
+            self.values = Some(grow(self.values.take(), &values, blocks)?);
+        }
+        let (k, v) = (self.keys.as_mut().unwrap(), self.values.as_mut().unwrap());
+        k.try_index_mut((.., .., self.len..end, ..), &keys)?;
+        v.try_index_mut((.., .., self.len..end, ..), &values)?;
+        self.len = end;
+        Ok((k.index((.., .., ..end, ..)), v.index((.., .., ..end, ..))))
+    }
+
+    /// Keep only the first `len` positions (prefix reuse).
+    pub fn truncate(&mut self, len: i32) {
+        self.len = self.len.min(len.max(0));
+    }
+}
+
+fn grow(buffer: Option<Array>, like: &Array, blocks: i32) -> Result<Array> {
+    let s = like.shape();
+    let extra = ops::zeros_dtype(&[s[0], s[1], blocks * KV_BLOCK, s[3]], like.dtype())?;
+    Ok(match buffer {
+        Some(old) => ops::concatenate(&[old, extra], 2)?,
+        None => extra,
+    })
+}

@@ -1,0 +1,23 @@
+//! Seedbar's engine: loads models into MLX (through mlx-rs), tokenizes and renders chat
+//! templates, and generates with per-request seeded sampling.
+
+pub mod chat_template;
+pub mod config;
+pub mod convert;
+pub mod error;
+pub mod generate;
+pub mod gguf;
+pub mod kv_cache;
+pub mod model;
+pub mod models;
+pub mod runtime;
+pub mod sampling;
+pub mod store;
+pub mod tokenizer;
+pub mod weights;
+
+pub use chat_template::ChatMessage;
+pub use error::{EngineError, Result};
+pub use generate::{FinishReason, GenerateRequest, Generation};
+pub use model::Model;
+pub use sampling::SamplingParams;

@@ -1,0 +1,212 @@
+//! A ready-to-run model: transformer weights in MLX, tokenizer, chat template and stop ids,
+//! loaded from a GGUF file or a Hugging Face / mlx-community directory.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::{Path, PathBuf},
+};
+
+use mlx_rs::Array;
+use serde_json::Value;
+
+use crate::{
+    chat_template::{ChatMessage, ChatTemplate, CHATML_TEMPLATE},
+    config::{ModelConfig, TokenIds},
+    error::{EngineError, Result},
+    gguf,
+    models::{self, Transformer},
+    tokenizer::Tokenizer,
+    weights::{LoadOptions, WeightMap},
+};
+
+/// Where a model's weights came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFormat {
+    Gguf,
+    Safetensors,
+}
+
+pub struct Model {
+    pub transformer: Transformer,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    /// Token ids that end a reply.
+    pub eos_ids: Vec<u32>,
+    pub format: ModelFormat,
+    pub path: PathBuf,
+}
+
+impl Model {
+    /// Load with the weight layout best for the default device.
+    pub fn load(path: &Path) -> Result<Self> {
+        Self::load_with(path, LoadOptions::for_default_device())
+    }
+
+    pub fn load_with(path: &Path, options: LoadOptions) -> Result<Self> {
+        if !path.exists() {
+            return Err(EngineError::MissingFile {
+                path: path.to_path_buf(),
+            });
+        }
+        if path.is_dir() {
+            Self::load_directory(path, options)
+        } else {
+            Self::load_gguf(path, options)
+        }
+    }
+
+    fn load_gguf(path: &Path, options: LoadOptions) -> Result<Self> {
+        let contents = gguf::read(path)?;
+        let mut weights = WeightMap::new(contents.tensors, options);
+        let transformer = models::build(contents.config.clone(), &mut weights, options)?;
+        let template = ChatTemplate::new(
+            contents.chat_template.as_deref().unwrap_or(CHATML_TEMPLATE),
+            &contents.bos_token,
+            &contents.eos_token,
+        )?;
+        let eos_ids = stop_ids(
+            &contents.config,
+            &[],
+            &contents.tokenizer,
+            &contents.eos_token,
+        );
+        Ok(Model {
+            transformer,
+            tokenizer: contents.tokenizer,
+            template,
+            eos_ids,
+            format: ModelFormat::Gguf,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn load_directory(dir: &Path, options: LoadOptions) -> Result<Self> {
+        let config = ModelConfig::read(&dir.join("config.json"))?;
+        let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+        let tokenizer_config =
+            read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
+        let generation_config =
+            read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
+        let mut weights = WeightMap::new(read_safetensors(dir)?, options);
+        let transformer = models::build(config.clone(), &mut weights, options)?;
+        let special = |key: &str| -> String {
+            match &tokenizer_config[key] {
+                Value::String(s) => s.clone(),
+                Value::Object(o) => o
+                    .get("content")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                _ => String::new(),
+            }
+        };
+        let (bos, eos) = (special("bos_token"), special("eos_token"));
+        let template_source = chat_template_source(dir, &tokenizer_config)?;
+        let template = ChatTemplate::new(
+            template_source.as_deref().unwrap_or(CHATML_TEMPLATE),
+            &bos,
+            &eos,
+        )?;
+        let generation_eos =
+            serde_json::from_value::<TokenIds>(generation_config["eos_token_id"].clone())
+                .map(|ids| ids.to_vec())
+                .unwrap_or_default();
+        let eos_ids = stop_ids(&config, &generation_eos, &tokenizer, &eos);
+        Ok(Model {
+            transformer,
+            tokenizer,
+            template,
+            eos_ids,
+            format: ModelFormat::Safetensors,
+            path: dir.to_path_buf(),
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.transformer.config
+    }
+
+    /// The prompt tokens for a chat, ending where the assistant's reply begins.
+    pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        let text = self.template.render(messages, true)?;
+        self.tokenizer.encode(&text)
+    }
+}
+
+/// Stop ids from every place a checkpoint records them.
+fn stop_ids(
+    config: &ModelConfig,
+    generation_eos: &[u32],
+    tokenizer: &Tokenizer,
+    eos_token: &str,
+) -> Vec<u32> {
+    let mut ids: BTreeSet<u32> = generation_eos.iter().copied().collect();
+    ids.extend(config.eos_token_id.iter().flat_map(TokenIds::to_vec));
+    ids.extend(tokenizer.token_to_id(eos_token));
+    ids.into_iter().collect()
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| EngineError::bad_file(path, format!("invalid JSON: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(EngineError::io(path, e)),
+    }
+}
+
+/// `chat_template.jinja`, or `chat_template` in tokenizer_config.json (a string, or a list
+/// of named templates of which `default` is used).
+fn chat_template_source(dir: &Path, tokenizer_config: &Value) -> Result<Option<String>> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.exists() {
+        return std::fs::read_to_string(&jinja)
+            .map(Some)
+            .map_err(|e| EngineError::io(jinja, e));
+    }
+    Ok(match &tokenizer_config["chat_template"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(list) => list
+            .iter()
+            .find(|t| t["name"] == "default")
+            .and_then(|t| t["template"].as_str())
+            .map(str::to_string),
+        _ => None,
+    })
+}
+
+/// All weights of a directory: the shards an index names, or every `*.safetensors` file.
+fn read_safetensors(dir: &Path) -> Result<HashMap<String, Array>> {
+    let index = dir.join("model.safetensors.index.json");
+    let files: BTreeSet<PathBuf> = match read_json(&index)? {
+        Some(json) => json["weight_map"]
+            .as_object()
+            .ok_or_else(|| EngineError::bad_file(&index, "no `weight_map`"))?
+            .values()
+            .filter_map(Value::as_str)
+            .map(|f| dir.join(f))
+            .collect(),
+        None => std::fs::read_dir(dir)
+            .map_err(|e| EngineError::io(dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect(),
+    };
+    if files.is_empty() {
+        return Err(EngineError::MissingFile {
+            path: dir.join("model.safetensors"),
+        });
+    }
+    let mut tensors = HashMap::new();
+    for file in files {
+        if !file.exists() {
+            return Err(EngineError::MissingFile { path: file });
+        }
+        let shard = Array::load_safetensors(&file).map_err(|e| {
+            EngineError::bad_file(&file, format!("not a readable safetensors file: {e}"))
+        })?;
+        tensors.extend(shard);
+    }
+    Ok(tensors)
+}

@@ -1,0 +1,298 @@
+//! The decoder-only transformer every supported architecture is an instance of:
+//! embeddings, pre-norm attention + SwiGLU blocks, final norm, output head. Architectures
+//! differ only in the switches of [`Variant`], set by their own files.
+
+use mlx_rs::{
+    fast::{self, ScaledDotProductAttentionMask},
+    ops, Array, Dtype,
+};
+
+use crate::{
+    config::ModelConfig,
+    error::Result,
+    kv_cache::KvCache,
+    weights::{last_position, Embedding, Linear, WeightMap},
+};
+
+/// What one architecture changes in the shared block.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Variant {
+    /// Biases on the q/k/v projections (Qwen2).
+    pub qkv_bias: bool,
+    /// RMS norms on each head's queries and keys before RoPE (Qwen3).
+    pub qk_norm: bool,
+}
+
+/// Rotary position embedding settings.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    pub dims: i32,
+    pub traditional: bool,
+    pub base: Option<f32>,
+    pub scale: f32,
+    /// Per-frequency periods, when the architecture rescales frequencies (Llama 3).
+    pub freqs: Option<Array>,
+}
+
+impl Rope {
+    fn apply(&self, x: &Array, offset: i32) -> Result<Array> {
+        Ok(fast::rope(
+            x,
+            self.dims,
+            self.traditional,
+            self.base,
+            self.scale,
+            offset,
+            self.freqs.as_ref(),
+        )?)
+    }
+}
+
+struct RmsNorm {
+    weight: Array,
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn load(weights: &mut WeightMap, name: &str, size: i32, eps: f32) -> Result<Self> {
+        Ok(RmsNorm {
+            weight: weights.vector(name, size)?,
+            eps,
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Array> {
+        Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
+    }
+}
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+}
+
+impl Attention {
+    fn load(weights: &mut WeightMap, prefix: &str, c: &ModelConfig, v: Variant) -> Result<Self> {
+        let (d, hd) = (c.hidden_size, c.head_dim());
+        let (heads, kv_heads) = (c.num_attention_heads, c.kv_heads());
+        let bias = v.qkv_bias || c.attention_bias;
+        let norm = |w: &mut WeightMap, n: &str| -> Result<Option<RmsNorm>> {
+            v.qk_norm
+                .then(|| RmsNorm::load(w, &format!("{prefix}.{n}.weight"), hd, c.rms_norm_eps))
+                .transpose()
+        };
+        Ok(Attention {
+            q_proj: weights.linear(&format!("{prefix}.q_proj"), d, heads * hd, bias)?,
+            k_proj: weights.linear(&format!("{prefix}.k_proj"), d, kv_heads * hd, bias)?,
+            v_proj: weights.linear(&format!("{prefix}.v_proj"), d, kv_heads * hd, bias)?,
+            o_proj: weights.linear(&format!("{prefix}.o_proj"), heads * hd, d, c.attention_bias)?,
+            q_norm: norm(weights, "q_norm")?,
+            k_norm: norm(weights, "k_norm")?,
+            heads,
+            kv_heads,
+            head_dim: hd,
+        })
+    }
+
+    /// `[B, H, L, hd]` from `[B, L, H*hd]`, normed per head when the variant asks.
+    fn split_heads(&self, x: Array, heads: i32, norm: &Option<RmsNorm>) -> Result<Array> {
+        let shape = x.shape();
+        let x = x.reshape(&[shape[0], shape[1], heads, self.head_dim])?;
+        let x = match norm {
+            Some(n) => n.forward(&x)?,
+            None => x,
+        };
+        Ok(x.transpose_axes(&[0, 2, 1, 3])?)
+    }
+
+    fn forward(&self, x: &Array, rope: &Rope, cache: &mut KvCache) -> Result<Array> {
+        let (batch, len) = (x.shape()[0], x.shape()[1]);
+        let q = self.split_heads(self.q_proj.forward(x)?, self.heads, &self.q_norm)?;
+        let k = self.split_heads(self.k_proj.forward(x)?, self.kv_heads, &self.k_norm)?;
+        let v = self.split_heads(self.v_proj.forward(x)?, self.kv_heads, &None)?;
+        let offset = cache.len();
+        let q = rope.apply(&q, offset)?;
+        let k = rope.apply(&k, offset)?;
+        let (k, v) = cache.append(k, v)?;
+        let scale = (self.head_dim as f32).powf(-0.5);
+        let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
+        let out = fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?;
+        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
+            batch,
+            len,
+            self.heads * self.head_dim,
+        ])?;
+        self.o_proj.forward(&out)
+    }
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    fn forward(&self, x: &Array) -> Result<Array> {
+        let gate = self.gate_proj.forward(x)?;
+        let activated = gate.multiply(ops::sigmoid(&gate)?)?;
+        self.down_proj
+            .forward(&activated.multiply(self.up_proj.forward(x)?)?)
+    }
+}
+
+struct Block {
+    input_layernorm: RmsNorm,
+    self_attn: Attention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+/// Which positions the output head runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last position (generation): `[B, 1, V]`.
+    Last,
+    /// Every position (evaluation): `[B, L, V]`.
+    All,
+}
+
+/// A loaded decoder-only transformer.
+pub struct Transformer {
+    pub config: ModelConfig,
+    embed_tokens: Embedding,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    rope: Rope,
+    dtype: Dtype,
+}
+
+impl Transformer {
+    /// Build from Hugging Face–named weights (`model.layers.N.self_attn.q_proj.weight`, ...).
+    pub fn load(
+        config: ModelConfig,
+        variant: Variant,
+        rope: Rope,
+        weights: &mut WeightMap,
+        dtype: Dtype,
+    ) -> Result<Self> {
+        let c = &config;
+        let (d, eps) = (c.hidden_size, c.rms_norm_eps);
+        let embed_tokens = weights.embedding("model.embed_tokens", c.vocab_size, d)?;
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| {
+                let p = format!("model.layers.{i}");
+                Ok(Block {
+                    input_layernorm: RmsNorm::load(
+                        weights,
+                        &format!("{p}.input_layernorm.weight"),
+                        d,
+                        eps,
+                    )?,
+                    self_attn: Attention::load(weights, &format!("{p}.self_attn"), c, variant)?,
+                    post_attention_layernorm: RmsNorm::load(
+                        weights,
+                        &format!("{p}.post_attention_layernorm.weight"),
+                        d,
+                        eps,
+                    )?,
+                    mlp: Mlp {
+                        gate_proj: weights.linear(
+                            &format!("{p}.mlp.gate_proj"),
+                            d,
+                            c.intermediate_size,
+                            false,
+                        )?,
+                        up_proj: weights.linear(
+                            &format!("{p}.mlp.up_proj"),
+                            d,
+                            c.intermediate_size,
+                            false,
+                        )?,
+                        down_proj: weights.linear(
+                            &format!("{p}.mlp.down_proj"),
+                            c.intermediate_size,
+                            d,
+                            false,
+                        )?,
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::load(weights, "model.norm.weight", d, eps)?;
+        let lm_head = if c.tie_word_embeddings || !weights.contains("lm_head.weight") {
+            embed_tokens.as_linear()
+        } else {
+            weights.linear("lm_head", d, c.vocab_size, false)?
+        };
+        let leftover = weights.leftover_names();
+        if !leftover.is_empty() {
+            tracing::debug!(?leftover, "unused tensors in checkpoint");
+        }
+        Ok(Transformer {
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            dtype,
+        })
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Run `tokens` (`[B, L]` int32) through the model, extending `caches` (one per layer).
+    /// Returns float32 logits.
+    pub fn forward(&self, tokens: &Array, caches: &mut [KvCache], logits: Logits) -> Result<Array> {
+        let mut h = self.embed_tokens.forward(tokens, self.dtype)?;
+        for (block, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            let r =
+                block
+                    .self_attn
+                    .forward(&block.input_layernorm.forward(&h)?, &self.rope, cache)?;
+            h = h.add(r)?;
+            let r = block
+                .mlp
+                .forward(&block.post_attention_layernorm.forward(&h)?)?;
+            h = h.add(r)?;
+        }
+        if logits == Logits::Last {
+            h = last_position(&h);
+        }
+        let out = self.lm_head.forward(&self.norm.forward(&h)?)?;
+        Ok(out.as_dtype(Dtype::Float32)?)
+    }
+
+    /// Fresh per-layer caches for one sequence.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        (0..self.layers.len()).map(|_| KvCache::default()).collect()
+    }
+}
+
+impl Rope {
+    /// Plain RoPE over the full head dimension; `linear` scaling divides positions.
+    pub fn standard(c: &ModelConfig) -> Self {
+        let scale = match &c.rope_scaling {
+            Some(s) if s.rope_type == "linear" => 1.0 / s.factor,
+            _ => 1.0,
+        };
+        Rope {
+            dims: c.head_dim(),
+            traditional: c.rope_traditional,
+            base: Some(c.rope_theta),
+            scale,
+            freqs: None,
+        }
+    }
+}

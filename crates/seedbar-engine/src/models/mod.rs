@@ -1,0 +1,30 @@
+//! Model architectures: one file each on the shared decoder in `base.rs`.
+
+pub mod base;
+mod llama;
+mod mistral;
+mod qwen2;
+mod qwen3;
+
+pub use base::{Logits, Transformer};
+
+use crate::{
+    config::{Architecture, ModelConfig},
+    error::Result,
+    weights::{LoadOptions, WeightMap},
+};
+
+/// Build the transformer `config` describes from `weights` (Hugging Face names).
+pub fn build(
+    config: ModelConfig,
+    weights: &mut WeightMap,
+    options: LoadOptions,
+) -> Result<Transformer> {
+    let dtype = options.compute_dtype;
+    match config.architecture()? {
+        Architecture::Llama => llama::build(config, weights, dtype),
+        Architecture::Mistral => mistral::build(config, weights, dtype),
+        Architecture::Qwen2 => qwen2::build(config, weights, dtype),
+        Architecture::Qwen3 => qwen3::build(config, weights, dtype),
+    }
+}

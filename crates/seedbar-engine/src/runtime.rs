@@ -1,0 +1,20 @@
+//! Facts about the MLX runtime this process runs on (device, platform shims).
+
+use mlx_rs::{Device, DeviceType};
+
+/// True when MLX's default device is a GPU (Metal on macOS, CUDA with the CUDA libmlx).
+pub fn default_device_is_gpu() -> bool {
+    Device::try_default()
+        .and_then(|d| d.get_type())
+        .map(|t| matches!(t, DeviceType::Gpu))
+        .unwrap_or(false)
+}
+
+/// A short description of the device for logs and `seedbar models`.
+pub fn device_name() -> &'static str {
+    if default_device_is_gpu() {
+        "gpu"
+    } else {
+        "cpu"
+    }
+}

@@ -1,0 +1,204 @@
+//! Choosing the next token from a row of logits. Randomness for token position `t` of a
+//! request comes only from `(seed, t)` through a counter-based hash: no global RNG, no
+//! dependence on other requests, call order or batch shape, and the same draws on every
+//! backend because the sampling runs on the host in plain Rust.
+
+use serde::{Deserialize, Serialize};
+
+/// How one request samples. `temperature == 0` is greedy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    /// Nucleus sampling: keep the smallest set of tokens whose probability reaches `top_p`.
+    pub top_p: f32,
+    /// Keep only the `top_k` most likely tokens (0: off).
+    pub top_k: usize,
+    /// Keep tokens at least `min_p` times as likely as the most likely one (0: off).
+    pub min_p: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
+        }
+        Ok(())
+    }
+}
+
+/// SplitMix64's finalizer: a bijective 64-bit mixer.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The key of token position `position` of a request seeded with `seed`.
+pub fn position_key(seed: u64, position: u64) -> u64 {
+    mix(mix(seed ^ 0x5eed_ba12_0000_0000) ^ mix(position.wrapping_add(0x9e37_79b9_7f4a_7c15)))
+}
+
+/// Uniform in (0, 1) for vocabulary entry `index` under `key`.
+fn uniform(key: u64, index: u64) -> f64 {
+    let bits = mix(key ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 11;
+    (bits as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+/// Index of the largest value (the first one on ties).
+pub fn argmax(values: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in values.iter().enumerate() {
+        if *v > values[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Pick the token at `position` from `logits` (one row, vocabulary-sized).
+pub fn sample(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
+    if params.temperature == 0.0 {
+        return argmax(logits);
+    }
+    let candidates = candidates(logits, params);
+    // Gumbel-max: argmax(l/T + G) with G = -ln(-ln U) is a draw from softmax(l/T).
+    let key = position_key(params.seed, position);
+    let inv_t = 1.0 / params.temperature as f64;
+    let mut best = (f64::NEG_INFINITY, candidates[0]);
+    for &i in &candidates {
+        let g = -(-uniform(key, i as u64).ln()).ln();
+        let score = logits[i as usize] as f64 * inv_t + g;
+        if score > best.0 {
+            best = (score, i);
+        }
+    }
+    best.1
+}
+
+/// The tokens top-k, top-p and min-p leave in play, most likely first when filtered.
+fn candidates(logits: &[f32], params: &SamplingParams) -> Vec<u32> {
+    let all = || (0..logits.len() as u32).collect::<Vec<_>>();
+    let filtering = params.top_k > 0 || params.top_p < 1.0 || params.min_p > 0.0;
+    if !filtering {
+        return all();
+    }
+    let mut order = all();
+    let by_logit = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    if params.top_k > 0 && params.top_k < order.len() {
+        order.select_nth_unstable_by(params.top_k - 1, by_logit);
+        order.truncate(params.top_k);
+    }
+    order.sort_unstable_by(by_logit);
+    let inv_t = 1.0 / params.temperature as f64;
+    let top = logits[order[0] as usize] as f64 * inv_t;
+    let weights: Vec<f64> = order
+        .iter()
+        .map(|&i| (logits[i as usize] as f64 * inv_t - top).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let mut keep = order.len();
+    if params.top_p < 1.0 {
+        let mut cumulative = 0.0;
+        for (n, w) in weights.iter().enumerate() {
+            cumulative += w / total;
+            if cumulative >= params.top_p as f64 {
+                keep = n + 1;
+                break;
+            }
+        }
+    }
+    if params.min_p > 0.0 {
+        // weights[0] is the top token's, i.e. 1.0.
+        let floor = params.min_p as f64;
+        keep = keep.min(weights.iter().take_while(|w| **w >= floor).count().max(1));
+    }
+    order.truncate(keep);
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(seed: u64) -> SamplingParams {
+        SamplingParams {
+            temperature: 1.0,
+            seed,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn greedy_is_argmax() {
+        assert_eq!(sample(&[0.1, 3.0, 2.0], &SamplingParams::default(), 0), 1);
+    }
+
+    #[test]
+    fn same_seed_and_position_same_token_different_seeds_differ() {
+        let logits = vec![0.0f32; 1000];
+        let a: Vec<u32> = (0..50).map(|t| sample(&logits, &params(7), t)).collect();
+        let b: Vec<u32> = (0..50).map(|t| sample(&logits, &params(7), t)).collect();
+        let c: Vec<u32> = (0..50).map(|t| sample(&logits, &params(8), t)).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn draws_follow_the_softmax() {
+        // p = softmax([ln 1, ln 3]) = [0.25, 0.75]
+        let logits = [0.0f32, 3.0f32.ln()];
+        let ones = (0..20_000)
+            .filter(|t| sample(&logits, &params(1), *t) == 1)
+            .count();
+        let freq = ones as f64 / 20_000.0;
+        assert!((freq - 0.75).abs() < 0.015, "frequency {freq}");
+    }
+
+    #[test]
+    fn filters_restrict_the_candidates() {
+        let logits = [5.0f32, 4.0, 1.0, 0.0, -1.0];
+        let top_k = SamplingParams {
+            top_k: 2,
+            ..params(3)
+        };
+        let top_p = SamplingParams {
+            top_p: 0.5,
+            ..params(3)
+        };
+        let min_p = SamplingParams {
+            min_p: 0.3,
+            ..params(3)
+        };
+        for t in 0..500 {
+            assert!(sample(&logits, &top_k, t) < 2);
+            assert_eq!(sample(&logits, &top_p, t), 0);
+            assert!(sample(&logits, &min_p, t) < 2);
+        }
+    }
+}

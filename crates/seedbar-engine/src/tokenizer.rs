@@ -1,0 +1,209 @@
+//! Text <-> token ids through the `tokenizers` crate, built from `tokenizer.json` or from a
+//! GGUF file's vocabulary, plus a streaming decoder that only ever emits whole characters.
+
+use std::path::Path;
+
+use tokenizers::{
+    decoders::byte_level::ByteLevel as ByteLevelDecoder,
+    models::bpe::BPE,
+    pre_tokenizers::{
+        byte_level::ByteLevel, digits::Digits, sequence::Sequence, split::Split,
+        PreTokenizerWrapper,
+    },
+    AddedToken, SplitDelimiterBehavior,
+};
+
+use crate::error::{EngineError, Result};
+
+/// GPT-2 style split used by Llama 3 (`llama-bpe`): numbers in runs of up to three digits.
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2's split: like Llama 3's with single digits.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// GGUF token types (llama.cpp's `llama_token_type`).
+const TOKEN_TYPE_CONTROL: i32 = 3;
+const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+
+/// A byte-level BPE vocabulary as GGUF stores it.
+pub struct GgufVocab {
+    /// `tokenizer.ggml.model`, e.g. `gpt2`.
+    pub model: String,
+    /// `tokenizer.ggml.pre`, e.g. `smollm`, `llama-bpe`, `qwen2`.
+    pub pre: String,
+    pub tokens: Vec<String>,
+    pub merges: Vec<String>,
+    pub token_types: Vec<i32>,
+}
+
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+fn tok_err(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(EngineError::MissingFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| EngineError::bad_file(path, format!("invalid tokenizer.json: {e}")))?;
+        Ok(Tokenizer { inner })
+    }
+
+    /// Rebuild the tokenizer a GGUF file describes (byte-level BPE models).
+    pub fn from_gguf(vocab: GgufVocab) -> Result<Self> {
+        if vocab.model != "gpt2" {
+            return Err(EngineError::Tokenizer(format!(
+                "GGUF tokenizer model `{}` is not supported (byte-level BPE `gpt2` is)",
+                vocab.model
+            )));
+        }
+        let ids: tokenizers::models::bpe::Vocab = vocab
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
+        let merges = vocab
+            .merges
+            .iter()
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| EngineError::Tokenizer(format!("malformed merge `{m}`")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(ids, merges)
+            .ignore_merges(vocab.pre == "llama-bpe")
+            .build()
+            .map_err(tok_err)?;
+        let byte_level = ByteLevel::new(false, true, true);
+        let regex_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
+            let split = Split::new(
+                tokenizers::pre_tokenizers::split::SplitPattern::Regex(pattern.to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(tok_err)?;
+            Ok(Sequence::new(vec![
+                split.into(),
+                ByteLevel::new(false, true, false).into(),
+            ])
+            .into())
+        };
+        let pre: PreTokenizerWrapper = match vocab.pre.as_str() {
+            "smollm" | "starcoder" | "refact" => {
+                Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
+            }
+            "gpt2" | "default" | "gpt-2" => byte_level.into(),
+            "llama-bpe" | "llama3" | "smaug-bpe" => regex_then_bytes(LLAMA3_SPLIT)?,
+            "qwen2" => regex_then_bytes(QWEN2_SPLIT)?,
+            other => {
+                return Err(EngineError::Tokenizer(format!(
+                    "GGUF pre-tokenizer `{other}` is not supported"
+                )))
+            }
+        };
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(pre));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let (special, user): (Vec<_>, Vec<_>) = vocab
+            .tokens
+            .iter()
+            .zip(vocab.token_types.iter())
+            .filter(|(_, t)| matches!(**t, TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED))
+            .partition(|(_, t)| **t == TOKEN_TYPE_CONTROL);
+        let added = |list: Vec<(&String, &i32)>, special: bool| -> Vec<AddedToken> {
+            list.into_iter()
+                .map(|(t, _)| AddedToken::from(t.clone(), special).normalized(false))
+                .collect()
+        };
+        inner.add_special_tokens(&added(special, true));
+        inner.add_tokens(&added(user, false));
+        Ok(Tokenizer { inner })
+    }
+
+    /// Encode text; special-token strings in it (e.g. `<|im_start|>`) map to their ids.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self
+            .inner
+            .encode_fast(text, false)
+            .map_err(tok_err)?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// Decode ids to text, leaving out special tokens.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, true).map_err(tok_err)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.inner
+            .save(path, false)
+            .map_err(|e| EngineError::bad_file(path, format!("cannot write tokenizer: {e}")))
+    }
+
+    pub fn stream(&self) -> StreamDecoder<'_> {
+        StreamDecoder {
+            tokenizer: self,
+            ids: Vec::new(),
+            emitted: 0,
+        }
+    }
+}
+
+/// Turns a stream of token ids into text deltas whose concatenation equals
+/// `decode(all ids)`. A delta is held back while it ends in an incomplete character.
+pub struct StreamDecoder<'t> {
+    tokenizer: &'t Tokenizer,
+    ids: Vec<u32>,
+    /// Bytes of the decoded text already handed out.
+    emitted: usize,
+}
+
+impl StreamDecoder<'_> {
+    /// Add one token; returns the new text, if any is complete.
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = self.tokenizer.decode(&self.ids)?;
+        if text.ends_with('\u{FFFD}') || !text.is_char_boundary(self.emitted.min(text.len())) {
+            return Ok(String::new());
+        }
+        Ok(self.take_from(text))
+    }
+
+    /// Everything not yet emitted (call once the stream ends).
+    pub fn finish(&mut self) -> Result<String> {
+        let text = self.tokenizer.decode(&self.ids)?;
+        Ok(self.take_from(text))
+    }
+
+    fn take_from(&mut self, text: String) -> String {
+        if text.len() < self.emitted || !text.is_char_boundary(self.emitted) {
+            return String::new();
+        }
+        let delta = text[self.emitted..].to_string();
+        self.emitted = text.len();
+        delta
+    }
+}

@@ -1,0 +1,259 @@
+//! Named tensors of a checkpoint and the two layer kinds built from them: linear projections
+//! and embeddings, dense or MLX affine-quantized (bits and group size read off the shapes).
+
+use std::collections::HashMap;
+
+use mlx_rs::{
+    ops::{self, indexing::IndexOp},
+    Array, Dtype,
+};
+
+use crate::error::{EngineError, Result};
+
+/// How weights are held in memory once loaded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadOptions {
+    /// Expand quantized weights to dense at load. On MLX's CPU backend dense f32 matmuls run
+    /// on OpenBLAS (multi-threaded) while quantized ones are a plain loop: several times faster.
+    pub dequantize: bool,
+    /// The dtype activations and dense weights are computed in.
+    pub compute_dtype: Dtype,
+}
+
+impl LoadOptions {
+    /// CPU: dense f32 (see DESIGN.md section 8). GPU: keep quantized weights, compute in f16.
+    pub fn for_default_device() -> Self {
+        if crate::runtime::default_device_is_gpu() {
+            LoadOptions {
+                dequantize: false,
+                compute_dtype: Dtype::Float16,
+            }
+        } else {
+            LoadOptions {
+                dequantize: true,
+                compute_dtype: Dtype::Float32,
+            }
+        }
+    }
+}
+
+/// A checkpoint's tensors by name; layers take what they need and shapes are checked.
+pub struct WeightMap {
+    tensors: HashMap<String, Array>,
+    options: LoadOptions,
+}
+
+impl WeightMap {
+    pub fn new(tensors: HashMap<String, Array>, options: LoadOptions) -> Self {
+        WeightMap { tensors, options }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    pub fn take(&mut self, name: &str) -> Result<Array> {
+        self.tensors
+            .remove(name)
+            .ok_or_else(|| EngineError::MissingTensor {
+                name: name.to_string(),
+            })
+    }
+
+    fn take_shaped(&mut self, name: &str, expected: &[i32]) -> Result<Array> {
+        let array = self.take(name)?;
+        check_shape(name, &array, expected)?;
+        Ok(array)
+    }
+
+    /// A 1-D norm weight of `size` elements, in the compute dtype.
+    pub fn vector(&mut self, name: &str, size: i32) -> Result<Array> {
+        Ok(self
+            .take_shaped(name, &[size])?
+            .as_dtype(self.options.compute_dtype)?)
+    }
+
+    /// The projection stored under `prefix` (`prefix.weight`, optional `.scales`/`.biases`
+    /// when quantized, `.bias` when `bias`), mapping `input` features to `output`.
+    pub fn linear(&mut self, prefix: &str, input: i32, output: i32, bias: bool) -> Result<Linear> {
+        let weight = self.matrix(prefix, output, input)?;
+        let bias = if bias {
+            Some(self.vector(&format!("{prefix}.bias"), output)?)
+        } else {
+            None
+        };
+        Ok(Linear { weight, bias })
+    }
+
+    /// The embedding table under `prefix`: `rows` tokens of `width` features.
+    pub fn embedding(&mut self, prefix: &str, rows: i32, width: i32) -> Result<Embedding> {
+        Ok(Embedding {
+            table: self.matrix(prefix, rows, width)?,
+        })
+    }
+
+    fn matrix(&mut self, prefix: &str, rows: i32, cols: i32) -> Result<Matrix> {
+        let weight_name = format!("{prefix}.weight");
+        let scales_name = format!("{prefix}.scales");
+        if !self.contains(&scales_name) {
+            let weight = self
+                .take_shaped(&weight_name, &[rows, cols])?
+                .as_dtype(self.options.compute_dtype)?;
+            return Ok(Matrix::Dense(weight));
+        }
+        let weight = self.take(&weight_name)?;
+        let scales = self.take(&scales_name)?;
+        let biases = self.take(&format!("{prefix}.biases"))?;
+        let packed_cols = weight.shape().get(1).copied().unwrap_or(0);
+        let groups = scales.shape().get(1).copied().unwrap_or(0);
+        let bits = packed_cols * 32 / cols.max(1);
+        if weight.dtype() != Dtype::Uint32
+            || groups == 0
+            || cols % groups != 0
+            || !matches!(bits, 2 | 3 | 4 | 5 | 6 | 8)
+            || packed_cols * 32 != bits * cols
+        {
+            return Err(EngineError::WrongShape {
+                name: weight_name,
+                expected: vec![rows, cols],
+                actual: weight.shape().to_vec(),
+            });
+        }
+        check_shape(&weight_name, &weight, &[rows, packed_cols])?;
+        check_shape(&scales_name, &scales, &[rows, groups])?;
+        let quantized = Quantized {
+            weight,
+            scales: scales.as_dtype(self.options.compute_dtype)?,
+            biases: biases.as_dtype(self.options.compute_dtype)?,
+            group_size: cols / groups,
+            bits,
+        };
+        if self.options.dequantize {
+            let dense = quantized.dequantize(self.options.compute_dtype)?;
+            dense.eval()?;
+            Ok(Matrix::Dense(dense))
+        } else {
+            Ok(Matrix::Quantized(quantized))
+        }
+    }
+
+    /// Names nobody took: a checkpoint with extra tensors is fine, but tell the log.
+    pub fn leftover_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+fn check_shape(name: &str, array: &Array, expected: &[i32]) -> Result<()> {
+    if array.shape() != expected {
+        return Err(EngineError::WrongShape {
+            name: name.to_string(),
+            expected: expected.to_vec(),
+            actual: array.shape().to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// MLX affine quantization: packed `weight` rows with per-group `scales` and `biases`.
+#[derive(Debug, Clone)]
+pub struct Quantized {
+    pub weight: Array,
+    pub scales: Array,
+    pub biases: Array,
+    pub group_size: i32,
+    pub bits: i32,
+}
+
+impl Quantized {
+    fn dequantize(&self, dtype: Dtype) -> Result<Array> {
+        let dense = ops::dequantize(
+            &self.weight,
+            &self.scales,
+            &self.biases,
+            self.group_size,
+            self.bits,
+        )?;
+        Ok(dense.as_dtype(dtype)?)
+    }
+}
+
+/// A `[rows, cols]` weight matrix, dense or quantized.
+#[derive(Debug, Clone)]
+pub enum Matrix {
+    Dense(Array),
+    Quantized(Quantized),
+}
+
+impl Matrix {
+    /// `x @ self.T`
+    fn matmul_transposed(&self, x: &Array) -> Result<Array> {
+        Ok(match self {
+            Matrix::Dense(w) => x.matmul(w.t())?,
+            Matrix::Quantized(q) => ops::quantized_matmul(
+                x,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                true,
+                q.group_size,
+                q.bits,
+            )?,
+        })
+    }
+}
+
+/// `y = x W^T + b`
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub weight: Matrix,
+    pub bias: Option<Array>,
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let y = self.weight.matmul_transposed(x)?;
+        Ok(match &self.bias {
+            Some(b) => y.add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// Token embeddings; also usable as the output projection when embeddings are tied.
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    pub table: Matrix,
+}
+
+impl Embedding {
+    pub fn forward(&self, tokens: &Array, dtype: Dtype) -> Result<Array> {
+        Ok(match &self.table {
+            Matrix::Dense(w) => w.take_axis(tokens, 0)?,
+            Matrix::Quantized(q) => {
+                let rows = |a: &Array| a.take_axis(tokens, 0);
+                Quantized {
+                    weight: rows(&q.weight)?,
+                    scales: rows(&q.scales)?,
+                    biases: rows(&q.biases)?,
+                    ..q.clone()
+                }
+                .dequantize(dtype)?
+            }
+        })
+    }
+
+    pub fn as_linear(&self) -> Linear {
+        Linear {
+            weight: self.table.clone(),
+            bias: None,
+        }
+    }
+}
+
+/// Select the last position of `[B, L, D]` hidden states as `[B, 1, D]`.
+pub fn last_position(hidden: &Array) -> Array {
+    let len = hidden.shape()[1];
+    hidden.index((.., (len - 1)..len, ..))
+}
