@@ -1,0 +1,106 @@
+"""Small random-weight checkpoints written with mlx-lm's own model classes, so Seedbar's
+loaders and architectures can be checked against mlx-lm on identical weights."""
+
+import importlib
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_map
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+VOCAB = 256
+
+BASE = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=160,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    vocab_size=VOCAB,
+    rope_theta=10000.0,
+    max_position_embeddings=2048,
+    tie_word_embeddings=False,
+    eos_token_id=VOCAB - 1,
+    bos_token_id=VOCAB - 2,
+)
+
+ARCHITECTURES = {
+    "llama": dict(model_type="llama"),
+    "llama3": dict(
+        model_type="llama",
+        rope_scaling=dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=64,
+        ),
+    ),
+    "mistral": dict(model_type="mistral", num_key_value_heads=1),
+    "qwen2": dict(model_type="qwen2", tie_word_embeddings=True),
+    "qwen3": dict(model_type="qwen3", head_dim=32),
+}
+
+# A Qwen-style template exercising what Hugging Face templates use: namespaces, loop
+# variables, Python string methods, tojson, raise_exception.
+RICH_TEMPLATE = """{%- if messages[0].role != 'system' and messages[0].role != 'user' %}{{ raise_exception('first message must be system or user') }}{% endif -%}
+{%- set ns = namespace(last_user=0) -%}
+{%- for m in messages %}{% if m.role == 'user' %}{% set ns.last_user = loop.index0 %}{% endif %}{% endfor -%}
+{%- for message in messages %}
+<|im_start|>{{ message.role }}
+{% if message.content.startswith('/') %}{{ message.content[1:].strip().upper() }}{% else %}{{ message.content.strip() }}{% endif %}
+{%- if loop.index0 == ns.last_user %} [last user turn; meta={{ {'n': loop.length, 'tags': ['a', 'b']} | tojson }}]{% endif %}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}"""
+
+
+def byte_tokenizer() -> Tokenizer:
+    """Byte-level BPE whose 256 tokens are the 256 bytes (no merges)."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    byte_to_char = {}
+    # Same byte->char table as GPT-2's bytes_to_unicode.
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    extra = 0
+    for b in range(256):
+        if b in printable:
+            byte_to_char[b] = chr(b)
+        else:
+            byte_to_char[b] = chr(256 + extra)
+            extra += 1
+    assert set(byte_to_char.values()) == set(alphabet)
+    vocab = {byte_to_char[b]: b for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0) -> Path:
+    """A random-weight checkpoint of `arch` in `directory`, loadable by mlx-lm and Seedbar."""
+    config = {**BASE, **ARCHITECTURES[arch]}
+    module_name = {"mistral": "llama"}.get(config["model_type"], config["model_type"])
+    module = importlib.import_module(f"mlx_lm.models.{module_name}")
+    mx.random.seed(seed)
+    model = module.Model(module.ModelArgs.from_dict(config))
+    # Wider weights than the default init so logits are well separated and greedy
+    # continuations do not hinge on ties.
+    model.update(tree_map(lambda p: p * 3.0 if p.ndim == 2 else p, model.parameters()))
+    if quantize_bits:
+        nn.quantize(model, group_size=32, bits=quantize_bits)
+        config["quantization"] = {"group_size": 32, "bits": quantize_bits}
+    weights = dict(tree_flatten(model.parameters()))
+    if dtype is not None:
+        weights = {k: (v.astype(dtype) if v.dtype == mx.float32 else v) for k, v in weights.items()}
+    directory.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(directory / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    byte_tokenizer().save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": RICH_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"})
+    )
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [VOCAB - 1]}))
+    return directory
