@@ -1,7 +1,7 @@
 //! Hugging Face chat templates (Jinja) rendered with minijinja, with the Python-isms
 //! templates rely on: string methods (pycompat), `raise_exception`, Python-style `tojson`.
 
-use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use minijinja::{value::Kwargs, Environment, Error as JinjaError, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
@@ -82,7 +82,9 @@ impl ChatTemplate {
 
 /// `tojson` as Hugging Face defines it: `json.dumps(x, ensure_ascii=False, indent=indent)`,
 /// so `", "` and `": "` separators and no HTML escaping.
-fn python_tojson(value: Value, indent: Option<usize>) -> std::result::Result<Value, JinjaError> {
+fn python_tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, JinjaError> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
     let json = serde_json::to_value(&value)
         .map_err(|e| JinjaError::new(ErrorKind::InvalidOperation, e.to_string()))?;
     let mut out = String::new();
@@ -127,5 +129,50 @@ fn write_python_json(v: &serde_json::Value, indent: Option<usize>, depth: usize,
             out.push('}');
         }
         other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(source: &str, messages: &[ChatMessage]) -> Result<String> {
+        ChatTemplate::new(source, "<s>", "</s>")?.render(messages, true)
+    }
+
+    #[test]
+    fn chatml_fallback_ends_with_the_generation_prompt() {
+        let out = render(CHATML_TEMPLATE, &[ChatMessage::new("user", "hi")]).unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn python_string_methods_work() {
+        let src = "{{ messages[0].content.strip().upper() }}|{{ messages[0].content.startswith(' a') }}|{{ bos_token }}";
+        let out = render(src, &[ChatMessage::new("user", " abc ")]).unwrap();
+        assert_eq!(out, "ABC|True|<s>");
+    }
+
+    #[test]
+    fn raise_exception_becomes_an_error_with_its_message() {
+        let err = render("{{ raise_exception('roles must alternate') }}", &[]).unwrap_err();
+        assert!(err.to_string().contains("roles must alternate"), "{err}");
+    }
+
+    #[test]
+    fn tojson_matches_python_json_dumps() {
+        let src = "{{ {'b': [1, 'x<y'], 'a': {'k': none}} | tojson }}";
+        assert_eq!(
+            render(src, &[]).unwrap(),
+            r#"{"b": [1, "x<y"], "a": {"k": null}}"#
+        );
+        let indented = "{{ {'a': [1]} | tojson(indent=2) }}";
+        assert_eq!(
+            render(indented, &[]).unwrap(),
+            "{\n  \"a\": [\n    1\n  ]\n}"
+        );
     }
 }

@@ -107,6 +107,9 @@ pub struct ModelConfig {
     pub rope_traditional: bool,
     #[serde(default)]
     pub rope_scaling: Option<RopeScaling>,
+    /// transformers >= 5 nests `rope_theta` and the scaling here.
+    #[serde(default, skip_serializing)]
+    pub rope_parameters: Option<serde_json::Value>,
     #[serde(default)]
     pub tie_word_embeddings: bool,
     #[serde(default)]
@@ -127,10 +130,30 @@ impl ModelConfig {
             },
             _ => EngineError::io(path, e),
         })?;
-        let config: ModelConfig = serde_json::from_str(&text)
+        let mut config: ModelConfig = serde_json::from_str(&text)
             .map_err(|e| EngineError::bad_file(path, format!("invalid config: {e}")))?;
+        config.lift_rope_parameters(path)?;
         config.validate(path)?;
         Ok(config)
+    }
+
+    fn lift_rope_parameters(&mut self, path: &Path) -> Result<()> {
+        let Some(params) = self.rope_parameters.take() else {
+            return Ok(());
+        };
+        if let Some(theta) = params.get("rope_theta").and_then(|v| v.as_f64()) {
+            self.rope_theta = theta as f32;
+        }
+        let rope_type = params
+            .get("rope_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or("default");
+        if self.rope_scaling.is_none() && rope_type != "default" {
+            self.rope_scaling = Some(serde_json::from_value(params).map_err(|e| {
+                EngineError::bad_file(path, format!("invalid rope_parameters: {e}"))
+            })?);
+        }
+        Ok(())
     }
 
     pub fn architecture(&self) -> Result<Architecture> {

@@ -111,6 +111,7 @@ pub fn read(path: &Path) -> Result<GgufContents> {
         rope_theta: meta.number(&key("rope.freq_base"))?.unwrap_or(10000.0),
         rope_traditional: false,
         rope_scaling: None,
+        rope_parameters: None,
         tie_word_embeddings: !tensors.contains_key("output.weight"),
         attention_bias: false,
         max_position_embeddings: meta.number(&key("context_length"))?.map(|v| v as i32),

@@ -76,7 +76,7 @@ impl ModelStore {
             .filter_map(|e| e.ok())
             .filter_map(|e| describe(&e.path()))
             .collect();
-        models.sort_by(|a, b| a.name.to_lowercase().cmp(&b.name.to_lowercase()));
+        models.sort_by_key(|m| m.name.to_lowercase());
         Ok(models)
     }
 
