@@ -3,19 +3,15 @@
 mod bench;
 mod probe;
 
-use std::{
-    hash::{BuildHasher, RandomState},
-    io::Write,
-    path::PathBuf,
-    process::ExitCode,
-};
+use std::{io::Write, path::PathBuf, process::ExitCode};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use seedbar_engine::{
     store::{ModelStore, DEFAULT_MODEL},
-    ChatMessage, GenerateRequest, Model, SamplingParams,
+    ChatMessage, Model, SamplingParams,
 };
+use seedbar_scheduler::{Event, Limits, Request, Scheduler};
 
 #[derive(Parser)]
 #[command(name = "seedbar", version, about = "Local LLMs with seeds you can pin")]
@@ -117,36 +113,45 @@ fn run(cli: Cli) -> Result<()> {
             prompt,
         } => {
             let model = load_model(&model)?;
-            let seed =
-                seed.unwrap_or_else(|| RandomState::new().hash_one(std::time::SystemTime::now()));
             let mut messages = Vec::new();
             if let Some(system) = system {
                 messages.push(ChatMessage::new("system", &system));
             }
             messages.push(ChatMessage::new("user", &prompt));
-            let request = GenerateRequest {
-                prompt: model.chat_prompt(&messages)?,
-                max_tokens,
-                sampling: SamplingParams {
-                    temperature: temp,
-                    top_p,
-                    top_k,
-                    min_p,
-                    seed,
-                },
+            let mut request = Request::new(model.chat_prompt(&messages)?, max_tokens);
+            request.seed = seed;
+            request.sampling = SamplingParams {
+                temperature: temp,
+                top_p,
+                top_k,
+                min_p,
+                ..SamplingParams::default()
             };
+            let scheduler = Scheduler::start(model, Limits::default());
+            let started = std::time::Instant::now();
+            let mut stream = scheduler.submit(request)?;
             let mut stdout = std::io::stdout();
-            let generation = model.generate(&request, &mut |text| {
-                let _ = stdout.write_all(text.as_bytes());
-                let _ = stdout.flush();
-            })?;
-            println!();
-            eprintln!(
-                "[seed {seed} · {} tokens · {:.1} tok/s · finish: {}]",
-                generation.tokens.len(),
-                generation.tokens.len() as f64 / generation.decode_seconds.max(1e-9),
-                generation.finish_reason.as_str()
-            );
+            let mut tokens = 0;
+            while let Some(event) = stream.blocking_next() {
+                match event {
+                    Event::Token { text, .. } => {
+                        tokens += 1;
+                        let _ = stdout.write_all(text.as_bytes());
+                        let _ = stdout.flush();
+                    }
+                    Event::Finished { reason, text, .. } => {
+                        println!("{text}");
+                        eprintln!(
+                            "[seed {} · {tokens} tokens · {:.1} tok/s · finish: {}]",
+                            stream.seed,
+                            tokens as f64 / started.elapsed().as_secs_f64(),
+                            reason.as_str()
+                        );
+                        break;
+                    }
+                    Event::Failed(message) => anyhow::bail!(message),
+                }
+            }
         }
         Command::Models { action: None } => {
             let store = ModelStore::open_default()?;

@@ -42,13 +42,12 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
     let mut out = serde_json::Map::new();
     if !args.ids.is_empty() {
         if let Some(path) = &args.logits_out {
-            let ids: Vec<i32> = args.ids.iter().map(|&t| t as i32).collect();
-            let input = Array::from_slice(&ids, &[1, ids.len() as i32]);
-            let logits = model.transformer.forward(
-                &input,
-                &mut model.transformer.new_caches(),
-                Logits::All,
-            )?;
+            let mut caches = model.transformer.new_caches();
+            let len = args.ids.len() as i32;
+            let logits =
+                model
+                    .transformer
+                    .forward(&args.ids, &[len], &mut [&mut caches], Logits::All)?;
             Array::save_safetensors([("logits", &logits)], None, path)?;
         }
         let mut caches = model.transformer.new_caches();

@@ -14,7 +14,7 @@ use crate::error::Result;
 /// Positions added per growth step.
 pub const KV_BLOCK: i32 = 256;
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,

@@ -18,6 +18,6 @@ pub mod weights;
 
 pub use chat_template::ChatMessage;
 pub use error::{EngineError, Result};
-pub use generate::{FinishReason, GenerateRequest, Generation};
+pub use generate::FinishReason;
 pub use model::Model;
 pub use sampling::SamplingParams;

@@ -16,6 +16,15 @@ pub struct SamplingParams {
     /// Keep tokens at least `min_p` times as likely as the most likely one (0: off).
     pub min_p: f32,
     pub seed: u64,
+    /// Hugging Face–style: logits of tokens already in the context are divided (positive) or
+    /// multiplied (negative) by this (1: off).
+    pub repetition_penalty: f32,
+    /// OpenAI-style: subtracted once from every token already generated.
+    pub presence_penalty: f32,
+    /// OpenAI-style: subtracted per occurrence in the generated tokens.
+    pub frequency_penalty: f32,
+    /// Added to the logits of the listed tokens (OpenAI's `logit_bias`).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -26,6 +35,10 @@ impl Default for SamplingParams {
             top_k: 0,
             min_p: 0.0,
             seed: 0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -44,8 +57,65 @@ impl SamplingParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
         }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return Err(format!(
+                "repetition_penalty must be > 0, got {}",
+                self.repetition_penalty
+            ));
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(format!("{name} must be in [-2, 2], got {v}"));
+            }
+        }
         Ok(())
     }
+
+    /// Apply penalties and biases to one row of logits in place. `context` is the prompt,
+    /// `generated` the reply so far.
+    pub fn adjust(&self, logits: &mut [f32], context: &[u32], generated: &[u32]) {
+        if self.repetition_penalty != 1.0 {
+            let mut seen: Vec<u32> = context.iter().chain(generated).copied().collect();
+            seen.sort_unstable();
+            seen.dedup();
+            for t in seen {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l = if *l > 0.0 {
+                        *l / self.repetition_penalty
+                    } else {
+                        *l * self.repetition_penalty
+                    };
+                }
+            }
+        }
+        if self.presence_penalty != 0.0 || self.frequency_penalty != 0.0 {
+            let mut counts = std::collections::HashMap::<u32, u32>::new();
+            for &t in generated {
+                *counts.entry(t).or_default() += 1;
+            }
+            for (t, n) in counts {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l -= self.presence_penalty + self.frequency_penalty * n as f32;
+                }
+            }
+        }
+        for &(t, bias) in &self.logit_bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += bias;
+            }
+        }
+    }
+}
+
+/// Log-probabilities of one row of logits (the model's own distribution).
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let log_z = max as f64 + sum.ln();
+    logits.iter().map(|&l| (l as f64 - log_z) as f32).collect()
 }
 
 /// SplitMix64's finalizer: a bijective 64-bit mixer.
@@ -152,6 +222,27 @@ mod tests {
             seed,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn penalties_and_bias_move_the_right_logits() {
+        let p = SamplingParams {
+            repetition_penalty: 2.0,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            logit_bias: vec![(3, -100.0)],
+            ..Default::default()
+        };
+        let mut logits = [4.0f32, -4.0, 1.0, 9.0];
+        p.adjust(&mut logits, &[0], &[1, 1]);
+        assert_eq!(logits, [2.0, -8.0 - 0.5 - 0.5, 1.0, -91.0]);
+    }
+
+    #[test]
+    fn log_softmax_normalizes() {
+        let lp = log_softmax(&[1.0, 2.0, 3.0]);
+        let total: f32 = lp.iter().map(|l| l.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6);
     }
 
     #[test]

@@ -3,10 +3,7 @@
 
 use std::collections::HashMap;
 
-use mlx_rs::{
-    ops::{self, indexing::IndexOp},
-    Array, Dtype,
-};
+use mlx_rs::{ops, Array, Dtype};
 
 use crate::error::{EngineError, Result};
 
@@ -250,10 +247,4 @@ impl Embedding {
             bias: None,
         }
     }
-}
-
-/// Select the last position of `[B, L, D]` hidden states as `[B, 1, D]`.
-pub fn last_position(hidden: &Array) -> Array {
-    let len = hidden.shape()[1];
-    hidden.index((.., (len - 1)..len, ..))
 }

@@ -4,14 +4,15 @@
 
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
-    ops, Array, Dtype,
+    ops::{self, indexing::IndexOp},
+    Array, Dtype,
 };
 
 use crate::{
     config::ModelConfig,
     error::Result,
     kv_cache::KvCache,
-    weights::{last_position, Embedding, Linear, WeightMap},
+    weights::{Embedding, Linear, WeightMap},
 };
 
 /// What one architecture changes in the shared block.
@@ -112,23 +113,45 @@ impl Attention {
         Ok(x.transpose_axes(&[0, 2, 1, 3])?)
     }
 
-    fn forward(&self, x: &Array, rope: &Rope, cache: &mut KvCache) -> Result<Array> {
-        let (batch, len) = (x.shape()[0], x.shape()[1]);
-        let q = self.split_heads(self.q_proj.forward(x)?, self.heads, &self.q_norm)?;
-        let k = self.split_heads(self.k_proj.forward(x)?, self.kv_heads, &self.k_norm)?;
-        let v = self.split_heads(self.v_proj.forward(x)?, self.kv_heads, &None)?;
-        let offset = cache.len();
-        let q = rope.apply(&q, offset)?;
-        let k = rope.apply(&k, offset)?;
-        let (k, v) = cache.append(k, v)?;
+    /// Attention for a step holding several sequences: `x` is `[1, N, D]` with the rows'
+    /// tokens laid end to end (`lens`). Projections run on all rows at once; attention runs
+    /// per row against that row's own cache, so a row never sees its neighbours' padding.
+    fn forward(
+        &self,
+        x: &Array,
+        lens: &[i32],
+        caches: &mut [&mut KvCache],
+        rope: &Rope,
+    ) -> Result<Array> {
+        let q_all = self.q_proj.forward(x)?;
+        let k_all = self.k_proj.forward(x)?;
+        let v_all = self.v_proj.forward(x)?;
         let scale = (self.head_dim as f32).powf(-0.5);
-        let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        let out = fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?;
-        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
-            batch,
-            len,
-            self.heads * self.head_dim,
-        ])?;
+        let mut outs = Vec::with_capacity(lens.len());
+        let mut start = 0;
+        for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
+            let rows = |a: &Array| a.index((.., start..start + len, ..));
+            let q = self.split_heads(rows(&q_all), self.heads, &self.q_norm)?;
+            let k = self.split_heads(rows(&k_all), self.kv_heads, &self.k_norm)?;
+            let v = self.split_heads(rows(&v_all), self.kv_heads, &None)?;
+            let offset = cache.len();
+            let q = rope.apply(&q, offset)?;
+            let k = rope.apply(&k, offset)?;
+            let (k, v) = cache.append(k, v)?;
+            let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
+            let out = fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?;
+            outs.push(out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
+                1,
+                len,
+                self.heads * self.head_dim,
+            ])?);
+            start += len;
+        }
+        let out = if outs.len() == 1 {
+            outs.pop().expect("one row")
+        } else {
+            ops::concatenate(&outs, 1)?
+        };
         self.o_proj.forward(&out)
     }
 }
@@ -158,9 +181,9 @@ struct Block {
 /// Which positions the output head runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {
-    /// Only the last position (generation): `[B, 1, V]`.
+    /// Only each row's last position (generation).
     Last,
-    /// Every position (evaluation): `[B, L, V]`.
+    /// Every position (evaluation).
     All,
 }
 
@@ -252,15 +275,28 @@ impl Transformer {
         self.layers.len()
     }
 
-    /// Run `tokens` (`[B, L]` int32) through the model, extending `caches` (one per layer).
-    /// Returns float32 logits.
-    pub fn forward(&self, tokens: &Array, caches: &mut [KvCache], logits: Logits) -> Result<Array> {
-        let mut h = self.embed_tokens.forward(tokens, self.dtype)?;
-        for (block, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            let r =
-                block
-                    .self_attn
-                    .forward(&block.input_layernorm.forward(&h)?, &self.rope, cache)?;
+    /// Run one step over several sequences: `tokens` holds each row's new tokens end to end
+    /// (`lens[i]` of them for row `i`), `caches[i]` is row `i`'s per-layer cache. Returns
+    /// float32 logits: `[1, rows, V]` for each row's last position, or `[1, N, V]` for all.
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        lens: &[i32],
+        caches: &mut [&mut [KvCache]],
+        logits: Logits,
+    ) -> Result<Array> {
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let input = Array::from_slice(&ids, &[1, ids.len() as i32]);
+        let mut h = self.embed_tokens.forward(&input, self.dtype)?;
+        for (layer, block) in self.layers.iter().enumerate() {
+            let mut layer_caches: Vec<&mut KvCache> =
+                caches.iter_mut().map(|c| &mut c[layer]).collect();
+            let r = block.self_attn.forward(
+                &block.input_layernorm.forward(&h)?,
+                lens,
+                &mut layer_caches,
+                &self.rope,
+            )?;
             h = h.add(r)?;
             let r = block
                 .mlp
@@ -268,7 +304,7 @@ impl Transformer {
             h = h.add(r)?;
         }
         if logits == Logits::Last {
-            h = last_position(&h);
+            h = last_positions(&h, lens)?;
         }
         let out = self.lm_head.forward(&self.norm.forward(&h)?)?;
         Ok(out.as_dtype(Dtype::Float32)?)
@@ -295,4 +331,18 @@ impl Rope {
             freqs: None,
         }
     }
+}
+
+/// `[1, rows, D]`: the hidden state at the end of each row of a `[1, N, D]` step.
+fn last_positions(hidden: &Array, lens: &[i32]) -> Result<Array> {
+    let mut end = 0;
+    let ends: Vec<i32> = lens
+        .iter()
+        .map(|len| {
+            end += len;
+            end - 1
+        })
+        .collect();
+    let ends = Array::from_slice(&ends, &[ends.len() as i32]);
+    Ok(hidden.take_axis(&ends, 1)?)
 }

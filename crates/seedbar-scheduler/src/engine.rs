@@ -1,0 +1,457 @@
+//! The engine thread: admits requests, builds each step from every running row (an aligned
+//! prefill chunk or one decode token), runs it as one batched forward pass, samples each row
+//! with its own seed, streams events, and frees rows that finish or are cancelled.
+//!
+//! Batch invariance: a row's numbers never depend on its neighbours. Projections see rows
+//! laid end to end (row-independent on the CPU backend), attention runs per row on the row's
+//! own cache, prefill chunks start at multiples of `PREFILL_CHUNK` whatever else runs, and
+//! sampling keys come from (seed, position).
+
+use std::{
+    collections::VecDeque,
+    hash::{BuildHasher, RandomState},
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        mpsc, Arc,
+    },
+    thread,
+};
+
+use seedbar_engine::{
+    generate::PREFILL_CHUNK,
+    kv_cache::KvCache,
+    models::Logits,
+    sampling::{self, log_softmax},
+    FinishReason, Model,
+};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+use crate::{
+    prefix_cache::PrefixCache,
+    request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage},
+    stop::{Released, StopMatcher},
+};
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Rows decoded together in one step.
+    pub max_rows: usize,
+    /// Requests waiting for a row; beyond this `submit` answers `QueueFull`.
+    pub max_queue: usize,
+    /// Prompt plus reply, in tokens.
+    pub max_context: usize,
+    /// Prefill tokens per step, bounding the pause running streams see while a long prompt
+    /// is prefilled (at least one whole chunk always runs).
+    pub prefill_tokens_per_step: usize,
+    /// Tokens of finished sequences kept for prefix reuse.
+    pub prefix_cache_tokens: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_rows: 8,
+            max_queue: 64,
+            max_context: 8192,
+            prefill_tokens_per_step: 2 * PREFILL_CHUNK,
+            prefix_cache_tokens: 16384,
+        }
+    }
+}
+
+/// Counters the server exposes.
+#[derive(Debug, Default)]
+pub struct SchedulerStats {
+    pub running: AtomicUsize,
+    pub queued: AtomicUsize,
+    pub steps: AtomicU64,
+    pub generated_tokens: AtomicU64,
+}
+
+enum Command {
+    Submit(Box<Pending>),
+    Cancel(u64),
+}
+
+struct Pending {
+    id: u64,
+    request: Request,
+    events: UnboundedSender<Event>,
+}
+
+/// Handle to the engine thread; cheap to share behind an `Arc`.
+pub struct Scheduler {
+    commands: mpsc::Sender<Command>,
+    stats: Arc<SchedulerStats>,
+    next_id: AtomicU64,
+    limits: Limits,
+    vocab_size: usize,
+}
+
+impl Scheduler {
+    pub fn start(model: Model, mut limits: Limits) -> Scheduler {
+        if let Some(max) = model.config().max_position_embeddings {
+            limits.max_context = limits.max_context.min(max as usize);
+        }
+        let vocab_size = model.config().vocab_size as usize;
+        let (commands, receiver) = mpsc::channel();
+        let stats = Arc::new(SchedulerStats::default());
+        let worker = Worker {
+            model,
+            limits: limits.clone(),
+            stats: stats.clone(),
+            commands: receiver,
+            queue: VecDeque::new(),
+            rows: Vec::new(),
+            prefix_cache: PrefixCache::new(limits.prefix_cache_tokens),
+        };
+        thread::Builder::new()
+            .name("seedbar-engine".into())
+            .spawn(move || worker.run())
+            .expect("spawn the engine thread");
+        Scheduler {
+            commands,
+            stats,
+            next_id: AtomicU64::new(1),
+            limits,
+            vocab_size,
+        }
+    }
+
+    pub fn stats(&self) -> &SchedulerStats {
+        &self.stats
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Queue a request; its events arrive on the returned stream.
+    pub fn submit(&self, mut request: Request) -> Result<RequestStream, SubmitError> {
+        request.sampling.validate().map_err(SubmitError::Invalid)?;
+        if request.prompt.is_empty() {
+            return Err(SubmitError::Invalid("the prompt is empty".into()));
+        }
+        if let Some(bad) = request
+            .prompt
+            .iter()
+            .find(|&&t| t as usize >= self.vocab_size)
+        {
+            return Err(SubmitError::Invalid(format!(
+                "token id {bad} is outside the vocabulary ({})",
+                self.vocab_size
+            )));
+        }
+        if request.prompt.len() >= self.limits.max_context {
+            return Err(SubmitError::PromptTooLong {
+                prompt: request.prompt.len(),
+                limit: self.limits.max_context,
+            });
+        }
+        let queued = self.stats.queued.load(Ordering::SeqCst);
+        if queued >= self.limits.max_queue {
+            return Err(SubmitError::QueueFull(queued));
+        }
+        let seed = request
+            .seed
+            .unwrap_or_else(|| RandomState::new().hash_one(std::time::SystemTime::now()));
+        request.seed = Some(seed);
+        request.sampling.seed = seed;
+        request.max_tokens = request
+            .max_tokens
+            .min(self.limits.max_context - request.prompt.len());
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (events, receiver) = unbounded_channel();
+        self.stats.queued.fetch_add(1, Ordering::SeqCst);
+        self.commands
+            .send(Command::Submit(Box::new(Pending {
+                id,
+                request,
+                events,
+            })))
+            .map_err(|_| SubmitError::Stopped)?;
+        let commands = self.commands.clone();
+        Ok(RequestStream {
+            id,
+            seed,
+            events: receiver,
+            cancel: Box::new(move || {
+                let _ = commands.send(Command::Cancel(id));
+            }),
+        })
+    }
+}
+
+struct Row {
+    id: u64,
+    request: Request,
+    events: UnboundedSender<Event>,
+    caches: Vec<KvCache>,
+    /// Tokens whose KV is in `caches`.
+    fed: Vec<u32>,
+    generated: Vec<u32>,
+    cached_tokens: usize,
+    decoder_ids: Vec<u32>,
+    decoded_len: usize,
+    stop: StopMatcher,
+    finished: bool,
+}
+
+impl Row {
+    fn prefilling(&self) -> bool {
+        self.fed.len() < self.request.prompt.len()
+    }
+
+    /// The tokens this row runs next step.
+    fn next_input(&self) -> Vec<u32> {
+        if self.prefilling() {
+            let start = self.fed.len();
+            let end = ((start / PREFILL_CHUNK + 1) * PREFILL_CHUNK).min(self.request.prompt.len());
+            self.request.prompt[start..end].to_vec()
+        } else {
+            vec![*self
+                .generated
+                .last()
+                .expect("decode rows have sampled a token")]
+        }
+    }
+
+    fn send(&mut self, event: Event) {
+        if self.events.send(event).is_err() {
+            self.finished = true; // the receiver is gone: cancelled
+        }
+    }
+
+    /// End the reply. Unless a stop string ended it, text still held back goes out with
+    /// the final event.
+    fn finish(&mut self, reason: FinishReason, model: &Model, flush: bool) {
+        let mut text = String::new();
+        if flush {
+            if let Ok(all) = model.tokenizer.decode(&self.decoder_ids) {
+                let (Released::More(t) | Released::Stopped(t)) =
+                    self.stop.push(all.get(self.decoded_len..).unwrap_or(""));
+                text = t;
+            }
+            text.push_str(&self.stop.finish());
+        }
+        let usage = Usage {
+            prompt_tokens: self.request.prompt.len(),
+            completion_tokens: self.generated.len(),
+            cached_tokens: self.cached_tokens,
+        };
+        self.send(Event::Finished {
+            reason,
+            usage,
+            text,
+        });
+        self.finished = true;
+    }
+}
+
+struct Worker {
+    model: Model,
+    limits: Limits,
+    stats: Arc<SchedulerStats>,
+    commands: mpsc::Receiver<Command>,
+    queue: VecDeque<Pending>,
+    rows: Vec<Row>,
+    prefix_cache: PrefixCache,
+}
+
+impl Worker {
+    fn run(mut self) {
+        loop {
+            if self.rows.is_empty() && self.queue.is_empty() {
+                match self.commands.recv() {
+                    Ok(c) => self.apply(c),
+                    Err(_) => return, // every handle dropped
+                }
+            }
+            while let Ok(c) = self.commands.try_recv() {
+                self.apply(c);
+            }
+            self.admit();
+            if self.rows.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.step() {
+                tracing::error!(error = %e, "engine step failed");
+                for row in &mut self.rows {
+                    row.send(Event::Failed(format!("generation failed: {e}")));
+                    row.finished = true;
+                }
+            }
+            self.retire();
+        }
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::Submit(p) => self.queue.push_back(*p),
+            Command::Cancel(id) => {
+                if let Some(i) = self.queue.iter().position(|p| p.id == id) {
+                    self.queue.remove(i);
+                    self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+                }
+                if let Some(row) = self.rows.iter_mut().find(|r| r.id == id) {
+                    row.finished = true;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.rows.len() < self.limits.max_rows {
+            let Some(p) = self.queue.pop_front() else {
+                break;
+            };
+            self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+            let (cached, caches) = self
+                .prefix_cache
+                .lookup(&p.request.prompt)
+                .unwrap_or_else(|| (0, self.model.transformer.new_caches()));
+            let stop = StopMatcher::new(p.request.stop.clone());
+            self.rows.push(Row {
+                id: p.id,
+                fed: p.request.prompt[..cached].to_vec(),
+                request: p.request,
+                events: p.events,
+                caches,
+                generated: Vec::new(),
+                cached_tokens: cached,
+                decoder_ids: Vec::new(),
+                decoded_len: 0,
+                stop,
+                finished: false,
+            });
+        }
+        self.stats.running.store(self.rows.len(), Ordering::SeqCst);
+    }
+
+    fn step(&mut self) -> seedbar_engine::Result<()> {
+        // Which rows run: every decode row, and prefill rows while the chunk budget lasts.
+        let mut prefill_tokens = 0;
+        let mut chosen = Vec::new();
+        for (i, row) in self.rows.iter().enumerate() {
+            let input = row.next_input();
+            if row.prefilling() {
+                if prefill_tokens > 0
+                    && prefill_tokens + input.len() > self.limits.prefill_tokens_per_step
+                {
+                    continue;
+                }
+                prefill_tokens += input.len();
+            }
+            chosen.push((i, input));
+        }
+        let tokens: Vec<u32> = chosen.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+        let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
+        let logits = {
+            let mut picked: Vec<&mut [KvCache]> = Vec::with_capacity(chosen.len());
+            let mut rest: &mut [Row] = &mut self.rows;
+            let mut base = 0;
+            for (i, _) in &chosen {
+                let (_, tail) = rest.split_at_mut(i - base);
+                let (row, after) = tail.split_first_mut().expect("chosen rows exist");
+                picked.push(&mut row.caches);
+                rest = after;
+                base = i + 1;
+            }
+            self.model
+                .transformer
+                .forward(&tokens, &lens, &mut picked, Logits::Last)?
+        };
+        logits.eval()?;
+        let all = logits.as_slice::<f32>();
+        let vocab = all.len() / chosen.len();
+        self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        for (n, (i, input)) in chosen.into_iter().enumerate() {
+            let row = &mut self.rows[i];
+            row.fed.extend_from_slice(&input);
+            if row.prefilling() {
+                continue;
+            }
+            sample_next(row, &all[n * vocab..(n + 1) * vocab], &self.model);
+            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn retire(&mut self) {
+        let (done, running): (Vec<Row>, Vec<Row>) = std::mem::take(&mut self.rows)
+            .into_iter()
+            .partition(|r| r.finished);
+        self.rows = running;
+        for row in done {
+            if !row.events.is_closed() {
+                self.prefix_cache.insert(row.fed, row.caches);
+            }
+        }
+        self.stats.running.store(self.rows.len(), Ordering::SeqCst);
+    }
+}
+
+/// Sample the row's next token from its logits and stream what it completes.
+fn sample_next(row: &mut Row, logits: &[f32], model: &Model) {
+    let request = &row.request;
+    let mut adjusted = logits.to_vec();
+    request
+        .sampling
+        .adjust(&mut adjusted, &request.prompt, &row.generated);
+    let position = (request.prompt.len() + row.generated.len()) as u64;
+    let token = sampling::sample(&adjusted, &request.sampling, position);
+    let logprob = request
+        .logprobs
+        .map(|top_n| token_logprob(logits, token, top_n));
+    if model.eos_ids.contains(&token) {
+        row.finish(FinishReason::Stop, model, true);
+        return;
+    }
+    row.generated.push(token);
+    row.decoder_ids.push(token);
+    let text = match model.tokenizer.decode(&row.decoder_ids) {
+        Ok(t) if !t.ends_with('\u{FFFD}') && t.is_char_boundary(row.decoded_len.min(t.len())) => {
+            let delta = t.get(row.decoded_len..).unwrap_or("").to_string();
+            row.decoded_len = t.len();
+            delta
+        }
+        _ => String::new(),
+    };
+    match row.stop.push(&text) {
+        Released::Stopped(last) => {
+            row.send(Event::Token {
+                id: token,
+                text: last,
+                logprob,
+            });
+            row.finish(FinishReason::Stop, model, false);
+        }
+        Released::More(text) => {
+            row.send(Event::Token {
+                id: token,
+                text,
+                logprob,
+            });
+            if row.generated.len() >= row.request.max_tokens {
+                row.finish(FinishReason::Length, model, true);
+            }
+        }
+    }
+}
+
+fn token_logprob(logits: &[f32], token: u32, top_n: usize) -> TokenLogprob {
+    let lp = log_softmax(logits);
+    let mut order: Vec<u32> = (0..lp.len() as u32).collect();
+    let n = top_n.min(order.len());
+    if n > 0 {
+        order.select_nth_unstable_by(n - 1, |a, b| lp[*b as usize].total_cmp(&lp[*a as usize]));
+        order.truncate(n);
+        order.sort_by(|a, b| lp[*b as usize].total_cmp(&lp[*a as usize]));
+    } else {
+        order.clear();
+    }
+    TokenLogprob {
+        logprob: lp[token as usize],
+        top: order.into_iter().map(|t| (t, lp[t as usize])).collect(),
+    }
+}

@@ -1,0 +1,10 @@
+//! Seedbar's scheduler: continuous batching of many requests over one model on a dedicated
+//! engine thread, with per-row seeded sampling whose results do not depend on the batch.
+
+mod engine;
+mod prefix_cache;
+mod request;
+mod stop;
+
+pub use engine::{Limits, Scheduler, SchedulerStats};
+pub use request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage};

@@ -1,0 +1,80 @@
+//! KV of recent sequences, reused when a new request starts with the same tokens (the next
+//! turn of a conversation). Reuse stops at a prefill-chunk boundary, so the positions after
+//! it are prefilled in exactly the chunks a cold start would use: a hit equals a miss.
+
+use seedbar_engine::{generate::PREFILL_CHUNK, kv_cache::KvCache};
+
+struct Entry {
+    tokens: Vec<u32>,
+    caches: Vec<KvCache>,
+    last_used: u64,
+}
+
+pub struct PrefixCache {
+    entries: Vec<Entry>,
+    budget_tokens: usize,
+    clock: u64,
+}
+
+impl PrefixCache {
+    pub fn new(budget_tokens: usize) -> Self {
+        PrefixCache {
+            entries: Vec::new(),
+            budget_tokens,
+            clock: 0,
+        }
+    }
+
+    /// The longest reusable prefix of `prompt`: its length and caches holding exactly it.
+    /// At least one prompt token is always left to prefill (its logits start the reply).
+    pub fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, Vec<KvCache>)> {
+        self.clock += 1;
+        let limit = prompt.len().saturating_sub(1);
+        let (index, common) = self
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                (
+                    i,
+                    e.tokens
+                        .iter()
+                        .zip(prompt)
+                        .take_while(|(a, b)| a == b)
+                        .count(),
+                )
+            })
+            .max_by_key(|(_, n)| *n)?;
+        let usable = common.min(limit) / PREFILL_CHUNK * PREFILL_CHUNK;
+        if usable == 0 {
+            return None;
+        }
+        let entry = &mut self.entries[index];
+        entry.last_used = self.clock;
+        let mut caches = entry.caches.clone();
+        for c in &mut caches {
+            c.truncate(usable as i32);
+        }
+        Some((usable, caches))
+    }
+
+    /// Keep `caches` (holding `tokens`) for later requests, evicting the least recently used.
+    pub fn insert(&mut self, tokens: Vec<u32>, caches: Vec<KvCache>) {
+        if tokens.len() < PREFILL_CHUNK || tokens.len() > self.budget_tokens {
+            return;
+        }
+        self.clock += 1;
+        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        self.entries.push(Entry {
+            tokens,
+            caches,
+            last_used: self.clock,
+        });
+        while self.entries.iter().map(|e| e.tokens.len()).sum::<usize>() > self.budget_tokens {
+            let oldest = (0..self.entries.len())
+                .min_by_key(|&i| self.entries[i].last_used)
+                .expect("non-empty while over budget");
+            self.entries.remove(oldest);
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! What callers hand the scheduler and what streams back.
+
+use seedbar_engine::{FinishReason, SamplingParams};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// One generation request over already-tokenized input.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub prompt: Vec<u32>,
+    /// `sampling.seed` is ignored: the seed comes from `seed`.
+    pub sampling: SamplingParams,
+    /// The seed to sample with; `None` draws one from OS entropy (reported on the stream).
+    pub seed: Option<u64>,
+    pub max_tokens: usize,
+    /// Strings that end the reply; matched across token boundaries and not emitted.
+    pub stop: Vec<String>,
+    /// Report log-probabilities, with this many top alternatives per token.
+    pub logprobs: Option<usize>,
+}
+
+impl Request {
+    pub fn new(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        Request {
+            prompt,
+            sampling: SamplingParams::default(),
+            seed: None,
+            max_tokens,
+            stop: Vec::new(),
+            logprobs: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    /// The most likely tokens at this position, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A sampled token and the text it completes (may be empty while a character or a
+    /// possible stop string is incomplete).
+    Token {
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
+    /// The end; `text` is any text that was held back until now.
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        text: String,
+    },
+    Failed(String),
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the request queue is full ({0} waiting); try again shortly")]
+    QueueFull(usize),
+    #[error("the prompt has {prompt} tokens; this model's context holds {limit}")]
+    PromptTooLong { prompt: usize, limit: usize },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// Events of one request. Dropping it cancels the request and frees its row.
+pub struct RequestStream {
+    pub id: u64,
+    pub seed: u64,
+    pub(crate) events: UnboundedReceiver<Event>,
+    pub(crate) cancel: Box<dyn Fn() + Send + Sync>,
+}
+
+impl RequestStream {
+    pub async fn next(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    /// For synchronous callers (the CLI, tests); never call from inside an async runtime.
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        self.events.blocking_recv()
+    }
+
+    pub fn cancel(&self) {
+        (self.cancel)()
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        (self.cancel)()
+    }
+}

@@ -1,0 +1,253 @@
+//! Seed isolation and batch invariance on the real SmolLM2 model (CPU): a seeded request's
+//! whole reply is the same alone and batched with any neighbours, arriving at any step, and
+//! with its prefix cached or computed.
+
+use std::path::PathBuf;
+
+use seedbar_engine::{ChatMessage, FinishReason, Model, SamplingParams};
+use seedbar_scheduler::{Event, Limits, Request, RequestStream, Scheduler, SubmitError};
+
+fn model() -> Model {
+    let cache = std::env::var_os("SEEDBAR_DEV_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/seedbar-dev")
+        });
+    let path = std::fs::read_to_string(cache.join("default-model.path"))
+        .expect("run scripts/setup.sh first: it fetches the default model");
+    Model::load(std::path::Path::new(path.trim())).unwrap()
+}
+
+const PROMPTS: [&str; 8] = [
+    "Write a short poem about the sea.",
+    "Tell me a story about a dragon who learns to bake bread.",
+    "List five facts about the Moon.",
+    "Why is the sky blue? Explain it to a child in a few sentences, with an example from everyday life.",
+    "hi",
+    "Describe your favourite city and what makes it special.",
+    "What should I pack for a week of hiking in the mountains in autumn? Give reasons for each item.",
+    "Give me three tips for learning to play the guitar.",
+];
+
+fn request(model: &Model, prompt: &str, seed: u64, max_tokens: usize) -> Request {
+    let mut r = Request::new(
+        model
+            .chat_prompt(&[ChatMessage::new("user", prompt)])
+            .unwrap(),
+        max_tokens,
+    );
+    r.seed = Some(seed);
+    r.sampling = SamplingParams {
+        temperature: 0.8,
+        ..SamplingParams::default()
+    };
+    r
+}
+
+struct Reply {
+    tokens: Vec<u32>,
+    text: String,
+    reason: FinishReason,
+    cached: usize,
+}
+
+fn next_token(stream: &mut RequestStream) -> Option<u32> {
+    match stream.blocking_next()? {
+        Event::Token { id, .. } => Some(id),
+        _ => None,
+    }
+}
+
+fn collect(mut stream: RequestStream) -> Reply {
+    let mut reply = Reply {
+        tokens: vec![],
+        text: String::new(),
+        reason: FinishReason::Length,
+        cached: 0,
+    };
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            Event::Token { id, text, .. } => {
+                reply.tokens.push(id);
+                reply.text.push_str(&text);
+            }
+            Event::Finished {
+                reason,
+                usage,
+                text,
+            } => {
+                reply.text.push_str(&text);
+                reply.reason = reason;
+                reply.cached = usage.cached_tokens;
+                break;
+            }
+            Event::Failed(e) => panic!("generation failed: {e}"),
+        }
+    }
+    reply
+}
+
+fn alone(scheduler: &Scheduler, r: Request) -> Reply {
+    collect(scheduler.submit(r).unwrap())
+}
+
+#[test]
+fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
+    let model = model();
+    let mut target = request(&model, PROMPTS[0], 42, 64);
+    // Never end early, so the whole 64-token reply is compared.
+    target.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
+    let siblings: Vec<Request> = (1..8)
+        .map(|i| request(&model, PROMPTS[i], 1000 + i as u64, 40 + 7 * i))
+        .collect();
+    let scheduler = Scheduler::start(model, Limits::default());
+    let reference = alone(&scheduler, target.clone());
+    assert_eq!(reference.tokens.len(), 64);
+
+    // Sibling-seed invariance: three different sets of sibling seeds in the same batch.
+    for set in 0..3u64 {
+        let streams: Vec<RequestStream> = siblings[..3]
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.seed = Some(s.seed.unwrap() * 31 + set);
+                scheduler.submit(s).unwrap()
+            })
+            .collect();
+        let reply = alone(&scheduler, target.clone());
+        assert_eq!(reply.tokens, reference.tokens, "sibling seed set {set}");
+        drop(streams);
+    }
+
+    // Alone vs batched with 1, 3 and 7 others, which start before, with, and after it.
+    for others in [1usize, 3, 7] {
+        let mut early: Vec<RequestStream> = siblings[..others / 2 + 1]
+            .iter()
+            .map(|s| scheduler.submit(s.clone()).unwrap())
+            .collect();
+        for s in early.iter_mut() {
+            next_token(s); // they are decoding before the target arrives
+        }
+        let mut target_stream = scheduler.submit(target.clone()).unwrap();
+        let mut tokens = vec![
+            next_token(&mut target_stream).unwrap(),
+            next_token(&mut target_stream).unwrap(),
+        ];
+        let late: Vec<RequestStream> = siblings[others / 2 + 1..others]
+            .iter()
+            .map(|s| scheduler.submit(s.clone()).unwrap())
+            .collect();
+        let rest = collect(target_stream);
+        tokens.extend(rest.tokens);
+        assert_eq!(tokens, reference.tokens, "batched with {others} others");
+        let sibling_replies: Vec<Reply> = early.into_iter().chain(late).map(collect).collect();
+        assert!(sibling_replies.iter().all(|r| !r.tokens.is_empty()));
+    }
+}
+
+#[test]
+fn prefix_cache_hit_equals_miss() {
+    let model = model();
+    let long_question = format!("{} {} ", PROMPTS[3], PROMPTS[6]).repeat(8);
+    let first_turn = model
+        .chat_prompt(&[ChatMessage::new("user", &long_question)])
+        .unwrap();
+    assert!(first_turn.len() > 2 * seedbar_engine::generate::PREFILL_CHUNK);
+    let mut turn1 = Request::new(first_turn, 24);
+    turn1.seed = Some(7);
+    turn1.sampling.temperature = 0.8;
+    let warm = Scheduler::start(model, Limits::default());
+    let answer = alone(&warm, turn1.clone());
+
+    let second_turn = |model: &Model| {
+        let messages = [
+            ChatMessage::new("user", &long_question),
+            ChatMessage::new("assistant", &answer.text),
+            ChatMessage::new("user", "Now say it in one sentence."),
+        ];
+        let mut r = Request::new(model.chat_prompt(&messages).unwrap(), 48);
+        r.seed = Some(9);
+        r.sampling.temperature = 0.8;
+        r
+    };
+    let fresh_model = self::model();
+    let turn2 = second_turn(&fresh_model);
+    let cold = Scheduler::start(fresh_model, Limits::default());
+    let miss = alone(&cold, turn2.clone());
+    let hit = alone(&warm, turn2);
+    assert_eq!(miss.cached, 0);
+    assert!(
+        hit.cached >= 2 * seedbar_engine::generate::PREFILL_CHUNK,
+        "cached {}",
+        hit.cached
+    );
+    assert_eq!(hit.tokens, miss.tokens);
+}
+
+#[test]
+fn controls_cancellation_and_limits() {
+    let model = model();
+    let a = request(&model, PROMPTS[0], 1, 32);
+    let b = request(&model, PROMPTS[0], 2, 32);
+    let mut greedy = request(&model, PROMPTS[2], 3, 32);
+    greedy.sampling.temperature = 0.0;
+    let scheduler = Scheduler::start(
+        model,
+        Limits {
+            max_queue: 2,
+            max_context: 600,
+            ..Limits::default()
+        },
+    );
+    // Positive control: another seed, another reply.
+    let ra = alone(&scheduler, a.clone());
+    assert_ne!(ra.tokens, alone(&scheduler, b.clone()).tokens);
+
+    // Greedy alone equals greedy batched.
+    let greedy_alone = alone(&scheduler, greedy.clone());
+    let other = scheduler.submit(b.clone()).unwrap();
+    assert_eq!(
+        alone(&scheduler, greedy.clone()).tokens,
+        greedy_alone.tokens
+    );
+    drop(other);
+
+    // Cancelling one stream mid-reply frees its row; the others are unchanged.
+    let mut doomed = scheduler.submit(b.clone()).unwrap();
+    let kept = scheduler.submit(a.clone()).unwrap();
+    next_token(&mut doomed);
+    doomed.cancel();
+    drop(doomed);
+    assert_eq!(collect(kept).tokens, ra.tokens);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while scheduler
+        .stats()
+        .running
+        .load(std::sync::atomic::Ordering::SeqCst)
+        != 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rows still running after cancel"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    // Limits answer at once with a clear error.
+    let too_long = Request::new(vec![1; 600], 4);
+    assert!(matches!(
+        scheduler.submit(too_long),
+        Err(SubmitError::PromptTooLong { .. })
+    ));
+    let mut bad = a.clone();
+    bad.sampling.top_p = 0.0;
+    assert!(matches!(
+        scheduler.submit(bad),
+        Err(SubmitError::Invalid(_))
+    ));
+    let held: Vec<_> = (0..16).map(|_| scheduler.submit(a.clone())).collect();
+    assert!(held
+        .iter()
+        .any(|r| matches!(r, Err(SubmitError::QueueFull(_)))));
+    assert_eq!(ra.reason, FinishReason::Length);
+}
