@@ -65,9 +65,7 @@ impl WeightMap {
 
     /// A 1-D norm weight of `size` elements, in the compute dtype.
     pub fn vector(&mut self, name: &str, size: i32) -> Result<Array> {
-        Ok(self
-            .take_shaped(name, &[size])?
-            .as_dtype(self.options.compute_dtype)?)
+        materialize(self.take_shaped(name, &[size])?.as_dtype(self.options.compute_dtype)?)
     }
 
     /// The projection stored under `prefix` (`prefix.weight`, optional `.scales`/`.biases`
@@ -96,7 +94,7 @@ impl WeightMap {
             let weight = self
                 .take_shaped(&weight_name, &[rows, cols])?
                 .as_dtype(self.options.compute_dtype)?;
-            return Ok(Matrix::Dense(weight));
+            return Ok(Matrix::Dense(materialize(weight)?));
         }
         let weight = self.take(&weight_name)?;
         let scales = self.take(&scales_name)?;
@@ -119,16 +117,14 @@ impl WeightMap {
         check_shape(&weight_name, &weight, &[rows, packed_cols])?;
         check_shape(&scales_name, &scales, &[rows, groups])?;
         let quantized = Quantized {
-            weight,
-            scales: scales.as_dtype(self.options.compute_dtype)?,
-            biases: biases.as_dtype(self.options.compute_dtype)?,
+            weight: materialize(weight)?,
+            scales: materialize(scales.as_dtype(self.options.compute_dtype)?)?,
+            biases: materialize(biases.as_dtype(self.options.compute_dtype)?)?,
             group_size: cols / groups,
             bits,
         };
         if self.options.dequantize {
-            let dense = quantized.dequantize(self.options.compute_dtype)?;
-            dense.eval()?;
-            Ok(Matrix::Dense(dense))
+            Ok(Matrix::Dense(materialize(quantized.dequantize(self.options.compute_dtype)?)?))
         } else {
             Ok(Matrix::Quantized(quantized))
         }
@@ -140,6 +136,13 @@ impl WeightMap {
         names.sort_unstable();
         names
     }
+}
+
+/// Evaluate now: weights are read lazily on the loading thread's stream, and the engine
+/// runs on its own thread, which cannot evaluate work queued on another thread's stream.
+fn materialize(array: Array) -> Result<Array> {
+    array.eval()?;
+    Ok(array)
 }
 
 fn check_shape(name: &str, array: &Array, expected: &[i32]) -> Result<()> {
