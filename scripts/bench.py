@@ -1,5 +1,7 @@
-"""Seedbar vs mlx-lm on the same SmolLM2 weights, in one run: prefill of a 512-token prompt
-and batch-1 decode. Prints both and the ratios (Seedbar / mlx-lm).
+"""Seedbar vs mlx-lm on the same SmolLM2 weights, in one run: prefill of a 512-token prompt,
+batch-1 decode, aggregate throughput at 1/2/4/8 concurrent streams (mlx-lm's batched
+generation, and mlx-lm's server behaviour for seeded requests: one at a time), and Seedbar's
+seeded identity rate in random concurrent mixes. Prints the ratios (Seedbar / mlx-lm).
 
 Run through `make bench` (which prepares everything); mlx-lm reads the MLX directory that
 `seedbar convert` makes from the default GGUF."""
@@ -10,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlx_lm import stream_generate
+import time
+
+from mlx_lm import batch_generate, stream_generate
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import load
 
@@ -22,7 +26,7 @@ PROMPT_TOKENS, DECODE_TOKENS, REPEAT = 512, 128, 3
 
 def seedbar_bench(gguf: Path) -> dict:
     out = subprocess.run(
-        [SEEDBAR, "bench", "--model", gguf, "--prompt-tokens", str(PROMPT_TOKENS),
+        [SEEDBAR, "bench", "speed", "--model", gguf, "--prompt-tokens", str(PROMPT_TOKENS),
          "--decode-tokens", str(DECODE_TOKENS), "--repeat", str(REPEAT)],
         check=True, capture_output=True, text=True,
     ).stdout
@@ -42,6 +46,47 @@ def mlx_lm_bench(model_dir: Path) -> dict:
     return best
 
 
+STREAMS, TOKENS = [1, 2, 4, 8], 64
+PROMPTS = [
+    "Write a short poem about the sea.",
+    "Tell me a story about a dragon who learns to bake bread.",
+    "List five facts about the Moon.",
+    "Why is the sky blue? Explain it to a child in a few sentences.",
+    "What is the capital of France?",
+    "Describe your favourite city and what makes it special.",
+    "What should I pack for a week of hiking in the mountains in autumn?",
+    "Give me three tips for learning to play the guitar.",
+]
+
+
+def seedbar_json_lines(*args) -> list:
+    out = subprocess.run([SEEDBAR, "bench", *map(str, args)], check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def mlx_lm_throughput(model_dir: Path) -> dict:
+    """Per stream count: batched (unseeded) and one-at-a-time (how mlx_lm.server serves seeded
+    requests) aggregate tok/s, with the last stream's time to first token."""
+    model, tokenizer = load(str(model_dir))
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in PROMPTS]
+    sampler = make_sampler(0.8)
+    results = {}
+    for n in STREAMS:
+        batch = [prompts[i % len(prompts)] for i in range(n)]
+        start = time.perf_counter()
+        response = batch_generate(model, tokenizer, batch, max_tokens=TOKENS, sampler=sampler, return_token_ids=True)
+        batched = sum(len(ids) for ids in response.token_ids) / (time.perf_counter() - start)
+        start, total, last_first = time.perf_counter(), 0, 0.0
+        for prompt in batch:
+            for i, r in enumerate(stream_generate(model, tokenizer, prompt, max_tokens=TOKENS, sampler=sampler)):
+                if i == 0:
+                    last_first = time.perf_counter() - start
+                total += 1
+        serial = total / (time.perf_counter() - start)
+        results[n] = {"batched_tok_s": batched, "serial_tok_s": serial, "serial_last_ttft_s": last_first}
+    return results
+
+
 def main() -> None:
     gguf = Path((CACHE / "default-model.path").read_text().strip())
     mlx_dir = CACHE / "bench" / "smollm2-mlx"
@@ -54,6 +99,19 @@ def main() -> None:
     print(f"{'seedbar':<10}{ours['prefill_tok_s']:>15.1f}{ours['decode_tok_s']:>15.1f}")
     print(f"{'mlx-lm':<10}{peer['prefill_tok_s']:>15.1f}{peer['decode_tok_s']:>15.1f}")
     print(f"{'ratio':<10}{ours['prefill_tok_s'] / peer['prefill_tok_s']:>14.2f}x{ours['decode_tok_s'] / peer['decode_tok_s']:>14.2f}x")
+    print()
+    ours_tp = {r["streams"]: r for r in seedbar_json_lines("throughput", "--model", gguf, "--tokens", TOKENS)}
+    peer_tp = mlx_lm_throughput(mlx_dir)
+    print(f"Concurrent chats, {TOKENS} tokens each, temperature 0.8 (Seedbar: every stream seeded)")
+    print(f"{'streams':<8}{'seedbar tok/s':>15}{'ttft max s':>12}{'mlx-lm batched':>16}{'mlx-lm seeded 1-by-1':>22}{'last ttft s':>13}{'vs batched':>12}{'vs seeded':>11}")
+    for n in STREAMS:
+        o, p = ours_tp[n], peer_tp[n]
+        print(f"{n:<8}{o['aggregate_tok_s']:>15.1f}{o['ttft_max_s']:>12.2f}{p['batched_tok_s']:>16.1f}{p['serial_tok_s']:>22.1f}"
+              f"{p['serial_last_ttft_s']:>13.2f}{o['aggregate_tok_s'] / p['batched_tok_s']:>11.2f}x{o['aggregate_tok_s'] / p['serial_tok_s']:>10.2f}x")
+    print()
+    det = seedbar_json_lines("determinism", "--model", gguf, "--mixes", 20, "--tokens", 48)[0]
+    print(f"Determinism: {det['identical']}/{det['mixes']} random mixes gave the seeded reply it gets alone "
+          f"(identity rate {det['identity_rate']:.0%}); batched aggregate {det['batched_aggregate_tok_s']:.1f} tok/s")
     sys.stdout.flush()
 
 

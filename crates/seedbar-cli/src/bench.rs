@@ -1,58 +1,266 @@
-//! `seedbar bench`: prefill and batch-1 decode speed on a model, as JSON for scripts that
-//! compare Seedbar with its peers in the same run (`scripts/bench.sh`).
+//! `seedbar bench`: measurements printed as JSON for scripts that put Seedbar next to its
+//! peers in the same run (`scripts/bench.py`).
+//! - `speed`: prefill of a long prompt and batch-1 decode.
+//! - `throughput`: aggregate decode rate and time to first token at several concurrencies.
+//! - `determinism`: random mixes of concurrent seeded requests; how often a request's reply
+//!   equals its reply alone.
+
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use seedbar_engine::{sampling, Model};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use seedbar_engine::{sampling, ChatMessage, Model, SamplingParams};
+use seedbar_scheduler::{Event, Limits, Request, RequestStream, Scheduler};
+use serde_json::json;
 
 use crate::ModelArg;
 
-#[derive(clap::Args)]
-pub struct BenchArgs {
-    #[command(flatten)]
-    model: ModelArg,
-    /// Prompt length for the prefill measurement.
-    #[arg(long, default_value_t = 512)]
-    prompt_tokens: usize,
-    /// Tokens generated for the decode measurement.
-    #[arg(long, default_value_t = 128)]
-    decode_tokens: usize,
-    /// Repetitions; the best is reported.
-    #[arg(long, default_value_t = 3)]
-    repeat: usize,
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// Prefill and batch-1 decode speed.
+    Speed {
+        #[command(flatten)]
+        model: ModelArg,
+        #[arg(long, default_value_t = 512)]
+        prompt_tokens: usize,
+        #[arg(long, default_value_t = 128)]
+        decode_tokens: usize,
+        /// Repetitions; the best is reported.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+    },
+    /// Aggregate tokens/s and time to first token with N seeded streams at once.
+    Throughput {
+        #[command(flatten)]
+        model: ModelArg,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        streams: Vec<usize>,
+        #[arg(long, default_value_t = 64)]
+        tokens: usize,
+    },
+    /// Identity rate of seeded replies in random concurrent mixes.
+    Determinism {
+        #[command(flatten)]
+        model: ModelArg,
+        #[arg(long, default_value_t = 10)]
+        mixes: usize,
+        #[arg(long, default_value_t = 32)]
+        tokens: usize,
+    },
 }
 
-pub fn run(args: BenchArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> {
-    let model = load(&args.model)?;
-    // A deterministic, ordinary-text prompt of exactly the asked length.
-    let text = "The quick brown fox jumps over the lazy dog. ".repeat(args.prompt_tokens);
+/// Prompts of varied lengths, shared with scripts/bench.py.
+pub const PROMPTS: [&str; 8] = [
+    "Write a short poem about the sea.",
+    "Tell me a story about a dragon who learns to bake bread.",
+    "List five facts about the Moon.",
+    "Why is the sky blue? Explain it to a child in a few sentences.",
+    "What is the capital of France?",
+    "Describe your favourite city and what makes it special.",
+    "What should I pack for a week of hiking in the mountains in autumn?",
+    "Give me three tips for learning to play the guitar.",
+];
+
+pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Result<()> {
+    match command {
+        BenchCommand::Speed {
+            model,
+            prompt_tokens,
+            decode_tokens,
+            repeat,
+        } => speed(&load(&model)?, prompt_tokens, decode_tokens, repeat),
+        BenchCommand::Throughput {
+            model,
+            streams,
+            tokens,
+        } => throughput(load(&model)?, &streams, tokens),
+        BenchCommand::Determinism {
+            model,
+            mixes,
+            tokens,
+        } => determinism(load(&model)?, mixes, tokens),
+    }
+}
+
+fn speed(model: &Model, prompt_tokens: usize, decode_tokens: usize, repeat: usize) -> Result<()> {
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(prompt_tokens);
     let prompt: Vec<u32> = model
         .tokenizer
         .encode(&text)?
         .into_iter()
-        .take(args.prompt_tokens)
+        .take(prompt_tokens)
         .collect();
     let (mut best_prefill, mut best_decode) = (0.0f64, 0.0f64);
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..repeat.max(1) {
         let mut caches = model.transformer.new_caches();
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut logits = model.prefill(&prompt, &mut caches)?;
         best_prefill = best_prefill.max(prompt.len() as f64 / started.elapsed().as_secs_f64());
         // Decode continues from the prefilled prompt, as mlx_lm.generate measures it.
-        let started = std::time::Instant::now();
-        for _ in 0..args.decode_tokens {
+        let started = Instant::now();
+        for _ in 0..decode_tokens {
             let token = sampling::argmax(&logits);
             logits = model.step(&[token], &mut caches)?;
         }
-        best_decode = best_decode.max(args.decode_tokens as f64 / started.elapsed().as_secs_f64());
+        best_decode = best_decode.max(decode_tokens as f64 / started.elapsed().as_secs_f64());
     }
     println!(
         "{}",
-        serde_json::json!({
-            "prompt_tokens": prompt.len(),
-            "decode_tokens": args.decode_tokens,
-            "prefill_tok_s": best_prefill,
-            "decode_tok_s": best_decode,
-        })
+        json!({"prompt_tokens": prompt.len(), "decode_tokens": decode_tokens,
+               "prefill_tok_s": best_prefill, "decode_tok_s": best_decode})
+    );
+    Ok(())
+}
+
+/// A seeded request of exactly `tokens` tokens (end-of-sequence suppressed).
+fn seeded(model: &Model, prompt: &str, seed: u64, tokens: usize) -> Result<Request> {
+    let mut r = Request::new(
+        model.chat_prompt(&[ChatMessage::new("user", prompt)])?,
+        tokens,
+    );
+    r.seed = Some(seed);
+    r.sampling = SamplingParams {
+        temperature: 0.8,
+        logit_bias: model.eos_ids.iter().map(|&id| (id, -100.0)).collect(),
+        ..SamplingParams::default()
+    };
+    Ok(r)
+}
+
+struct Outcome {
+    tokens: Vec<u32>,
+    first_token: Duration,
+}
+
+/// Drain `stream`, noting when its first token came.
+fn drain(mut stream: RequestStream, submitted: Instant) -> Outcome {
+    let mut out = Outcome {
+        tokens: Vec::new(),
+        first_token: Duration::ZERO,
+    };
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            Event::Token { id, .. } => {
+                if out.tokens.is_empty() {
+                    out.first_token = submitted.elapsed();
+                }
+                out.tokens.push(id);
+            }
+            Event::Finished { .. } | Event::Failed(_) => break,
+        }
+    }
+    out
+}
+
+/// Run `requests` concurrently; outcomes in order, and the wall time.
+fn run_together(scheduler: &Scheduler, requests: Vec<Request>) -> Result<(Vec<Outcome>, Duration)> {
+    let started = Instant::now();
+    let streams = requests
+        .into_iter()
+        .map(|r| scheduler.submit(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let outcomes = std::thread::scope(|s| {
+        let handles: Vec<_> = streams
+            .into_iter()
+            .map(|st| s.spawn(move || drain(st, started)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("drain thread"))
+            .collect()
+    });
+    Ok((outcomes, started.elapsed()))
+}
+
+fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
+    let requests = |n: usize, model: &Model| -> Result<Vec<Request>> {
+        (0..n)
+            .map(|i| seeded(model, PROMPTS[i % PROMPTS.len()], 100 + i as u64, tokens))
+            .collect()
+    };
+    let batches: Vec<Vec<Request>> = streams
+        .iter()
+        .map(|&n| requests(n, &model))
+        .collect::<Result<_>>()?;
+    let scheduler = Scheduler::start(model, Limits::default());
+    run_together(&scheduler, batches[0][..1].to_vec())?; // warm-up
+    for (n, batch) in streams.iter().zip(batches) {
+        let (outcomes, wall) = run_together(&scheduler, batch)?;
+        let total: usize = outcomes.iter().map(|o| o.tokens.len()).sum();
+        let ttft: Vec<f64> = outcomes
+            .iter()
+            .map(|o| o.first_token.as_secs_f64())
+            .collect();
+        println!(
+            "{}",
+            json!({"streams": n, "tokens": total, "aggregate_tok_s": total as f64 / wall.as_secs_f64(),
+                   "ttft_mean_s": ttft.iter().sum::<f64>() / ttft.len() as f64,
+                   "ttft_max_s": ttft.iter().cloned().fold(0.0, f64::max)})
+        );
+    }
+    Ok(())
+}
+
+fn determinism(model: Model, mixes: usize, tokens: usize) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(2026);
+    let mut plans = Vec::new();
+    for _ in 0..mixes {
+        let target = seeded(
+            &model,
+            PROMPTS[rng.random_range(0..PROMPTS.len())],
+            rng.random(),
+            tokens,
+        )?;
+        let siblings = (0..rng.random_range(1..8))
+            .map(|_| {
+                seeded(
+                    &model,
+                    PROMPTS[rng.random_range(0..PROMPTS.len())],
+                    rng.random(),
+                    rng.random_range(8..2 * tokens),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        plans.push((target, siblings, rng.random_range(0..tokens / 2)));
+    }
+    let scheduler = Scheduler::start(model, Limits::default());
+    let (mut identical, mut total_tokens, mut batched_time) = (0, 0usize, Duration::ZERO);
+    for (target, siblings, join_after) in plans {
+        let alone = drain(scheduler.submit(target.clone())?, Instant::now()).tokens;
+        // Siblings start first; the target joins once they have produced `join_after` tokens.
+        let started = Instant::now();
+        let mut sibling_streams = siblings
+            .into_iter()
+            .map(|s| scheduler.submit(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        for _ in 0..join_after {
+            if let Some(first) = sibling_streams.first_mut() {
+                first.blocking_next();
+            }
+        }
+        let target_stream = scheduler.submit(target)?;
+        let (batched, others) = std::thread::scope(|s| {
+            let others: Vec<_> = sibling_streams
+                .into_iter()
+                .map(|st| s.spawn(move || drain(st, started)))
+                .collect();
+            let batched = drain(target_stream, started);
+            (
+                batched,
+                others
+                    .into_iter()
+                    .map(|h| h.join().expect("drain"))
+                    .collect::<Vec<_>>(),
+            )
+        });
+        batched_time += started.elapsed();
+        total_tokens += batched.tokens.len() + others.iter().map(|o| o.tokens.len()).sum::<usize>();
+        identical += usize::from(batched.tokens == alone);
+    }
+    println!(
+        "{}",
+        json!({"mixes": mixes, "identical": identical, "identity_rate": identical as f64 / mixes.max(1) as f64,
+               "batched_aggregate_tok_s": total_tokens as f64 / batched_time.as_secs_f64()})
     );
     Ok(())
 }

@@ -61,8 +61,11 @@ enum Command {
     Pull { repo: String },
     /// Write a GGUF model as an MLX safetensors directory.
     Convert { input: PathBuf, output: PathBuf },
-    /// Measure prefill and decode speed.
-    Bench(bench::BenchArgs),
+    /// Measure speed, concurrent throughput, or seeded determinism under batching.
+    Bench {
+        #[command(subcommand)]
+        kind: bench::BenchCommand,
+    },
     /// Print a model's raw outputs (tokens, logits, tokenizer, chat template) as JSON.
     Probe(probe::ProbeArgs),
 }
@@ -194,7 +197,7 @@ fn run(cli: Cli) -> Result<()> {
             seedbar_engine::convert::gguf_to_mlx(&input, &output)?;
             println!("wrote {}", output.display());
         }
-        Command::Bench(args) => bench::run(args, load_model)?,
+        Command::Bench { kind } => bench::run(kind, load_model)?,
         Command::Probe(args) => probe::run(args, load_model)?,
     }
     Ok(())

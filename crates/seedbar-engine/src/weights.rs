@@ -65,7 +65,10 @@ impl WeightMap {
 
     /// A 1-D norm weight of `size` elements, in the compute dtype.
     pub fn vector(&mut self, name: &str, size: i32) -> Result<Array> {
-        materialize(self.take_shaped(name, &[size])?.as_dtype(self.options.compute_dtype)?)
+        materialize(
+            self.take_shaped(name, &[size])?
+                .as_dtype(self.options.compute_dtype)?,
+        )
     }
 
     /// The projection stored under `prefix` (`prefix.weight`, optional `.scales`/`.biases`
@@ -124,7 +127,9 @@ impl WeightMap {
             bits,
         };
         if self.options.dequantize {
-            Ok(Matrix::Dense(materialize(quantized.dequantize(self.options.compute_dtype)?)?))
+            Ok(Matrix::Dense(materialize(
+                quantized.dequantize(self.options.compute_dtype)?,
+            )?))
         } else {
             Ok(Matrix::Quantized(quantized))
         }

@@ -71,6 +71,7 @@ pub struct SchedulerStats {
 enum Command {
     Submit(Box<Pending>),
     Cancel(u64),
+    Shutdown,
 }
 
 struct Pending {
@@ -82,6 +83,7 @@ struct Pending {
 /// Handle to the engine thread; cheap to share behind an `Arc`.
 pub struct Scheduler {
     commands: mpsc::Sender<Command>,
+    worker: Option<thread::JoinHandle<()>>,
     stats: Arc<SchedulerStats>,
     next_id: AtomicU64,
     limits: Limits,
@@ -105,12 +107,13 @@ impl Scheduler {
             rows: Vec::new(),
             prefix_cache: PrefixCache::new(limits.prefix_cache_tokens),
         };
-        thread::Builder::new()
+        let worker = thread::Builder::new()
             .name("seedbar-engine".into())
             .spawn(move || worker.run())
             .expect("spawn the engine thread");
         Scheduler {
             commands,
+            worker: Some(worker),
             stats,
             next_id: AtomicU64::new(1),
             limits,
@@ -179,6 +182,18 @@ impl Scheduler {
                 let _ = commands.send(Command::Cancel(id));
             }),
         })
+    }
+}
+
+/// Stops the engine thread: running and queued requests end with `Event::Failed`, and
+/// the model is freed on the engine thread before this returns (MLX state must not be torn
+/// down under a running thread at process exit).
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
     }
 }
 
@@ -263,11 +278,14 @@ impl Worker {
         loop {
             if self.rows.is_empty() && self.queue.is_empty() {
                 match self.commands.recv() {
+                    Ok(Command::Shutdown) | Err(_) => return self.shut_down(),
                     Ok(c) => self.apply(c),
-                    Err(_) => return, // every handle dropped
                 }
             }
             while let Ok(c) = self.commands.try_recv() {
+                if matches!(c, Command::Shutdown) {
+                    return self.shut_down();
+                }
                 self.apply(c);
             }
             self.admit();
@@ -285,8 +303,20 @@ impl Worker {
         }
     }
 
+    fn shut_down(&mut self) {
+        let message = || Event::Failed("the engine is shutting down".into());
+        for row in &mut self.rows {
+            row.send(message());
+        }
+        for pending in self.queue.drain(..) {
+            let _ = pending.events.send(message());
+        }
+        self.rows.clear();
+    }
+
     fn apply(&mut self, command: Command) {
         match command {
+            Command::Shutdown => {}
             Command::Submit(p) => self.queue.push_back(*p),
             Command::Cancel(id) => {
                 if let Some(i) = self.queue.iter().position(|p| p.id == id) {
