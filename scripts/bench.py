@@ -47,16 +47,7 @@ def mlx_lm_bench(model_dir: Path) -> dict:
 
 
 STREAMS, TOKENS = [1, 2, 4, 8], 64
-PROMPTS = [
-    "Write a short poem about the sea.",
-    "Tell me a story about a dragon who learns to bake bread.",
-    "List five facts about the Moon.",
-    "Why is the sky blue? Explain it to a child in a few sentences.",
-    "What is the capital of France?",
-    "Describe your favourite city and what makes it special.",
-    "What should I pack for a week of hiking in the mountains in autumn?",
-    "Give me three tips for learning to play the guitar.",
-]
+PROMPTS = json.loads((ROOT / "scripts" / "bench-prompts.json").read_text())
 
 
 def seedbar_json_lines(*args) -> list:

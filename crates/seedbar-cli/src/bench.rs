@@ -50,16 +50,10 @@ pub enum BenchCommand {
 }
 
 /// Prompts of varied lengths, shared with scripts/bench.py.
-pub const PROMPTS: [&str; 8] = [
-    "Write a short poem about the sea.",
-    "Tell me a story about a dragon who learns to bake bread.",
-    "List five facts about the Moon.",
-    "Why is the sky blue? Explain it to a child in a few sentences.",
-    "What is the capital of France?",
-    "Describe your favourite city and what makes it special.",
-    "What should I pack for a week of hiking in the mountains in autumn?",
-    "Give me three tips for learning to play the guitar.",
-];
+fn prompts() -> Vec<String> {
+    serde_json::from_str(include_str!("../../../scripts/bench-prompts.json"))
+        .expect("bench prompts are a JSON list")
+}
 
 pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Result<()> {
     match command {
@@ -173,9 +167,10 @@ fn run_together(scheduler: &Scheduler, requests: Vec<Request>) -> Result<(Vec<Ou
 }
 
 fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
+    let prompts = prompts();
     let requests = |n: usize, model: &Model| -> Result<Vec<Request>> {
         (0..n)
-            .map(|i| seeded(model, PROMPTS[i % PROMPTS.len()], 100 + i as u64, tokens))
+            .map(|i| seeded(model, &prompts[i % prompts.len()], 100 + i as u64, tokens))
             .collect()
     };
     let batches: Vec<Vec<Request>> = streams
@@ -202,12 +197,13 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
 }
 
 fn determinism(model: Model, mixes: usize, tokens: usize) -> Result<()> {
+    let prompts = prompts();
     let mut rng = SmallRng::seed_from_u64(2026);
     let mut plans = Vec::new();
     for _ in 0..mixes {
         let target = seeded(
             &model,
-            PROMPTS[rng.random_range(0..PROMPTS.len())],
+            &prompts[rng.random_range(0..prompts.len())],
             rng.random(),
             tokens,
         )?;
@@ -215,7 +211,7 @@ fn determinism(model: Model, mixes: usize, tokens: usize) -> Result<()> {
             .map(|_| {
                 seeded(
                     &model,
-                    PROMPTS[rng.random_range(0..PROMPTS.len())],
+                    &prompts[rng.random_range(0..prompts.len())],
                     rng.random(),
                     rng.random_range(8..2 * tokens),
                 )
