@@ -27,15 +27,6 @@ impl Architecture {
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         }
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Llama => "llama",
-            Self::Mistral => "mistral",
-            Self::Qwen2 => "qwen2",
-            Self::Qwen3 => "qwen3",
-        }
-    }
 }
 
 /// `rope_scaling` as Llama 3.x configs write it (`rope_type: "llama3"`).

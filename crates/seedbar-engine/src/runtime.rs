@@ -9,12 +9,3 @@ pub fn default_device_is_gpu() -> bool {
         .map(|t| matches!(t, DeviceType::Gpu))
         .unwrap_or(false)
 }
-
-/// A short description of the device for logs and `seedbar models`.
-pub fn device_name() -> &'static str {
-    if default_device_is_gpu() {
-        "gpu"
-    } else {
-        "cpu"
-    }
-}

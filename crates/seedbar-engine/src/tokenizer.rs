@@ -149,14 +149,6 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
-    pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)
-    }
-
-    pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
-    }
-
     pub fn save(&self, path: &Path) -> Result<()> {
         self.inner
             .save(path, false)
