@@ -3,4 +3,4 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SEEDBAR_DEV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/seedbar-dev}"
-exec "$CACHE/venv/bin/python" "$ROOT/scripts/bench.py"
+exec "$CACHE/venv/bin/python" -u "$ROOT/scripts/bench.py"

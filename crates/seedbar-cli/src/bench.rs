@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use seedbar_engine::{sampling, ChatMessage, Model, SamplingParams};
-use seedbar_scheduler::{Event, Limits, Request, RequestStream, Scheduler};
+use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig};
 use serde_json::json;
 
 use crate::ModelArg;
@@ -72,7 +72,11 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             model,
             mixes,
             tokens,
-        } => determinism(load(&model)?, mixes, tokens),
+        } => {
+            let invariant = load(&model)?;
+            let padded = load(&model)?;
+            determinism([invariant, padded], mixes, tokens)
+        }
     }
 }
 
@@ -109,7 +113,7 @@ fn speed(model: &Model, prompt_tokens: usize, decode_tokens: usize, repeat: usiz
 /// A seeded request of exactly `tokens` tokens (end-of-sequence suppressed).
 fn seeded(model: &Model, prompt: &str, seed: u64, tokens: usize) -> Result<Request> {
     let mut r = Request::new(
-        model.chat_prompt(&[ChatMessage::new("user", prompt)])?,
+        model.chat_prompt(&[ChatMessage::new("user", prompt)], None)?,
         tokens,
     );
     r.seed = Some(seed);
@@ -177,7 +181,7 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
         .iter()
         .map(|&n| requests(n, &model))
         .collect::<Result<_>>()?;
-    let scheduler = Scheduler::start(model, Limits::default());
+    let scheduler = Scheduler::start(model, SchedulerConfig::default());
     run_together(&scheduler, batches[0][..1].to_vec())?; // warm-up
     for (n, batch) in streams.iter().zip(batches) {
         let (outcomes, wall) = run_together(&scheduler, batch)?;
@@ -196,13 +200,18 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
     Ok(())
 }
 
-fn determinism(model: Model, mixes: usize, tokens: usize) -> Result<()> {
+/// A seeded target request, the siblings it runs with, and how many sibling tokens pass
+/// before it joins.
+type Mix = (Request, Vec<Request>, usize);
+
+/// Same mixes on the batch-invariant scheduler and on the fastest non-invariant one.
+fn determinism(models: [Model; 2], mixes: usize, tokens: usize) -> Result<()> {
     let prompts = prompts();
     let mut rng = SmallRng::seed_from_u64(2026);
     let mut plans = Vec::new();
     for _ in 0..mixes {
         let target = seeded(
-            &model,
+            &models[0],
             &prompts[rng.random_range(0..prompts.len())],
             rng.random(),
             tokens,
@@ -210,7 +219,7 @@ fn determinism(model: Model, mixes: usize, tokens: usize) -> Result<()> {
         let siblings = (0..rng.random_range(1..8))
             .map(|_| {
                 seeded(
-                    &model,
+                    &models[0],
                     &prompts[rng.random_range(0..prompts.len())],
                     rng.random(),
                     rng.random_range(8..2 * tokens),
@@ -219,22 +228,53 @@ fn determinism(model: Model, mixes: usize, tokens: usize) -> Result<()> {
             .collect::<Result<Vec<_>>>()?;
         plans.push((target, siblings, rng.random_range(0..tokens / 2)));
     }
-    let scheduler = Scheduler::start(model, Limits::default());
+    let mut results = Vec::new();
+    for (model, batch_invariant) in models.into_iter().zip([true, false]) {
+        let config = SchedulerConfig {
+            batch_invariant,
+            ..SchedulerConfig::default()
+        };
+        let scheduler = Scheduler::start(model, config);
+        let (identical, tok_s) = run_mixes(&scheduler, &plans)?;
+        results.push(
+            json!({"batch_invariant": batch_invariant, "identical": identical,
+                            "identity_rate": identical as f64 / mixes.max(1) as f64,
+                            "batched_aggregate_tok_s": tok_s}),
+        );
+    }
+    let cost = 1.0
+        - results[0]["batched_aggregate_tok_s"]
+            .as_f64()
+            .unwrap_or(0.0)
+            / results[1]["batched_aggregate_tok_s"]
+                .as_f64()
+                .unwrap_or(f64::NAN);
+    println!(
+        "{}",
+        json!({"mixes": mixes, "invariant": results[0], "non_invariant": results[1],
+               "invariance_cost": cost})
+    );
+    Ok(())
+}
+
+/// Each mix: the target alone, then batched with its siblings. Returns how many targets
+/// matched their alone reply, and the aggregate tokens/s of the batched runs.
+fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
     let (mut identical, mut total_tokens, mut batched_time) = (0, 0usize, Duration::ZERO);
     for (target, siblings, join_after) in plans {
         let alone = drain(scheduler.submit(target.clone())?, Instant::now()).tokens;
         // Siblings start first; the target joins once they have produced `join_after` tokens.
         let started = Instant::now();
         let mut sibling_streams = siblings
-            .into_iter()
-            .map(|s| scheduler.submit(s))
+            .iter()
+            .map(|s| scheduler.submit(s.clone()))
             .collect::<Result<Vec<_>, _>>()?;
-        for _ in 0..join_after {
+        for _ in 0..*join_after {
             if let Some(first) = sibling_streams.first_mut() {
                 first.blocking_next();
             }
         }
-        let target_stream = scheduler.submit(target)?;
+        let target_stream = scheduler.submit(target.clone())?;
         let (batched, others) = std::thread::scope(|s| {
             let others: Vec<_> = sibling_streams
                 .into_iter()
@@ -253,10 +293,5 @@ fn determinism(model: Model, mixes: usize, tokens: usize) -> Result<()> {
         total_tokens += batched.tokens.len() + others.iter().map(|o| o.tokens.len()).sum::<usize>();
         identical += usize::from(batched.tokens == alone);
     }
-    println!(
-        "{}",
-        json!({"mixes": mixes, "identical": identical, "identity_rate": identical as f64 / mixes.max(1) as f64,
-               "batched_aggregate_tok_s": total_tokens as f64 / batched_time.as_secs_f64()})
-    );
-    Ok(())
+    Ok((identical, total_tokens as f64 / batched_time.as_secs_f64()))
 }

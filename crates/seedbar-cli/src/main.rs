@@ -2,6 +2,7 @@
 
 mod bench;
 mod probe;
+mod serve;
 
 use std::{io::Write, path::PathBuf, process::ExitCode};
 
@@ -11,7 +12,7 @@ use seedbar_engine::{
     store::{ModelStore, DEFAULT_MODEL},
     ChatMessage, Model, SamplingParams,
 };
-use seedbar_scheduler::{Event, Limits, Request, Scheduler};
+use seedbar_scheduler::{Event, Request, Scheduler, SchedulerConfig};
 
 #[derive(Parser)]
 #[command(name = "seedbar", version, about = "Local LLMs with seeds you can pin")]
@@ -61,6 +62,8 @@ enum Command {
     Pull { repo: String },
     /// Write a GGUF model as an MLX safetensors directory.
     Convert { input: PathBuf, output: PathBuf },
+    /// Serve the OpenAI- and Ollama-compatible API on localhost.
+    Serve(serve::ServeArgs),
     /// Measure speed, concurrent throughput, or seeded determinism under batching.
     Bench {
         #[command(subcommand)]
@@ -87,7 +90,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("seedbar: {e:#}");
             ExitCode::FAILURE
@@ -102,7 +105,7 @@ fn load_model(arg: &ModelArg) -> Result<Model> {
     Model::load(&path).with_context(|| format!("loading {}", path.display()))
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run {
             model,
@@ -121,7 +124,7 @@ fn run(cli: Cli) -> Result<()> {
                 messages.push(ChatMessage::new("system", &system));
             }
             messages.push(ChatMessage::new("user", &prompt));
-            let mut request = Request::new(model.chat_prompt(&messages)?, max_tokens);
+            let mut request = Request::new(model.chat_prompt(&messages, None)?, max_tokens);
             request.seed = seed;
             request.sampling = SamplingParams {
                 temperature: temp,
@@ -130,7 +133,7 @@ fn run(cli: Cli) -> Result<()> {
                 min_p,
                 ..SamplingParams::default()
             };
-            let scheduler = Scheduler::start(model, Limits::default());
+            let scheduler = Scheduler::start(model, SchedulerConfig::default());
             let started = std::time::Instant::now();
             let mut stream = scheduler.submit(request)?;
             let mut stdout = std::io::stdout();
@@ -199,6 +202,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Bench { kind } => bench::run(kind, load_model)?,
         Command::Probe(args) => probe::run(args, load_model)?,
+        Command::Serve(args) => return Ok(serve::run(args)),
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

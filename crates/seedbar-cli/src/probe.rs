@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use mlx_rs::Array;
-use seedbar_engine::{models::Logits, sampling, ChatMessage, Model};
+use seedbar_engine::{
+    models::{AttentionLayout, Logits},
+    sampling, ChatMessage, Model,
+};
 use serde_json::{json, Value};
 
 use crate::ModelArg;
@@ -26,9 +29,21 @@ pub struct ProbeArgs {
     /// A JSON file with a list of strings to encode, decode and stream-decode.
     #[arg(long)]
     texts: Option<PathBuf>,
-    /// A JSON file with a list of chats (lists of {role, content}) to render.
+    /// A JSON file with a list of chats to render: lists of messages, or
+    /// `{"messages": [...], "tools": [...]}` objects.
     #[arg(long)]
     chats: Option<PathBuf>,
+}
+
+/// A chat for `--chats`: its messages, alone or with the tools offered.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Chat {
+    Messages(Vec<ChatMessage>),
+    WithTools {
+        messages: Vec<ChatMessage>,
+        tools: Option<Vec<Value>>,
+    },
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &PathBuf) -> Result<T> {
@@ -44,10 +59,13 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
         if let Some(path) = &args.logits_out {
             let mut caches = model.transformer.new_caches();
             let len = args.ids.len() as i32;
-            let logits =
-                model
-                    .transformer
-                    .forward(&args.ids, &[len], &mut [&mut caches], Logits::All)?;
+            let logits = model.transformer.forward(
+                &args.ids,
+                &[len],
+                &mut [&mut caches],
+                Logits::All,
+                AttentionLayout::PerRow,
+            )?;
             Array::save_safetensors([("logits", &logits)], None, path)?;
         }
         let mut caches = model.transformer.new_caches();
@@ -84,10 +102,15 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
         out.insert("streamed".into(), json!(streamed));
     }
     if let Some(path) = &args.chats {
-        let chats: Vec<Vec<ChatMessage>> = read_json(path)?;
+        let chats: Vec<Chat> = read_json(path)?;
         let rendered = chats
             .iter()
-            .map(|chat| model.template.render(chat, true))
+            .map(|chat| match chat {
+                Chat::Messages(messages) => model.template.render(messages, None, true),
+                Chat::WithTools { messages, tools } => {
+                    model.template.render(messages, tools.as_deref(), true)
+                }
+            })
             .collect::<Result<Vec<_>, _>>()?;
         out.insert("rendered".into(), json!(rendered));
     }

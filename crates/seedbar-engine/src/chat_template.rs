@@ -1,5 +1,9 @@
 //! Hugging Face chat templates (Jinja) rendered with minijinja, with the Python-isms
 //! templates rely on: string methods (pycompat), `raise_exception`, Python-style `tojson`.
+//! Tools reach templates as transformers passes them; a template that cannot show tools
+//! gets them described in its system message instead.
+
+use std::borrow::Cow;
 
 use minijinja::{value::Kwargs, Environment, Error as JinjaError, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
@@ -9,28 +13,44 @@ use crate::error::{EngineError, Result};
 /// ChatML, used when a model ships no template of its own.
 pub const CHATML_TEMPLATE: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-/// One chat turn as templates see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One chat turn as templates see it; the optional fields are left out when absent, as in
+/// the dicts transformers passes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// The speaker's name (OpenAI `name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// On a `tool` message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// On an assistant message: the calls it made, in OpenAI's shape
+    /// (`[{"id", "type": "function", "function": {"name", "arguments": {..}}}]`) with the
+    /// arguments as a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
 }
 
 impl ChatMessage {
+    /// A plain turn: `role` and `content` only.
     pub fn new(role: &str, content: &str) -> Self {
         ChatMessage {
             role: role.to_string(),
             content: content.to_string(),
+            ..Default::default()
         }
     }
 }
 
 /// A compiled chat template with the special tokens it may reference.
+#[derive(Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
     pub source: String,
     bos_token: String,
     eos_token: String,
+    supports_tools: bool,
 }
 
 impl ChatTemplate {
@@ -49,16 +69,42 @@ impl ChatTemplate {
         env.add_filter("tojson", python_tojson);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| EngineError::ChatTemplate(e.to_string()))?;
+        let supports_tools = env
+            .get_template("chat")
+            .map_err(|e| EngineError::ChatTemplate(e.to_string()))?
+            .undeclared_variables(false)
+            .contains("tools");
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            supports_tools,
         })
     }
 
-    /// Render `messages`; with `add_generation_prompt` the text ends where the reply starts.
-    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+    /// Whether the template reads `tools` itself; if not, [`render`](Self::render) describes
+    /// them in the system message.
+    pub fn supports_tools(&self) -> bool {
+        self.supports_tools
+    }
+
+    /// Render `messages` with the tools (JSON schemas in OpenAI's
+    /// `{"type": "function", "function": {..}}` shape) the model may call, as transformers'
+    /// `apply_chat_template(tools=...)` does; with `add_generation_prompt` the text ends
+    /// where the reply starts.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let messages = match tools {
+            Some(tools) if !tools.is_empty() && !self.supports_tools => {
+                Cow::Owned(describe_tools(messages, tools))
+            }
+            _ => Cow::Borrowed(messages),
+        };
         let template = self
             .env
             .get_template("chat")
@@ -66,6 +112,7 @@ impl ChatTemplate {
         template
             .render(minijinja::context! {
                 messages => messages,
+                tools => tools,
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token,
                 eos_token => self.eos_token,
@@ -78,6 +125,73 @@ impl ChatTemplate {
                 EngineError::ChatTemplate(message)
             })
     }
+}
+
+/// `messages` rewritten for a template that never reads `tools`, in the Hermes / Qwen2.5
+/// convention: the tools are listed in the (first) system message, earlier calls are
+/// written into the assistant's text as `<tool_call>` blocks and tool results become user
+/// turns of `<tool_response>` blocks (consecutive results share one turn).
+fn describe_tools(messages: &[ChatMessage], tools: &[serde_json::Value]) -> Vec<ChatMessage> {
+    let mut listing = String::from(
+        "# Tools\n\nYou may call one or more of the functions below to help with the user's \
+         request. Their signatures are given as JSON inside <tools></tools>:\n<tools>",
+    );
+    for tool in tools {
+        listing.push('\n');
+        write_python_json(tool, None, 0, &mut listing);
+    }
+    listing.push_str(
+        "\n</tools>\n\nTo call a function, answer with a JSON object holding its name and \
+         arguments inside <tool_call></tool_call> tags, one block per call:\n<tool_call>\n\
+         {\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    let (system, rest) = match messages.split_first() {
+        Some((first, rest)) if first.role == "system" => (
+            ChatMessage {
+                content: format!("{}\n\n{listing}", first.content),
+                ..first.clone()
+            },
+            rest,
+        ),
+        _ => (ChatMessage::new("system", &listing), messages),
+    };
+    let mut out = vec![system];
+    for (i, message) in rest.iter().enumerate() {
+        match (message.role.as_str(), &message.tool_calls) {
+            ("tool", _) => {
+                let response = format!("<tool_response>\n{}\n</tool_response>", message.content);
+                match out.last_mut() {
+                    Some(last) if i > 0 && rest[i - 1].role == "tool" => {
+                        last.content = format!("{}\n{response}", last.content)
+                    }
+                    _ => out.push(ChatMessage::new("user", &response)),
+                }
+            }
+            ("assistant", Some(serde_json::Value::Array(calls))) => {
+                let mut content = message.content.clone();
+                for call in calls {
+                    let function = call.get("function").unwrap_or(call);
+                    let call = serde_json::json!({
+                        "name": function["name"],
+                        "arguments": function["arguments"],
+                    });
+                    if !content.is_empty() {
+                        content.push('\n');
+                    }
+                    content.push_str("<tool_call>\n");
+                    write_python_json(&call, None, 0, &mut content);
+                    content.push_str("\n</tool_call>");
+                }
+                out.push(ChatMessage {
+                    content,
+                    tool_calls: None,
+                    ..message.clone()
+                });
+            }
+            _ => out.push(message.clone()),
+        }
+    }
+    out
 }
 
 /// `tojson` as Hugging Face defines it: `json.dumps(x, ensure_ascii=False, indent=indent)`,
@@ -137,7 +251,28 @@ mod tests {
     use super::*;
 
     fn render(source: &str, messages: &[ChatMessage]) -> Result<String> {
-        ChatTemplate::new(source, "<s>", "</s>")?.render(messages, true)
+        ChatTemplate::new(source, "<s>", "</s>")?.render(messages, None, true)
+    }
+
+    fn weather_tool() -> serde_json::Value {
+        serde_json::json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})
+    }
+
+    fn tool_chat() -> Vec<ChatMessage> {
+        let call = serde_json::json!([{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]);
+        vec![
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "Weather in Paris?"),
+            ChatMessage {
+                tool_calls: Some(call),
+                ..ChatMessage::new("assistant", "")
+            },
+            ChatMessage {
+                tool_call_id: Some("call_1".into()),
+                ..ChatMessage::new("tool", "sunny")
+            },
+            ChatMessage::new("tool", "22C"),
+        ]
     }
 
     #[test]
@@ -174,5 +309,63 @@ mod tests {
             render(indented, &[]).unwrap(),
             "{\n  \"a\": [\n    1\n  ]\n}"
         );
+    }
+
+    #[test]
+    fn tools_and_message_fields_reach_the_template() {
+        let src = "{{ tools is none }}|{% for m in messages %}{{ m.tool_call_id }}{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}{% endif %}{{ m.name is defined }};{% endfor %}";
+        assert_eq!(
+            render(src, &tool_chat()).unwrap(),
+            "True|False;False;{\"city\": \"Paris\"}False;call_1False;False;"
+        );
+        let template = ChatTemplate::new(
+            "{% for t in tools %}{{ t.function.name }}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert!(template.supports_tools());
+        assert_eq!(
+            template.render(&[], Some(&[weather_tool()]), true).unwrap(),
+            "get_weather"
+        );
+    }
+
+    #[test]
+    fn templates_that_only_default_tools_still_support_them() {
+        let src = "{% if custom_tools is defined %}{% set tools = custom_tools %}{% endif %}{% if not tools is defined %}{% set tools = none %}{% endif %}{{ tools | length if tools else 0 }}";
+        assert!(ChatTemplate::new(src, "", "").unwrap().supports_tools());
+        assert!(!ChatTemplate::new(CHATML_TEMPLATE, "", "")
+            .unwrap()
+            .supports_tools());
+    }
+
+    #[test]
+    fn templates_without_tools_get_them_in_the_system_message() {
+        let template = ChatTemplate::new(CHATML_TEMPLATE, "", "").unwrap();
+        let out = template
+            .render(&tool_chat(), Some(&[weather_tool()]), true)
+            .unwrap();
+        let expected_system = "<|im_start|>system\nBe brief.\n\n# Tools\n";
+        assert!(out.starts_with(expected_system), "{out}");
+        assert_eq!(out.matches("<|im_start|>system").count(), 1);
+        assert!(out.contains(
+            "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""
+        ));
+        assert!(out.contains("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>"), "{out}");
+        assert!(out.ends_with("<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n22C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"), "{out}");
+        // Without a system message one is added; without tools nothing changes.
+        let out = template
+            .render(&tool_chat()[1..2], Some(&[weather_tool()]), true)
+            .unwrap();
+        assert!(out.starts_with("<|im_start|>system\n# Tools\n"), "{out}");
+        let plain = template.render(&tool_chat()[1..2], None, true).unwrap();
+        assert_eq!(
+            plain,
+            template
+                .render(&tool_chat()[1..2], Some(&[]), true)
+                .unwrap()
+        );
+        assert!(plain.starts_with("<|im_start|>user\n"));
     }
 }

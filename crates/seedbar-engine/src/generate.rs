@@ -5,7 +5,7 @@ use crate::{
     error::{EngineError, Result},
     kv_cache::KvCache,
     model::Model,
-    models::Logits,
+    models::{AttentionLayout, Logits},
 };
 
 /// Prompts are prefilled in chunks that start at multiples of this absolute position, so a
@@ -48,9 +48,13 @@ impl Model {
     /// One forward pass over `tokens` appended to the cache; last position's logits.
     pub fn step(&self, tokens: &[u32], caches: &mut [KvCache]) -> Result<Vec<f32>> {
         let len = tokens.len() as i32;
-        let logits = self
-            .transformer
-            .forward(tokens, &[len], &mut [caches], Logits::Last)?;
+        let logits = self.transformer.forward(
+            tokens,
+            &[len],
+            &mut [caches],
+            Logits::Last,
+            AttentionLayout::PerRow,
+        )?;
         logits.eval()?;
         Ok(logits.as_slice::<f32>().to_vec())
     }

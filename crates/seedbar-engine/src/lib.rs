@@ -1,5 +1,5 @@
 //! Seedbar's engine: loads models into MLX (through mlx-rs), tokenizes and renders chat
-//! templates, and generates with per-request seeded sampling.
+//! templates, parses tool calls out of replies, and generates with per-request seeded sampling.
 
 pub mod chat_template;
 pub mod config;
@@ -14,6 +14,7 @@ pub mod runtime;
 pub mod sampling;
 pub mod store;
 pub mod tokenizer;
+pub mod tool_calls;
 pub mod weights;
 
 pub use chat_template::ChatMessage;
@@ -21,3 +22,4 @@ pub use error::{EngineError, Result};
 pub use generate::FinishReason;
 pub use model::Model;
 pub use sampling::SamplingParams;
+pub use tool_calls::{ToolCall, ToolCallParser, ToolOutput};

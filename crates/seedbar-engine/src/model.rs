@@ -126,9 +126,14 @@ impl Model {
         &self.transformer.config
     }
 
-    /// The prompt tokens for a chat, ending where the assistant's reply begins.
-    pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
-        let text = self.template.render(messages, true)?;
+    /// The prompt tokens for a chat, ending where the assistant's reply begins; `tools` are
+    /// the functions (OpenAI-style JSON schemas) the model may call.
+    pub fn chat_prompt(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[Value]>,
+    ) -> Result<Vec<u32>> {
+        let text = self.template.render(messages, tools, true)?;
         self.tokenizer.encode(&text)
     }
 }

@@ -5,6 +5,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A sampling value out of range, naming the parameter (OpenAI's names).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidParam {
+    pub param: &'static str,
+    pub message: String,
+}
+
 /// How one request samples. `temperature == 0` is greedy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SamplingParams {
@@ -44,31 +52,42 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
-    pub fn validate(&self) -> Result<(), String> {
+    /// Check every value is in range; the error names the parameter at fault.
+    pub fn validate(&self) -> Result<(), InvalidParam> {
+        let fail = |param: &'static str, rule: &str, value: f32| {
+            Err(InvalidParam {
+                param,
+                message: format!("{param} must be {rule}, got {value}"),
+            })
+        };
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return Err(format!(
-                "temperature must be >= 0, got {}",
-                self.temperature
-            ));
+            return fail("temperature", ">= 0", self.temperature);
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top_p must be in (0, 1], got {}", self.top_p));
+            return fail("top_p", "in (0, 1]", self.top_p);
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(format!("min_p must be in [0, 1], got {}", self.min_p));
+            return fail("min_p", "in [0, 1]", self.min_p);
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return Err(format!(
-                "repetition_penalty must be > 0, got {}",
-                self.repetition_penalty
-            ));
+            return fail("repetition_penalty", "> 0", self.repetition_penalty);
         }
-        for (name, v) in [
+        for (param, v) in [
             ("presence_penalty", self.presence_penalty),
             ("frequency_penalty", self.frequency_penalty),
         ] {
             if !(-2.0..=2.0).contains(&v) {
-                return Err(format!("{name} must be in [-2, 2], got {v}"));
+                return fail(param, "in [-2, 2]", v);
+            }
+        }
+        for &(token, bias) in &self.logit_bias {
+            if !(-100.0..=100.0).contains(&bias) {
+                return Err(InvalidParam {
+                    param: "logit_bias",
+                    message: format!(
+                        "logit_bias for token {token} must be in [-100, 100], got {bias}"
+                    ),
+                });
             }
         }
         Ok(())

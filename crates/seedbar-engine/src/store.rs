@@ -31,6 +31,9 @@ pub struct StoredModel {
     /// `gguf` or `safetensors`.
     pub format: &'static str,
     pub bytes: u64,
+    /// Weight precision when known: a GGUF type from the file name (`Q4_1`) or an MLX
+    /// directory's `quantization.bits` (`4-bit`), else its `torch_dtype`.
+    pub quantization: Option<String>,
 }
 
 pub struct ModelStore {
@@ -183,15 +186,35 @@ fn describe(dir: &Path) -> Option<StoredModel> {
     {
         return Some(StoredModel {
             name,
+            quantization: gguf_type(gguf),
             path: gguf.clone(),
             format: "gguf",
             bytes,
         });
     }
-    dir.join("config.json").exists().then(|| StoredModel {
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).ok()?).ok()?;
+    let quantization = match config.pointer("/quantization/bits") {
+        Some(bits) => Some(format!("{bits}-bit")),
+        None => config["torch_dtype"].as_str().map(str::to_string),
+    };
+    Some(StoredModel {
         name,
         path: dir.to_path_buf(),
         format: "safetensors",
         bytes,
+        quantization,
+    })
+}
+
+/// The quantization type a GGUF file name carries by convention (`name.Q4_K_M.gguf`).
+fn gguf_type(file: &Path) -> Option<String> {
+    let stem = file.file_stem()?.to_str()?;
+    stem.rsplit(['.', '-']).map(str::to_uppercase).find(|part| {
+        let digit_after = |prefix: &str| {
+            part.strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        };
+        digit_after("Q") || digit_after("IQ") || ["F16", "F32", "BF16"].contains(&part.as_str())
     })
 }

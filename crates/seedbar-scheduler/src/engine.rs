@@ -20,7 +20,7 @@ use std::{
 use seedbar_engine::{
     generate::PREFILL_CHUNK,
     kv_cache::KvCache,
-    models::Logits,
+    models::{AttentionLayout, Logits},
     sampling::{self, log_softmax},
     FinishReason, Model,
 };
@@ -32,8 +32,9 @@ use crate::{
     stop::{Released, StopMatcher},
 };
 
+/// Limits and layout of the engine thread.
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub struct SchedulerConfig {
     /// Rows decoded together in one step.
     pub max_rows: usize,
     /// Requests waiting for a row; beyond this `submit` answers `QueueFull`.
@@ -45,18 +46,30 @@ pub struct Limits {
     pub prefill_tokens_per_step: usize,
     /// Tokens of finished sequences kept for prefix reuse.
     pub prefix_cache_tokens: usize,
+    /// `true` (the product): per-row attention and prefill chunks aligned to absolute
+    /// positions, so seeded replies do not depend on the batch. `false` is the fastest
+    /// layout without that promise (padded batched decode attention, prefill chunks as long
+    /// as the budget allows), kept to measure what invariance costs.
+    pub batch_invariant: bool,
 }
 
-impl Default for Limits {
+impl Default for SchedulerConfig {
     fn default() -> Self {
-        Limits {
+        SchedulerConfig {
             max_rows: 8,
             max_queue: 64,
             max_context: 8192,
             prefill_tokens_per_step: 2 * PREFILL_CHUNK,
             prefix_cache_tokens: 16384,
+            batch_invariant: true,
         }
     }
+}
+
+/// A fresh seed from OS entropy, below 2^53 so it survives a round trip through JSON
+/// numbers in JavaScript (the chat UI pins them).
+pub fn draw_seed() -> u64 {
+    RandomState::new().hash_one(std::time::SystemTime::now()) >> 11
 }
 
 /// Counters the server exposes.
@@ -86,26 +99,26 @@ pub struct Scheduler {
     worker: Option<thread::JoinHandle<()>>,
     stats: Arc<SchedulerStats>,
     next_id: AtomicU64,
-    limits: Limits,
+    config: SchedulerConfig,
     vocab_size: usize,
 }
 
 impl Scheduler {
-    pub fn start(model: Model, mut limits: Limits) -> Scheduler {
+    pub fn start(model: Model, mut config: SchedulerConfig) -> Scheduler {
         if let Some(max) = model.config().max_position_embeddings {
-            limits.max_context = limits.max_context.min(max as usize);
+            config.max_context = config.max_context.min(max as usize);
         }
         let vocab_size = model.config().vocab_size as usize;
         let (commands, receiver) = mpsc::channel();
         let stats = Arc::new(SchedulerStats::default());
         let worker = Worker {
             model,
-            limits: limits.clone(),
+            config: config.clone(),
             stats: stats.clone(),
             commands: receiver,
             queue: VecDeque::new(),
             rows: Vec::new(),
-            prefix_cache: PrefixCache::new(limits.prefix_cache_tokens),
+            prefix_cache: PrefixCache::new(config.prefix_cache_tokens),
         };
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())
@@ -116,7 +129,7 @@ impl Scheduler {
             worker: Some(worker),
             stats,
             next_id: AtomicU64::new(1),
-            limits,
+            config,
             vocab_size,
         }
     }
@@ -125,13 +138,22 @@ impl Scheduler {
         &self.stats
     }
 
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// End every running and queued request with `Event::Failed` and stop taking new ones
+    /// (graceful shutdown); the thread itself is joined when the scheduler is dropped.
+    pub fn stop(&self) {
+        let _ = self.commands.send(Command::Shutdown);
     }
 
     /// Queue a request; its events arrive on the returned stream.
     pub fn submit(&self, mut request: Request) -> Result<RequestStream, SubmitError> {
-        request.sampling.validate().map_err(SubmitError::Invalid)?;
+        request
+            .sampling
+            .validate()
+            .map_err(|e| SubmitError::Invalid(e.message))?;
         if request.prompt.is_empty() {
             return Err(SubmitError::Invalid("the prompt is empty".into()));
         }
@@ -145,24 +167,22 @@ impl Scheduler {
                 self.vocab_size
             )));
         }
-        if request.prompt.len() >= self.limits.max_context {
+        if request.prompt.len() >= self.config.max_context {
             return Err(SubmitError::PromptTooLong {
                 prompt: request.prompt.len(),
-                limit: self.limits.max_context,
+                limit: self.config.max_context,
             });
         }
         let queued = self.stats.queued.load(Ordering::SeqCst);
-        if queued >= self.limits.max_queue {
+        if queued >= self.config.max_queue {
             return Err(SubmitError::QueueFull(queued));
         }
-        let seed = request
-            .seed
-            .unwrap_or_else(|| RandomState::new().hash_one(std::time::SystemTime::now()));
+        let seed = request.seed.unwrap_or_else(draw_seed);
         request.seed = Some(seed);
         request.sampling.seed = seed;
         request.max_tokens = request
             .max_tokens
-            .min(self.limits.max_context - request.prompt.len());
+            .min(self.config.max_context - request.prompt.len());
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (events, receiver) = unbounded_channel();
         self.stats.queued.fetch_add(1, Ordering::SeqCst);
@@ -217,11 +237,17 @@ impl Row {
         self.fed.len() < self.request.prompt.len()
     }
 
-    /// The tokens this row runs next step.
-    fn next_input(&self) -> Vec<u32> {
+    /// The tokens this row runs next step: a prefill chunk ending at the next multiple of
+    /// `PREFILL_CHUNK` (or `budget` tokens when not aligning), or its last sampled token.
+    fn next_input(&self, aligned: bool, budget: usize) -> Vec<u32> {
         if self.prefilling() {
             let start = self.fed.len();
-            let end = ((start / PREFILL_CHUNK + 1) * PREFILL_CHUNK).min(self.request.prompt.len());
+            let end = if aligned {
+                (start / PREFILL_CHUNK + 1) * PREFILL_CHUNK
+            } else {
+                start + budget.max(1)
+            }
+            .min(self.request.prompt.len());
             self.request.prompt[start..end].to_vec()
         } else {
             vec![*self
@@ -265,7 +291,7 @@ impl Row {
 
 struct Worker {
     model: Model,
-    limits: Limits,
+    config: SchedulerConfig,
     stats: Arc<SchedulerStats>,
     commands: mpsc::Receiver<Command>,
     queue: VecDeque<Pending>,
@@ -331,7 +357,7 @@ impl Worker {
     }
 
     fn admit(&mut self) {
-        while self.rows.len() < self.limits.max_rows {
+        while self.rows.len() < self.config.max_rows {
             let Some(p) = self.queue.pop_front() else {
                 break;
             };
@@ -363,10 +389,13 @@ impl Worker {
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
         for (i, row) in self.rows.iter().enumerate() {
-            let input = row.next_input();
+            let input = row.next_input(
+                self.config.batch_invariant,
+                self.config.prefill_tokens_per_step,
+            );
             if row.prefilling() {
                 if prefill_tokens > 0
-                    && prefill_tokens + input.len() > self.limits.prefill_tokens_per_step
+                    && prefill_tokens + input.len() > self.config.prefill_tokens_per_step
                 {
                     continue;
                 }
@@ -374,6 +403,11 @@ impl Worker {
             }
             chosen.push((i, input));
         }
+        let layout = if self.config.batch_invariant {
+            AttentionLayout::PerRow
+        } else {
+            AttentionLayout::Padded
+        };
         let tokens: Vec<u32> = chosen.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let logits = {
@@ -389,7 +423,7 @@ impl Worker {
             }
             self.model
                 .transformer
-                .forward(&tokens, &lens, &mut picked, Logits::Last)?
+                .forward(&tokens, &lens, &mut picked, Logits::Last, layout)?
         };
         logits.eval()?;
         let all = logits.as_slice::<f32>();

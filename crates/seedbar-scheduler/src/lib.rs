@@ -6,5 +6,5 @@ mod prefix_cache;
 mod request;
 mod stop;
 
-pub use engine::{Limits, Scheduler, SchedulerStats};
+pub use engine::{draw_seed, Scheduler, SchedulerConfig, SchedulerStats};
 pub use request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage};

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use seedbar_engine::{ChatMessage, FinishReason, Model, SamplingParams};
-use seedbar_scheduler::{Event, Limits, Request, RequestStream, Scheduler, SubmitError};
+use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError};
 
 fn model() -> Model {
     let cache = std::env::var_os("SEEDBAR_DEV_CACHE")
@@ -32,7 +32,7 @@ const PROMPTS: [&str; 8] = [
 fn request(model: &Model, prompt: &str, seed: u64, max_tokens: usize) -> Request {
     let mut r = Request::new(
         model
-            .chat_prompt(&[ChatMessage::new("user", prompt)])
+            .chat_prompt(&[ChatMessage::new("user", prompt)], None)
             .unwrap(),
         max_tokens,
     );
@@ -100,7 +100,7 @@ fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
     let siblings: Vec<Request> = (1..8)
         .map(|i| request(&model, PROMPTS[i], 1000 + i as u64, 40 + 7 * i))
         .collect();
-    let scheduler = Scheduler::start(model, Limits::default());
+    let scheduler = Scheduler::start(model, SchedulerConfig::default());
     let reference = alone(&scheduler, target.clone());
     assert_eq!(reference.tokens.len(), 64);
 
@@ -150,13 +150,13 @@ fn prefix_cache_hit_equals_miss() {
     let model = model();
     let long_question = format!("{} {} ", PROMPTS[3], PROMPTS[6]).repeat(8);
     let first_turn = model
-        .chat_prompt(&[ChatMessage::new("user", &long_question)])
+        .chat_prompt(&[ChatMessage::new("user", &long_question)], None)
         .unwrap();
     assert!(first_turn.len() > 2 * seedbar_engine::generate::PREFILL_CHUNK);
     let mut turn1 = Request::new(first_turn, 24);
     turn1.seed = Some(7);
     turn1.sampling.temperature = 0.8;
-    let warm = Scheduler::start(model, Limits::default());
+    let warm = Scheduler::start(model, SchedulerConfig::default());
     let answer = alone(&warm, turn1.clone());
 
     let second_turn = |model: &Model| {
@@ -165,14 +165,14 @@ fn prefix_cache_hit_equals_miss() {
             ChatMessage::new("assistant", &answer.text),
             ChatMessage::new("user", "Now say it in one sentence."),
         ];
-        let mut r = Request::new(model.chat_prompt(&messages).unwrap(), 48);
+        let mut r = Request::new(model.chat_prompt(&messages, None).unwrap(), 48);
         r.seed = Some(9);
         r.sampling.temperature = 0.8;
         r
     };
     let fresh_model = self::model();
     let turn2 = second_turn(&fresh_model);
-    let cold = Scheduler::start(fresh_model, Limits::default());
+    let cold = Scheduler::start(fresh_model, SchedulerConfig::default());
     let miss = alone(&cold, turn2.clone());
     let hit = alone(&warm, turn2);
     assert_eq!(miss.cached, 0);
@@ -193,10 +193,10 @@ fn controls_cancellation_and_limits() {
     greedy.sampling.temperature = 0.0;
     let scheduler = Scheduler::start(
         model,
-        Limits {
+        SchedulerConfig {
             max_queue: 2,
             max_context: 600,
-            ..Limits::default()
+            ..SchedulerConfig::default()
         },
     );
     // Positive control: another seed, another reply.
@@ -233,7 +233,7 @@ fn controls_cancellation_and_limits() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 
-    // Limits answer at once with a clear error.
+    // SchedulerConfig answer at once with a clear error.
     let too_long = Request::new(vec![1; 600], 4);
     assert!(matches!(
         scheduler.submit(too_long),

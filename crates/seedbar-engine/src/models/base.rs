@@ -24,6 +24,18 @@ pub struct Variant {
     pub qk_norm: bool,
 }
 
+/// How attention runs over the rows of one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttentionLayout {
+    /// Each row against its own unpadded cache: a row's numbers never depend on its
+    /// neighbours (batch-invariant).
+    #[default]
+    PerRow,
+    /// Decode steps stack every row's cache, zero-padded to the longest, into one masked
+    /// attention call: the usual batched layout, whose reductions depend on the batch.
+    Padded,
+}
+
 /// Rotary position embedding settings.
 #[derive(Debug, Clone)]
 pub struct Rope {
@@ -115,18 +127,24 @@ impl Attention {
 
     /// Attention for a step holding several sequences: `x` is `[1, N, D]` with the rows'
     /// tokens laid end to end (`lens`). Projections run on all rows at once; attention runs
-    /// per row against that row's own cache, so a row never sees its neighbours' padding.
+    /// per row against that row's own cache, so a row never sees its neighbours' padding
+    /// (unless `layout` asks for the padded decode path).
     fn forward(
         &self,
         x: &Array,
         lens: &[i32],
         caches: &mut [&mut KvCache],
         rope: &Rope,
+        layout: AttentionLayout,
     ) -> Result<Array> {
         let q_all = self.q_proj.forward(x)?;
         let k_all = self.k_proj.forward(x)?;
         let v_all = self.v_proj.forward(x)?;
         let scale = (self.head_dim as f32).powf(-0.5);
+        if layout == AttentionLayout::Padded && lens.len() > 1 && lens.iter().all(|&l| l == 1) {
+            let out = self.padded_decode(&q_all, &k_all, &v_all, caches, rope, scale)?;
+            return self.o_proj.forward(&out);
+        }
         let mut outs = Vec::with_capacity(lens.len());
         let mut start = 0;
         for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
@@ -153,6 +171,60 @@ impl Attention {
             ops::concatenate(&outs, 1)?
         };
         self.o_proj.forward(&out)
+    }
+
+    /// One decode token per row, attended in a single call over `[B, H, T_max, hd]` caches
+    /// padded with masked zeros. Returns `[1, B, H*hd]`.
+    fn padded_decode(
+        &self,
+        q_all: &Array,
+        k_all: &Array,
+        v_all: &Array,
+        caches: &mut [&mut KvCache],
+        rope: &Rope,
+        scale: f32,
+    ) -> Result<Array> {
+        let rows = caches.len() as i32;
+        let lens: Vec<i32> = caches.iter().map(|c| c.len() + 1).collect();
+        let longest = lens.iter().copied().max().unwrap_or(1);
+        let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, cache) in caches.iter_mut().enumerate() {
+            let row = |a: &Array| a.index((.., i as i32..i as i32 + 1, ..));
+            let offset = cache.len();
+            let q = rope.apply(
+                &self.split_heads(row(q_all), self.heads, &self.q_norm)?,
+                offset,
+            )?;
+            let k = rope.apply(
+                &self.split_heads(row(k_all), self.kv_heads, &self.k_norm)?,
+                offset,
+            )?;
+            let v = self.split_heads(row(v_all), self.kv_heads, &None)?;
+            let (k, v) = cache.append(k, v)?;
+            let pad = [(0, 0), (0, 0), (0, longest - cache.len()), (0, 0)];
+            ks.push(ops::pad(&k, &pad, None, None)?);
+            vs.push(ops::pad(&v, &pad, None, None)?);
+            qs.push(q);
+        }
+        let mask: Vec<f32> = lens
+            .iter()
+            .flat_map(|&len| {
+                (0..longest).map(move |t| if t < len { 0.0 } else { f32::NEG_INFINITY })
+            })
+            .collect();
+        let q = ops::concatenate(&qs, 0)?;
+        let mask = Array::from_slice(&mask, &[rows, 1, 1, longest]).as_dtype(q.dtype())?;
+        let out = fast::scaled_dot_product_attention(
+            q,
+            ops::concatenate(&ks, 0)?,
+            ops::concatenate(&vs, 0)?,
+            scale,
+            ScaledDotProductAttentionMask::Array(&mask),
+            None,
+        )?;
+        Ok(out
+            .transpose_axes(&[0, 2, 1, 3])?
+            .reshape(&[1, rows, self.heads * self.head_dim])?)
     }
 }
 
@@ -284,6 +356,7 @@ impl Transformer {
         lens: &[i32],
         caches: &mut [&mut [KvCache]],
         logits: Logits,
+        layout: AttentionLayout,
     ) -> Result<Array> {
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let input = Array::from_slice(&ids, &[1, ids.len() as i32]);
@@ -296,6 +369,7 @@ impl Transformer {
                 lens,
                 &mut layer_caches,
                 &self.rope,
+                layout,
             )?;
             h = h.add(r)?;
             let r = block

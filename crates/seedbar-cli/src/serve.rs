@@ -1,0 +1,97 @@
+//! `seedbar serve`: the local API server in the foreground until Ctrl-C or SIGTERM.
+
+use std::{io::Write, net::IpAddr, process::ExitCode};
+
+use seedbar_engine::store::{ModelStore, DEFAULT_MODEL};
+use seedbar_server::{Server, ServerConfig, DEFAULT_PORT};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The model loaded at start (others installed are loaded on first use).
+    #[arg(long, short, default_value = DEFAULT_MODEL)]
+    model: String,
+    /// Address to listen on; anything but loopback needs an API key.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port to listen on; 0 picks a free one (printed at start).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Require `Authorization: Bearer <key>` on every route but /health.
+    #[arg(long, env = "SEEDBAR_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Another Host header name to accept (besides localhost, 127.0.0.1 and [::1]).
+    #[arg(long = "allow-host")]
+    allowed_hosts: Vec<String>,
+    /// A web origin allowed to call the API from a browser (CORS).
+    #[arg(long = "allow-origin")]
+    allowed_origins: Vec<String>,
+    /// Largest request body accepted.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+}
+
+pub fn run(args: ServeArgs) -> ExitCode {
+    let config = ServerConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key.filter(|k| !k.is_empty()),
+        allowed_hosts: args.allowed_hosts,
+        allowed_origins: args.allowed_origins,
+        max_body_bytes: args.max_body_bytes,
+        model: args.model,
+        ..ServerConfig::default()
+    };
+    if let Err(message) = config.check() {
+        eprintln!("seedbar: {message}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("seedbar: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let store = ModelStore::open_default()?;
+        let server = Server::bind(config, store).await?;
+        let address = server.local_addr();
+        let model = server.app().config.model.clone();
+        println!("Seedbar serving {model} at http://{address}/v1");
+        let _ = std::io::stdout().flush();
+        server.run(shutdown_signal()).await?;
+        anyhow::Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("seedbar: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

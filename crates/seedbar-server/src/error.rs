@@ -1,0 +1,119 @@
+//! The one error type of the HTTP layer, answered in OpenAI's JSON shape
+//! (`{"error": {"message", "type", "param", "code"}}`) or, on the Ollama routes, in
+//! Ollama's (`{"error": "message"}`).
+
+use axum::{
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    Json,
+};
+use seedbar_scheduler::SubmitError;
+use serde_json::json;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// The request field at fault, when there is one.
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            param: None,
+            code: None,
+        }
+    }
+
+    /// 400 naming the parameter at fault.
+    pub fn bad_param(param: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            param: Some(param.to_string()),
+            code: Some("invalid_value"),
+            ..Self::new(StatusCode::BAD_REQUEST, message)
+        }
+    }
+
+    pub fn unknown_model(name: &str, installed: &[String]) -> Self {
+        let known = if installed.is_empty() {
+            "no models are installed".to_string()
+        } else {
+            format!("installed: {}", installed.join(", "))
+        };
+        ApiError {
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            ..Self::new(
+                StatusCode::NOT_FOUND,
+                format!("the model '{name}' does not exist ({known})"),
+            )
+        }
+    }
+
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message.to_string())
+    }
+
+    /// OpenAI's `type` for this status.
+    fn kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The OpenAI error body (also sent as an SSE event when a stream fails midway).
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"message": self.message, "type": self.kind(),
+                         "param": self.param, "code": self.code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        let message = e.to_string();
+        match e {
+            SubmitError::QueueFull(_) => ApiError {
+                code: Some("queue_full"),
+                ..Self::new(StatusCode::TOO_MANY_REQUESTS, message)
+            },
+            SubmitError::PromptTooLong { .. } => ApiError {
+                param: Some("messages".into()),
+                code: Some("context_length_exceeded"),
+                ..Self::new(StatusCode::BAD_REQUEST, message)
+            },
+            SubmitError::Invalid(_) => Self::new(StatusCode::BAD_REQUEST, message),
+            SubmitError::Stopped => Self::new(StatusCode::SERVICE_UNAVAILABLE, message),
+        }
+    }
+}
+
+/// The same error in Ollama's shape, for the `/api/*` routes.
+pub struct OllamaError(pub ApiError);
+
+impl From<ApiError> for OllamaError {
+    fn from(e: ApiError) -> Self {
+        OllamaError(e)
+    }
+}
+
+impl IntoResponse for OllamaError {
+    fn into_response(self) -> Response {
+        (self.0.status, Json(json!({"error": self.0.message}))).into_response()
+    }
+}

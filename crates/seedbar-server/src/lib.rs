@@ -1,0 +1,236 @@
+//! Seedbar's local HTTP server: OpenAI- and Ollama-compatible endpoints over the scheduler,
+//! with health, metrics and the safety a localhost server on a laptop needs. `serve` is the
+//! entry point `seedbar serve` and the app share.
+
+mod error;
+mod extract;
+mod generation;
+mod metrics;
+mod models;
+mod ollama;
+mod openai;
+mod security;
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
+
+use axum::{
+    extract::{DefaultBodyLimit, MatchedPath, Request, State},
+    http::StatusCode,
+    middleware::{self, Next},
+    response::Response,
+    routing::{get, post},
+    Json, Router,
+};
+use seedbar_engine::store::ModelStore;
+use seedbar_scheduler::SchedulerConfig;
+use serde_json::{json, Value};
+
+pub use error::ApiError;
+pub use metrics::Metrics;
+pub use models::ModelHost;
+
+/// The default port: clear of Ollama (11434), LM Studio (1234), llama-server (8080),
+/// Jan (1337), vLLM (8000) and the usual web dev ports.
+pub const DEFAULT_PORT: u16 = 7337;
+
+/// Response header carrying the seed a reply used.
+pub const SEED_HEADER: &str = "x-seedbar-seed";
+
+/// How long running streams may go on after a shutdown request before they are ended.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub host: IpAddr,
+    pub port: u16,
+    /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Host header names accepted besides the loopback names.
+    pub allowed_hosts: Vec<String>,
+    /// Origins allowed by CORS besides the app's own window.
+    pub allowed_origins: Vec<String>,
+    pub max_body_bytes: usize,
+    /// The model loaded at start.
+    pub model: String,
+    pub scheduler: SchedulerConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            host: IpAddr::from([127, 0, 0, 1]),
+            port: DEFAULT_PORT,
+            api_key: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_body_bytes: 1 << 20,
+            model: seedbar_engine::store::DEFAULT_MODEL.to_string(),
+            scheduler: SchedulerConfig::default(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Binding beyond loopback exposes the models to the network: only with an API key.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.host.is_loopback() && self.api_key.is_none() {
+            return Err(format!(
+                "binding to {} makes the server reachable from other machines; set an API key \
+                 (--api-key or SEEDBAR_API_KEY) to do that",
+                self.host
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Shared state of every route.
+pub struct App {
+    pub config: ServerConfig,
+    pub models: ModelHost,
+    pub metrics: Arc<Metrics>,
+}
+
+/// All routes with their middleware.
+pub fn router(app: Arc<App>) -> Router {
+    let api = Router::new()
+        .route("/v1/models", get(openai::list_models))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(openai::completions))
+        .route("/api/version", get(ollama::version))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/show", post(ollama::show))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found);
+    api.layer(DefaultBodyLimit::max(app.config.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            security::check_api_key,
+        ))
+        .layer(middleware::from_fn_with_state(app.clone(), count_requests))
+        .layer(security::cors(&app.config.allowed_origins))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            security::check_host,
+        ))
+        .with_state(app)
+}
+
+async fn health(State(app): State<Arc<App>>) -> Json<Value> {
+    let models: Vec<String> = app
+        .models
+        .loaded()
+        .iter()
+        .map(|m| m.card.name.clone())
+        .collect();
+    Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "models": models}))
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> String {
+    let loaded = app.models.loaded();
+    let gauges = metrics::Gauges {
+        running_rows: loaded
+            .iter()
+            .map(|m| {
+                m.scheduler
+                    .stats()
+                    .running
+                    .load(std::sync::atomic::Ordering::SeqCst)
+            })
+            .sum(),
+        queued_requests: loaded
+            .iter()
+            .map(|m| {
+                m.scheduler
+                    .stats()
+                    .queued
+                    .load(std::sync::atomic::Ordering::SeqCst)
+            })
+            .sum(),
+        loaded_models: loaded.len(),
+    };
+    app.metrics.render(&gauges)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route {} {}", request.method(), request.uri().path()),
+    )
+}
+
+async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_string();
+    let response = next.run(request).await;
+    app.metrics
+        .count_request(&route, response.status().as_u16());
+    response
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+}
+
+impl Server {
+    /// Check the configuration, load the served model and bind the port.
+    pub async fn bind(config: ServerConfig, store: ModelStore) -> anyhow::Result<Server> {
+        config.check().map_err(anyhow::Error::msg)?;
+        let app = Arc::new(App {
+            models: ModelHost::new(store, config.scheduler.clone()),
+            metrics: Arc::new(Metrics::default()),
+            config,
+        });
+        app.models
+            .get(&app.config.model)
+            .await
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        let address = SocketAddr::new(app.config.host, app.config.port);
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
+        Ok(Server { listener, app })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn app(&self) -> &Arc<App> {
+        &self.app
+    }
+
+    /// Serve until `shutdown` resolves; then new connections stop, running streams get
+    /// a short grace period, and whatever still runs is ended.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let app = self.app.clone();
+        let stop = async move {
+            shutdown.await;
+            tracing::info!("shutting down");
+            tokio::spawn(async move {
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+                app.models.stop_all();
+            });
+        };
+        axum::serve(self.listener, router(self.app))
+            .with_graceful_shutdown(stop)
+            .await
+    }
+}

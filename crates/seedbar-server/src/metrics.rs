@@ -1,0 +1,143 @@
+//! Prometheus metrics (`GET /metrics`): request counts by route and status, prompt and
+//! generated tokens, running and queued rows, and latency histograms, written in the text
+//! exposition format.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex,
+    },
+    time::Duration,
+};
+
+/// Upper bounds (seconds) shared by both latency histograms.
+const BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+#[derive(Default)]
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, value: Duration) {
+        let seconds = value.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|&b| seconds <= b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(value.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn write(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, count) in BUCKETS.iter().zip(&self.counts) {
+            cumulative += count.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    pub prompt_tokens: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    pub time_to_first_token: Histogram,
+    pub inter_token_latency: Histogram,
+}
+
+/// Engine gauges read at scrape time.
+pub struct Gauges {
+    pub running_rows: usize,
+    pub queued_requests: usize,
+    pub loaded_models: usize,
+}
+
+impl Metrics {
+    pub fn count_request(&self, route: &str, status: u16) {
+        let mut requests = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        *requests.entry((route.to_string(), status)).or_default() += 1;
+    }
+
+    pub fn render(&self, gauges: &Gauges) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP seedbar_requests_total HTTP requests by route and status.\n");
+        out.push_str("# TYPE seedbar_requests_total counter\n");
+        for ((route, status), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "seedbar_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
+        }
+        let counters = [
+            (
+                "seedbar_prompt_tokens_total",
+                "Prompt tokens received.",
+                &self.prompt_tokens,
+            ),
+            (
+                "seedbar_generated_tokens_total",
+                "Tokens generated.",
+                &self.generated_tokens,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
+        let gauges = [
+            (
+                "seedbar_running_rows",
+                "Requests generating now.",
+                gauges.running_rows,
+            ),
+            (
+                "seedbar_queued_requests",
+                "Requests waiting for a row.",
+                gauges.queued_requests,
+            ),
+            (
+                "seedbar_loaded_models",
+                "Models in memory.",
+                gauges.loaded_models,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
+        self.time_to_first_token.write(
+            &mut out,
+            "seedbar_time_to_first_token_seconds",
+            "Time from request to its first token.",
+        );
+        self.inter_token_latency.write(
+            &mut out,
+            "seedbar_inter_token_latency_seconds",
+            "Time between consecutive tokens of a stream.",
+        );
+        out
+    }
+}
