@@ -3,7 +3,7 @@
 use std::{io::Write, net::IpAddr, process::ExitCode};
 
 use seedbar_engine::store::{ModelStore, DEFAULT_MODEL};
-use seedbar_server::{Server, ServerConfig, DEFAULT_PORT};
+use seedbar_server::{App, ServerConfig, DEFAULT_PORT};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -57,12 +57,15 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let store = ModelStore::open_default()?;
-        let server = Server::bind(config, store).await?;
-        let address = server.local_addr();
-        let model = server.app().config.model.clone();
-        println!("Seedbar serving {model} at http://{address}/v1");
+        let app = App::start(config, store).await?;
+        let listener = seedbar_server::listen(&app).await?;
+        let address = listener.local_addr()?;
+        println!(
+            "Seedbar serving {} at http://{address}/v1",
+            app.config.model
+        );
         let _ = std::io::stdout().flush();
-        server.run(shutdown_signal()).await?;
+        seedbar_server::serve(app, listener, shutdown_signal()).await?;
         anyhow::Ok(())
     });
     match result {

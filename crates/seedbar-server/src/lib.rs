@@ -12,8 +12,12 @@ mod openai;
 mod security;
 
 use std::{
+    future::Future,
     net::{IpAddr, SocketAddr},
-    sync::Arc,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
@@ -28,6 +32,7 @@ use axum::{
 use seedbar_engine::store::ModelStore;
 use seedbar_scheduler::SchedulerConfig;
 use serde_json::{json, Value};
+use tokio::net::TcpListener;
 
 pub use error::ApiError;
 pub use metrics::Metrics;
@@ -93,6 +98,7 @@ pub struct App {
     pub config: ServerConfig,
     pub models: ModelHost,
     pub metrics: Arc<Metrics>,
+    paused: AtomicBool,
 }
 
 /// All routes with their middleware.
@@ -113,6 +119,10 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn_with_state(
             app.clone(),
             security::check_api_key,
+        ))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            refuse_when_paused,
         ))
         .layer(middleware::from_fn_with_state(app.clone(), count_requests))
         .layer(security::cors(&app.config.allowed_origins))
@@ -166,6 +176,17 @@ async fn not_found(request: Request) -> ApiError {
     )
 }
 
+async fn refuse_when_paused(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if app.is_paused() && path != "/health" && !path.starts_with("/app/") {
+        return axum::response::IntoResponse::into_response(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the Seedbar server is paused; resume it from the menu bar",
+        ));
+    }
+    next.run(request).await
+}
+
 async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
@@ -178,59 +199,59 @@ async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Nex
     response
 }
 
-/// A bound server, ready to run.
-pub struct Server {
-    listener: tokio::net::TcpListener,
-    app: Arc<App>,
-}
-
-impl Server {
-    /// Check the configuration, load the served model and bind the port.
-    pub async fn bind(config: ServerConfig, store: ModelStore) -> anyhow::Result<Server> {
+impl App {
+    /// Check the configuration and load the served model.
+    pub async fn start(config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {
         config.check().map_err(anyhow::Error::msg)?;
         let app = Arc::new(App {
             models: ModelHost::new(store, config.scheduler.clone()),
             metrics: Arc::new(Metrics::default()),
+            paused: AtomicBool::new(false),
             config,
         });
         app.models
             .get(&app.config.model)
             .await
             .map_err(|e| anyhow::anyhow!(e.message))?;
-        let address = SocketAddr::new(app.config.host, app.config.port);
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
-        Ok(Server { listener, app })
+        Ok(app)
     }
 
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+    /// Pause or resume the API for outside clients (editors, SDKs): while paused they get
+    /// 503; the app's own routes (`/app/*`) and `/health` keep working.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::SeqCst);
     }
 
-    pub fn app(&self) -> &Arc<App> {
-        &self.app
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
     }
+}
 
-    /// Serve until `shutdown` resolves; then new connections stop, running streams get
-    /// a short grace period, and whatever still runs is ended.
-    pub async fn run(
-        self,
-        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let app = self.app.clone();
-        let stop = async move {
-            shutdown.await;
-            tracing::info!("shutting down");
-            tokio::spawn(async move {
-                tokio::time::sleep(SHUTDOWN_GRACE).await;
-                app.models.stop_all();
-            });
-        };
-        axum::serve(self.listener, router(self.app))
-            .with_graceful_shutdown(stop)
-            .await
-    }
+/// Bind the configured address (port 0 picks a free port; see `local_addr`).
+pub async fn listen(app: &App) -> anyhow::Result<TcpListener> {
+    let address = SocketAddr::new(app.config.host, app.config.port);
+    TcpListener::bind(address)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))
+}
+
+/// Serve until `shutdown` resolves; then new connections stop, running streams get a
+/// short grace period, and whatever still runs is ended.
+pub async fn serve(
+    app: Arc<App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stopping = app.clone();
+    let stop = async move {
+        shutdown.await;
+        tracing::info!("shutting down");
+        tokio::spawn(async move {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            stopping.models.stop_all();
+        });
+    };
+    axum::serve(listener, router(app))
+        .with_graceful_shutdown(stop)
+        .await
 }
