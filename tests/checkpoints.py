@@ -79,9 +79,16 @@ def byte_tokenizer() -> Tokenizer:
     return tok
 
 
-def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0) -> Path:
-    """A random-weight checkpoint of `arch` in `directory`, loadable by mlx-lm and Seedbar."""
+# Fill-in-the-middle special tokens (StarCoder naming), given ids after the 256 bytes.
+FIM_TOKENS = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]
+
+
+def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False) -> Path:
+    """A random-weight checkpoint of `arch` in `directory`, loadable by mlx-lm and Seedbar.
+    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258)."""
     config = {**BASE, **ARCHITECTURES[arch]}
+    if fim:
+        config["vocab_size"] = VOCAB + len(FIM_TOKENS)
     module_name = {"mistral": "llama"}.get(config["model_type"], config["model_type"])
     module = importlib.import_module(f"mlx_lm.models.{module_name}")
     mx.random.seed(seed)
@@ -98,7 +105,10 @@ def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None,
     directory.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(directory / "model.safetensors"), weights, metadata={"format": "mlx"})
     (directory / "config.json").write_text(json.dumps(config, indent=2))
-    byte_tokenizer().save(str(directory / "tokenizer.json"))
+    tokenizer = byte_tokenizer()
+    if fim:
+        tokenizer.add_special_tokens(FIM_TOKENS)
+    tokenizer.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(
         json.dumps({"chat_template": RICH_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"})
     )

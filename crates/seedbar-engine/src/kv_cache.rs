@@ -27,6 +27,15 @@ impl KvCache {
         self.len
     }
 
+    /// Bytes allocated for keys and values (capacity, not just the positions used).
+    pub fn bytes(&self) -> usize {
+        [&self.keys, &self.values]
+            .into_iter()
+            .flatten()
+            .map(Array::nbytes)
+            .sum()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

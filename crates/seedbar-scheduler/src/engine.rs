@@ -44,8 +44,8 @@ pub struct SchedulerConfig {
     /// Prefill tokens per step, bounding the pause running streams see while a long prompt
     /// is prefilled (at least one whole chunk always runs).
     pub prefill_tokens_per_step: usize,
-    /// Tokens of finished sequences kept for prefix reuse.
-    pub prefix_cache_tokens: usize,
+    /// Bytes of KV of finished sequences kept for prefix reuse.
+    pub prefix_cache_bytes: usize,
     /// `true` (the product): per-row attention and prefill chunks aligned to absolute
     /// positions, so seeded replies do not depend on the batch. `false` is the fastest
     /// layout without that promise (padded batched decode attention, prefill chunks as long
@@ -60,7 +60,7 @@ impl Default for SchedulerConfig {
             max_queue: 64,
             max_context: 8192,
             prefill_tokens_per_step: 2 * PREFILL_CHUNK,
-            prefix_cache_tokens: 16384,
+            prefix_cache_bytes: 512 << 20,
             batch_invariant: true,
         }
     }
@@ -118,7 +118,7 @@ impl Scheduler {
             commands: receiver,
             queue: VecDeque::new(),
             rows: Vec::new(),
-            prefix_cache: PrefixCache::new(config.prefix_cache_tokens),
+            prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
         };
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())

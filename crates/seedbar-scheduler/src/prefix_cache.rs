@@ -10,17 +10,23 @@ struct Entry {
     last_used: u64,
 }
 
+/// Bytes a sequence's caches hold, over all layers.
+fn cost(caches: &[KvCache]) -> usize {
+    caches.iter().map(KvCache::bytes).sum()
+}
+
 pub struct PrefixCache {
     entries: Vec<Entry>,
-    budget_tokens: usize,
+    /// Bytes of KV the cache may hold, over all entries.
+    budget_bytes: usize,
     clock: u64,
 }
 
 impl PrefixCache {
-    pub fn new(budget_tokens: usize) -> Self {
+    pub fn new(budget_bytes: usize) -> Self {
         PrefixCache {
             entries: Vec::new(),
-            budget_tokens,
+            budget_bytes,
             clock: 0,
         }
     }
@@ -60,7 +66,7 @@ impl PrefixCache {
 
     /// Keep `caches` (holding `tokens`) for later requests, evicting the least recently used.
     pub fn insert(&mut self, tokens: Vec<u32>, caches: Vec<KvCache>) {
-        if tokens.len() < PREFILL_CHUNK || tokens.len() > self.budget_tokens {
+        if tokens.len() < PREFILL_CHUNK || cost(&caches) > self.budget_bytes {
             return;
         }
         self.clock += 1;
@@ -70,7 +76,7 @@ impl PrefixCache {
             caches,
             last_used: self.clock,
         });
-        while self.entries.iter().map(|e| e.tokens.len()).sum::<usize>() > self.budget_tokens {
+        while self.entries.iter().map(|e| cost(&e.caches)).sum::<usize>() > self.budget_bytes {
             let oldest = (0..self.entries.len())
                 .min_by_key(|&i| self.entries[i].last_used)
                 .expect("non-empty while over budget");

@@ -1,0 +1,69 @@
+"""Fill-in-the-middle through `/v1/completions` (`suffix`) and `/api/generate`, on a
+random-weight checkpoint whose vocabulary has FIM tokens, installed next to SmolLM2 and loaded
+by the running server on first use. The reply must equal mlx-lm's greedy continuation of the
+prompt <fim_prefix>PREFIX<fim_suffix>SUFFIX<fim_middle> on the same weights."""
+
+import shutil
+
+import httpx
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.utils import load
+
+from checkpoints import FIM_TOKENS, VOCAB, write_checkpoint
+
+PREFIX, SUFFIX, TOKENS = "def add(a, b):\n    ", "\n    return total\n", 12
+# Keep the random model to printable ASCII (and away from EOS and the FIM tokens), so the
+# reply compares as text: the same additive bias on both sides.
+BANNED = [t for t in range(VOCAB + len(FIM_TOKENS)) if not 32 <= t < 127]
+LOGIT_BIAS = {str(t): -100 for t in BANNED}
+
+
+@pytest.fixture(scope="module")
+def fim_model(seedbar, tmp_path_factory):
+    """The checkpoint, installed in the shared store as `tiny-fim`; its expected middle."""
+    ckpt = write_checkpoint(tmp_path_factory.mktemp("fim") / "ckpt", "llama", fim=True)
+    shutil.copytree(ckpt, seedbar.home / "models" / "tiny-fim")
+    model, _ = load(str(ckpt))
+    ids = [VOCAB] + list(PREFIX.encode()) + [VOCAB + 1] + list(SUFFIX.encode()) + [VOCAB + 2]
+    out, x = [], mx.array([ids])
+    cache = make_prompt_cache(model)
+    bias = mx.zeros((VOCAB + len(FIM_TOKENS),))
+    bias[mx.array(BANNED)] = -100.0
+    for _ in range(TOKENS):
+        logits = model(x, cache=cache)[:, -1, :].astype(mx.float32) + bias
+        token = int(mx.argmax(logits, axis=-1).item())
+        out.append(token)
+        x = mx.array([[token]])
+    return {"name": "tiny-fim", "prompt_tokens": len(ids), "expected": bytes(out).decode()}
+
+
+def test_suffix_fills_the_middle_like_mlx_lm(server, fim_model):
+    body = {"model": fim_model["name"], "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": TOKENS,
+            "temperature": 0, "logit_bias": LOGIT_BIAS}
+    r = httpx.post(server.base_url + "/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    reply = r.json()
+    assert reply["model"] == "tiny-fim"
+    assert reply["usage"]["prompt_tokens"] == fim_model["prompt_tokens"]
+    assert reply["choices"][0]["text"] == fim_model["expected"]
+    models = httpx.get(server.url + "/api/tags", timeout=30).json()["models"]
+    assert {"tiny-fim", "SmolLM2-135M-Instruct"} <= {m["name"] for m in models}
+
+
+def test_ollama_generate_takes_a_suffix_too(server, fim_model):
+    body = {"model": fim_model["name"], "prompt": PREFIX, "suffix": SUFFIX, "stream": False,
+            "options": {"temperature": 0, "num_predict": 4}}
+    r = httpx.post(server.url + "/api/generate", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["prompt_eval_count"] == fim_model["prompt_tokens"]
+    assert r.json()["eval_count"] == 4
+
+
+def test_a_model_without_fim_tokens_refuses_suffix(server):
+    body = {"model": "SmolLM2-135M-Instruct", "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 4}
+    r = httpx.post(server.base_url + "/completions", json=body, timeout=60)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "suffix" and "fill-in-the-middle" in error["message"]
