@@ -1,6 +1,6 @@
 """Tokenizer and chat template against independent references: the GGUF vocabulary rebuilt
 with the Python `tokenizers` package (read with the `gguf` package), transformers' own
-GGUF byte-level converter, and transformers' Jinja renderer for chat templates."""
+GGUF byte-level converter, and transformers' Jinja renderer for chat templates (with tools)."""
 
 import json
 
@@ -34,6 +34,75 @@ CHATS = [
         {"role": "assistant", "content": "Hello."},
         {"role": "user", "content": "Émoji? 😀"},
     ],
+]
+
+
+# A Qwen2.5-style template that describes tools itself: the tools listed in the system turn,
+# assistant calls as `<tool_call>` blocks, consecutive tool results in one user turn.
+TOOLS_TEMPLATE = """{%- if tools %}
+{{- '<|im_start|>system\\n' }}
+{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}
+{{- '# Tools\\n\\nFunctions you may call, as JSON schemas:\\n<tools>' }}
+{%- for tool in tools %}
+{{- '\\n' }}{{- tool | tojson }}
+{%- endfor %}
+{{- '\\n</tools>\\n\\nCall one with <tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}
+{%- elif messages[0].role == 'system' %}
+{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'user' or (message.role == 'system' and not loop.first) or (message.role == 'assistant' and not message.tool_calls) %}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+{%- elif message.role == 'assistant' %}
+{{- '<|im_start|>assistant' }}
+{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
+{%- for tool_call in message.tool_calls %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{{- '\\n<tool_call>\\n{"name": "' + tool_call.name + '", "arguments": ' }}{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\\n' }}
+{%- elif message.role == 'tool' %}
+{%- if loop.first or loop.previtem.role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
+{%- if loop.last or loop.nextitem.role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"""
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city — in °C or °F.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "description": "e.g. \"Zürich\""},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "get_time", "description": "Local time.", "parameters": {"type": "object", "properties": {}}}},
+]
+
+TOOL_CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather and time in Zürich?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": {}}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21, "sky": "clear"}'},
+    {"role": "tool", "tool_call_id": "call_2", "content": "14:05"},
+    {"role": "assistant", "content": "21 °C and clear; it is 14:05."},
+    {"role": "user", "content": "Thanks!"},
 ]
 
 
@@ -136,3 +205,46 @@ def test_raise_exception_reaches_the_user(seedbar, tmp_path):
     assert proc.returncode == 1
     assert "first message must be system or user" in proc.stderr
     assert "panicked" not in proc.stderr
+
+
+def test_tools_template_matches_transformers(seedbar, tmp_path):
+    path = write_checkpoint(tmp_path / "ckpt", "qwen2")
+    (path / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
+    chats = [
+        {"messages": TOOL_CONVERSATION, "tools": TOOLS},
+        {"messages": TOOL_CONVERSATION[1:3], "tools": TOOLS[:1]},
+        TOOL_CONVERSATION,  # no tools: the template's other branch
+    ]
+    (tmp_path / "chats.json").write_text(json.dumps(chats))
+    ours = seedbar.probe(str(path), chats=str(tmp_path / "chats.json"))["rendered"]
+    expected = [
+        render_jinja_template(
+            conversations=[chat["messages"]], tools=chat["tools"], chat_template=TOOLS_TEMPLATE, add_generation_prompt=True
+        )[0][0]
+        for chat in chats[:2]
+    ]
+    expected += render_jinja_template(conversations=[chats[2]], chat_template=TOOLS_TEMPLATE, add_generation_prompt=True)[0]
+    assert ours == expected
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}\n</tool_call>' in ours[0]
+    assert "<|im_start|>user\n<tool_response>\n" in ours[0] and "</tool_response>\n<tool_response>" in ours[0]
+    assert "<tools>" not in ours[2]
+
+
+def test_template_without_tools_gets_them_in_its_system_message(seedbar, tmp_path):
+    template = gguf_fields()("tokenizer.chat_template")
+    assert "tools" not in template
+    chats = [{"messages": TOOL_CONVERSATION, "tools": TOOLS}, {"messages": TOOL_CONVERSATION[1:2], "tools": TOOLS}]
+    (tmp_path / "chats.json").write_text(json.dumps(chats))
+    with_system, without_system = seedbar.probe(DEFAULT_MODEL, chats=str(tmp_path / "chats.json"))["rendered"]
+    for rendered in (with_system, without_system):
+        system = rendered.split("<|im_end|>")[0]
+        assert system.startswith("<|im_start|>system\n")
+        assert rendered.count("<|im_start|>system") == 1
+        assert "<tools>\n" + json.dumps(TOOLS[0], ensure_ascii=False) in system
+        assert "get_time" in system and "<tool_call>" in system
+    assert with_system.startswith("<|im_start|>system\nYou are terse.\n\n")
+    assert "SmolLM" not in without_system  # the template's default system prompt is replaced
+    # Earlier calls and results are spelled out the way the model is told to write them.
+    assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich", "unit": "celsius"}}\n</tool_call>' in with_system
+    assert "<|im_start|>user\n<tool_response>\n14:05" not in with_system
+    assert '<tool_response>\n{"temperature": 21, "sky": "clear"}\n</tool_response>\n<tool_response>\n14:05\n</tool_response><|im_end|>' in with_system

@@ -173,8 +173,11 @@ impl Scheduler {
                 limit: self.config.max_context,
             });
         }
+        // Capacity is every row plus the queue: a burst fills free rows before it counts
+        // as waiting.
         let queued = self.stats.queued.load(Ordering::SeqCst);
-        if queued >= self.config.max_queue {
+        let running = self.stats.running.load(Ordering::SeqCst);
+        if queued + running >= self.config.max_queue + self.config.max_rows {
             return Err(SubmitError::QueueFull(queued));
         }
         let seed = request.seed.unwrap_or_else(draw_seed);

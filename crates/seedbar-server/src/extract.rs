@@ -58,6 +58,18 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        let message = inner.to_string();
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            let param = if path == "." {
+                field.to_string()
+            } else {
+                format!("{path}.{field}")
+            };
+            return ApiError::bad_param(&param, format!("missing required parameter '{param}'"));
+        }
         if inner.is_syntax() || inner.is_eof() || path == "." {
             ApiError::new(
                 StatusCode::BAD_REQUEST,

@@ -102,6 +102,15 @@ impl CommonFields {
             },
             logprobs,
         };
+        if settings.sampling.temperature > 2.0 {
+            return Err(ApiError::bad_param(
+                "temperature",
+                format!(
+                    "temperature must be in [0, 2], got {}",
+                    settings.sampling.temperature
+                ),
+            ));
+        }
         if settings.stop.len() > 4 || settings.stop.iter().any(String::is_empty) {
             return Err(ApiError::bad_param(
                 "stop",
@@ -692,7 +701,7 @@ async fn stream_completion(
     let _ = tx.send(SseEvent::default().data("[DONE]")).await;
 }
 
-fn sse(events: impl futures_util::Stream<Item = SseEvent> + Send + 'static) -> Response {
+pub(crate) fn sse(events: impl futures_util::Stream<Item = SseEvent> + Send + 'static) -> Response {
     Sse::new(events.map(Ok::<_, Infallible>))
         .keep_alive(KeepAlive::default())
         .into_response()
