@@ -193,7 +193,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{name}: {}", path.display());
         }
         Command::Pull { repo } => {
-            let dir = ModelStore::open_default()?.pull(&repo, true)?;
+            let bar = indicatif::ProgressBar::new(0).with_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            let cancel = std::sync::atomic::AtomicBool::new(false);
+            let dir =
+                ModelStore::open_default()?.pull(&repo, &mut PullBar(bar.clone()), &cancel)?;
+            bar.finish_and_clear();
             println!("{repo}: {}", dir.display());
         }
         Command::Convert { input, output } => {
@@ -205,4 +214,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => return Ok(serve::run(args)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `seedbar pull`'s progress on the terminal.
+struct PullBar(indicatif::ProgressBar);
+
+impl seedbar_engine::store::Progress for PullBar {
+    fn total(&mut self, bytes: u64) {
+        self.0.set_length(bytes);
+    }
+
+    fn advance(&mut self, bytes: u64) {
+        self.0.inc(bytes);
+    }
 }

@@ -1,6 +1,6 @@
 //! `seedbar serve`: the local API server in the foreground until Ctrl-C or SIGTERM.
 
-use std::{io::Write, net::IpAddr, process::ExitCode};
+use std::{io::Write, net::IpAddr, path::PathBuf, process::ExitCode};
 
 use seedbar_engine::store::{ModelStore, DEFAULT_MODEL};
 use seedbar_server::{App, ServerConfig, DEFAULT_PORT};
@@ -28,9 +28,20 @@ pub struct ServeArgs {
     /// Largest request body accepted.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
+    /// The built chat UI to serve at / (default: ui/dist in the current directory, else ui/
+    /// next to the executable, when there).
+    #[arg(long, env = "SEEDBAR_UI_DIR")]
+    ui_dir: Option<PathBuf>,
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
+    let ui_dir = match ui_dir(args.ui_dir) {
+        Ok(dir) => dir,
+        Err(message) => {
+            eprintln!("seedbar: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let config = ServerConfig {
         host: args.host,
         port: args.port,
@@ -39,6 +50,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         allowed_origins: args.allowed_origins,
         max_body_bytes: args.max_body_bytes,
         model: args.model,
+        ui_dir,
         ..ServerConfig::default()
     };
     if let Err(message) = config.check() {
@@ -60,10 +72,14 @@ pub fn run(args: ServeArgs) -> ExitCode {
         let app = App::start(config, store).await?;
         let listener = seedbar_server::listen(&app).await?;
         let address = listener.local_addr()?;
+        app.set_endpoint(address);
         println!(
             "Seedbar serving {} at http://{address}/v1",
             app.config.model
         );
+        if app.config.ui_dir.is_some() {
+            println!("Chat UI at http://{address}/");
+        }
         let _ = std::io::stdout().flush();
         seedbar_server::serve(app, listener, shutdown_signal()).await?;
         anyhow::Ok(())
@@ -75,6 +91,28 @@ pub fn run(args: ServeArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The chat UI's folder: the one given (which must hold a built UI), else `ui/dist` in the
+/// current directory, else `ui` next to the executable; `None` when none is built.
+fn ui_dir(given: Option<PathBuf>) -> Result<Option<PathBuf>, String> {
+    let built = |dir: &PathBuf| dir.join("index.html").is_file();
+    if let Some(dir) = given {
+        if !built(&dir) {
+            return Err(format!(
+                "the chat UI folder {} has no index.html; build the UI with `make ui`",
+                dir.display()
+            ));
+        }
+        return Ok(Some(dir));
+    }
+    let here = std::env::current_dir()
+        .ok()
+        .map(|d| d.join("ui").join("dist"));
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("ui")));
+    Ok([here, beside].into_iter().flatten().find(built))
 }
 
 /// Ctrl-C, or SIGTERM on Unix.

@@ -29,6 +29,8 @@ pub enum EngineError {
     UnknownModel(String),
     #[error("download: {0}")]
     Download(String),
+    #[error("cancelled")]
+    Cancelled,
     #[error("MLX: {0}")]
     Mlx(String),
     #[error("{path}: {source}")]

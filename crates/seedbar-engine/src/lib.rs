@@ -7,6 +7,7 @@ pub mod convert;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+mod hub;
 pub mod kv_cache;
 pub mod model;
 pub mod models;

@@ -1,10 +1,17 @@
 //! The model store: one folder per model under the platform data directory
 //! (`$SEEDBAR_HOME` overrides it), holding a GGUF file or a Hugging Face–style directory.
-//! `pull` downloads `org/name` repositories from the Hugging Face hub with hf-hub.
+//! `pull` downloads `org/name` repositories from the Hugging Face hub (see `hub`).
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::atomic::AtomicBool,
+};
 
-use crate::error::{EngineError, Result};
+pub use crate::hub::Progress;
+use crate::{
+    error::{EngineError, Result},
+    hub::{Hub, RemoteFile},
+};
 
 /// The model `seedbar run` and `seedbar serve` use when none is named.
 pub const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct";
@@ -44,7 +51,7 @@ impl ModelStore {
     /// `$SEEDBAR_HOME`, else the platform data directory (e.g. `~/.local/share/seedbar`,
     /// `~/Library/Application Support/dev.seedbar.Seedbar`).
     pub fn open_default() -> Result<Self> {
-        if let Some(home) = std::env::var_os("SEEDBAR_HOME") {
+        if let Some(home) = std::env::var_os("SEEDBAR_HOME").filter(|h| !h.is_empty()) {
             return Ok(Self::at(PathBuf::from(home)));
         }
         let dirs =
@@ -118,53 +125,103 @@ impl ModelStore {
         Ok(target)
     }
 
-    /// Download `org/name` from the Hugging Face hub (resuming partial files) into the store.
-    pub fn pull(&self, repo_id: &str, progress: bool) -> Result<PathBuf> {
-        if repo_id.split('/').count() != 2 || repo_id.split('/').any(str::is_empty) {
-            return Err(EngineError::InvalidRequest(format!(
-                "`{repo_id}` is not a Hugging Face repository id (expected org/name)"
-            )));
-        }
+    /// Download `org/name` from the Hugging Face hub (`$HF_ENDPOINT` overrides its address)
+    /// into the store, reporting progress. Files go to `downloads/<name>` first and move into
+    /// the model's folder once all are there (`config.json` last, so the folder is never a
+    /// half model). Setting `cancel` stops it between chunks with `EngineError::Cancelled`
+    /// and removes what this download wrote; after other errors, pulling again resumes.
+    pub fn pull(
+        &self,
+        repo_id: &str,
+        progress: &mut dyn Progress,
+        cancel: &AtomicBool,
+    ) -> Result<PathBuf> {
         let endpoint =
             std::env::var("HF_ENDPOINT").unwrap_or_else(|_| "https://huggingface.co".into());
-        let unreachable = |e: hf_hub::api::sync::ApiError| {
-            EngineError::Download(format!(
-                "cannot reach the Hugging Face hub at {endpoint} ({e}); check the network \
-                 connection. Models already in the store still work offline."
-            ))
-        };
-        let api = hf_hub::api::sync::ApiBuilder::new()
-            .with_endpoint(endpoint.clone())
-            .with_cache_dir(self.root.join("hub"))
-            .with_progress(progress)
-            .with_retries(2)
-            .build()
-            .map_err(unreachable)?;
-        let repo = api.model(repo_id.to_string());
-        let info = repo.info().map_err(unreachable)?;
-        let files: Vec<String> = info
-            .siblings
-            .into_iter()
-            .map(|s| s.rfilename)
-            .filter(|f| wanted(f))
-            .collect();
-        if !files.iter().any(|f| f == "config.json") {
+        self.pull_from(&endpoint, repo_id, progress, cancel)
+    }
+
+    fn pull_from(
+        &self,
+        endpoint: &str,
+        repo_id: &str,
+        progress: &mut dyn Progress,
+        cancel: &AtomicBool,
+    ) -> Result<PathBuf> {
+        check_repo_id(repo_id)?;
+        let hub = Hub::new(endpoint)?;
+        let (revision, files) = hub.files(repo_id)?;
+        let mut files: Vec<RemoteFile> = files.into_iter().filter(|f| wanted(&f.name)).collect();
+        if !files.iter().any(|f| f.name == "config.json") {
             return Err(EngineError::Download(format!(
                 "{repo_id} has no config.json: not a model Seedbar can run"
             )));
         }
-        let dir = self.models_dir().join(repo_id.replace('/', "--"));
-        std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
-        for file in files {
-            let cached = repo.get(&file).map_err(unreachable)?;
-            let target = dir.join(&file);
-            if !target.exists() {
-                std::fs::hard_link(&cached, &target)
-                    .or_else(|_| std::fs::copy(&cached, &target).map(|_| ()))
-                    .map_err(|e| EngineError::io(&target, e))?;
+        // config.json last: until it is in place the folder is not listed as a model.
+        files.sort_by_key(|f| f.name == "config.json");
+        progress.total(files.iter().filter_map(|f| f.size).sum());
+        let name = repo_id.replace('/', "--");
+        let dir = self.models_dir().join(&name);
+        let staging = self.root.join("downloads").join(&name);
+        let mut fetched = Vec::new();
+        for file in &files {
+            let installed = dir.join(&file.name).metadata().map(|m| m.len());
+            match (installed, file.size) {
+                (Ok(have), Some(size)) if have == size => progress.advance(size),
+                (Ok(_), None) => {}
+                _ => {
+                    let part = staging.join(&file.name);
+                    create_parent(&part)?;
+                    let result = hub.download(repo_id, &revision, file, &part, progress, cancel);
+                    if let Err(EngineError::Cancelled) = result {
+                        let _ = std::fs::remove_dir_all(&staging);
+                    }
+                    result?;
+                    fetched.push(&file.name);
+                }
             }
         }
+        for file in fetched {
+            let target = dir.join(file);
+            create_parent(&target)?;
+            std::fs::rename(staging.join(file), &target)
+                .map_err(|e| EngineError::io(&target, e))?;
+        }
+        let _ = std::fs::remove_dir_all(&staging);
         Ok(dir)
+    }
+
+    /// Delete an installed model's folder (the name as `list` gives it).
+    pub fn remove(&self, name: &str) -> Result<()> {
+        let model = self
+            .list()?
+            .into_iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| EngineError::UnknownModel(name.to_string()))?;
+        let dir = self.models_dir().join(&model.name);
+        std::fs::remove_dir_all(&dir).map_err(|e| EngineError::io(dir, e))
+    }
+}
+
+/// A Hugging Face repository id: `org/name`.
+pub fn check_repo_id(repo_id: &str) -> Result<()> {
+    let parts: Vec<&str> = repo_id.split('/').collect();
+    if parts.len() != 2
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == "..")
+    {
+        return Err(EngineError::InvalidRequest(format!(
+            "`{repo_id}` is not a Hugging Face repository id (expected org/name)"
+        )));
+    }
+    Ok(())
+}
+
+fn create_parent(path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, e)),
+        None => Ok(()),
     }
 }
 
@@ -217,4 +274,245 @@ fn gguf_type(file: &Path) -> Option<String> {
         };
         digit_after("Q") || digit_after("IQ") || ["F16", "F32", "BF16"].contains(&part.as_str())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::HashMap,
+        io::{BufRead, BufReader, Write},
+        net::TcpListener,
+        sync::{atomic::Ordering, Arc},
+        time::{Duration, Instant},
+    };
+
+    use super::*;
+
+    /// A store in a fresh temporary folder, removed on drop.
+    struct TempStore(ModelStore);
+
+    impl TempStore {
+        fn new(tag: &str) -> Self {
+            let root = std::env::temp_dir()
+                .join(format!("seedbar-store-test-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            TempStore(ModelStore::at(root))
+        }
+    }
+
+    impl Drop for TempStore {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0.root());
+        }
+    }
+
+    /// A stand-in hub on a loopback port: `GET path` answers `routes[path]` (404 if none).
+    fn fake_hub(routes: HashMap<String, Vec<u8>>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let routes = Arc::new(routes);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let routes = routes.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut request = String::new();
+                    reader.read_line(&mut request).unwrap();
+                    let mut header = String::new();
+                    while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                        header.clear();
+                    }
+                    let path = request.split(' ').nth(1).unwrap_or("");
+                    let (status, body) = match routes.get(path) {
+                        Some(body) => ("200 OK", body.as_slice()),
+                        None => ("404 Not Found", &b"{}"[..]),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes());
+                    for chunk in body.chunks(64 * 1024) {
+                        if stream.write_all(chunk).is_err() {
+                            return;
+                        }
+                        let _ = stream.flush();
+                    }
+                });
+            }
+        });
+        endpoint
+    }
+
+    const CONFIG: &[u8] = br#"{"model_type": "llama", "torch_dtype": "bfloat16"}"#;
+
+    /// A hub holding `org/tiny`: a config, 1 MB of weights, a tokenizer and a README.
+    fn tiny_repo() -> (String, u64) {
+        let weights = vec![7u8; 1 << 20];
+        let files: [(&str, &[u8]); 4] = [
+            ("config.json", CONFIG),
+            ("model.safetensors", &weights),
+            ("tokenizer.json", b"{}"),
+            ("README.md", b"# tiny"),
+        ];
+        let siblings: Vec<String> = files
+            .iter()
+            .map(|(name, body)| format!(r#"{{"rfilename": "{name}", "size": {}}}"#, body.len()))
+            .collect();
+        let info = format!(
+            r#"{{"sha": "abc123", "siblings": [{}]}}"#,
+            siblings.join(",")
+        );
+        let mut routes = HashMap::new();
+        routes.insert(
+            "/api/models/org/tiny/revision/main?blobs=true".to_string(),
+            info.into_bytes(),
+        );
+        for (name, body) in files {
+            routes.insert(format!("/org/tiny/resolve/abc123/{name}"), body.to_vec());
+        }
+        let wanted = (CONFIG.len() + weights.len() + 2) as u64;
+        (fake_hub(routes), wanted)
+    }
+
+    /// Records progress; sets `cancel` at the first bytes when asked to.
+    #[derive(Default)]
+    struct Recorder {
+        total: u64,
+        done: u64,
+        cancel_at_first: Option<Arc<AtomicBool>>,
+    }
+
+    impl Progress for Recorder {
+        fn total(&mut self, bytes: u64) {
+            self.total = bytes;
+        }
+
+        fn advance(&mut self, bytes: u64) {
+            self.done += bytes;
+            if let Some(cancel) = &self.cancel_at_first {
+                cancel.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[test]
+    fn pull_downloads_the_files_a_model_needs_with_progress() {
+        let (endpoint, bytes) = tiny_repo();
+        let store = TempStore::new("pull");
+        let mut progress = Recorder::default();
+        let dir = store
+            .0
+            .pull_from(
+                &endpoint,
+                "org/tiny",
+                &mut progress,
+                &AtomicBool::new(false),
+            )
+            .unwrap();
+        assert_eq!((progress.total, progress.done), (bytes, bytes));
+        assert_eq!(std::fs::read(dir.join("config.json")).unwrap(), CONFIG);
+        assert_eq!(
+            dir.join("model.safetensors").metadata().unwrap().len(),
+            1 << 20
+        );
+        assert!(!dir.join("README.md").exists());
+        assert!(!store.0.root().join("downloads/org--tiny").exists());
+        let models = store.0.list().unwrap();
+        assert_eq!(models.len(), 1);
+        assert_eq!(
+            (models[0].name.as_str(), models[0].format, models[0].bytes),
+            ("org--tiny", "safetensors", bytes)
+        );
+
+        // Pulling again finds everything in place.
+        let mut again = Recorder::default();
+        store
+            .0
+            .pull_from(&endpoint, "org/tiny", &mut again, &AtomicBool::new(false))
+            .unwrap();
+        assert_eq!((again.total, again.done), (bytes, bytes));
+
+        store.0.remove("org--tiny").unwrap();
+        assert!(store.0.list().unwrap().is_empty());
+        assert!(matches!(
+            store.0.remove("org--tiny"),
+            Err(EngineError::UnknownModel(_))
+        ));
+    }
+
+    #[test]
+    fn a_cancelled_pull_leaves_nothing_behind() {
+        let (endpoint, _) = tiny_repo();
+        let store = TempStore::new("cancel");
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut progress = Recorder {
+            cancel_at_first: Some(cancel.clone()),
+            ..Recorder::default()
+        };
+        let result = store
+            .0
+            .pull_from(&endpoint, "org/tiny", &mut progress, &cancel);
+        assert!(matches!(result, Err(EngineError::Cancelled)), "{result:?}");
+        assert!(progress.done < progress.total);
+        assert!(!store.0.root().join("models/org--tiny").exists());
+        assert!(!store.0.root().join("downloads/org--tiny").exists());
+        assert!(store.0.list().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_unreachable_hub_fails_fast_and_clearly() {
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let store = TempStore::new("offline");
+        let started = Instant::now();
+        let error = store
+            .0
+            .pull_from(&endpoint, "org/tiny", &mut (), &AtomicBool::new(false))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("cannot reach the Hugging Face hub"),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn unknown_repositories_and_bad_ids_are_explained() {
+        let (endpoint, _) = tiny_repo();
+        let store = TempStore::new("unknown");
+        let no = AtomicBool::new(false);
+        let error = store
+            .0
+            .pull_from(&endpoint, "org/missing", &mut (), &no)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("org/missing was not found"), "{error}");
+        for bad in ["tiny", "org/", "a/b/c", "../x"] {
+            assert!(matches!(
+                store.0.pull_from(&endpoint, bad, &mut (), &no),
+                Err(EngineError::InvalidRequest(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn file_names_must_stay_inside_the_repository() {
+        let info = r#"{"sha": "s", "siblings": [{"rfilename": "../../evil.safetensors"},
+                                            {"rfilename": "config.json"}]}"#;
+        let endpoint = fake_hub(HashMap::from([(
+            "/api/models/org/evil/revision/main?blobs=true".to_string(),
+            info.as_bytes().to_vec(),
+        )]));
+        let store = TempStore::new("evil");
+        let error = store
+            .0
+            .pull_from(&endpoint, "org/evil", &mut (), &AtomicBool::new(false))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("outside the repository"), "{error}");
+    }
 }

@@ -1,7 +1,9 @@
 //! Seedbar's local HTTP server: OpenAI- and Ollama-compatible endpoints over the scheduler,
-//! with health, metrics and the safety a localhost server on a laptop needs. `serve` is the
-//! entry point `seedbar serve` and the app share.
+//! the chat app's `/app` routes and its static UI, with health, metrics and the safety a
+//! localhost server on a laptop needs. `serve` is the entry point `seedbar serve` and the
+//! app share.
 
+mod app_api;
 mod error;
 mod extract;
 mod generation;
@@ -9,14 +11,17 @@ mod metrics;
 mod models;
 mod ollama;
 mod openai;
+mod pulls;
 mod security;
+mod ui;
 
 use std::{
     future::Future,
     net::{IpAddr, SocketAddr},
+    path::PathBuf,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, OnceLock,
     },
     time::Duration,
 };
@@ -29,14 +34,16 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
+use seedbar_chats::ChatStore;
 use seedbar_engine::store::ModelStore;
 use seedbar_scheduler::SchedulerConfig;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::watch};
 
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use models::ModelHost;
+pub use seedbar_chats::AppSettings;
 
 /// The default port: clear of Ollama (11434), LM Studio (1234), llama-server (8080),
 /// Jan (1337), vLLM (8000) and the usual web dev ports.
@@ -62,6 +69,8 @@ pub struct ServerConfig {
     /// The model loaded at start.
     pub model: String,
     pub scheduler: SchedulerConfig,
+    /// The built chat UI, served at `/` (static files need no API key).
+    pub ui_dir: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +84,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             model: seedbar_engine::store::DEFAULT_MODEL.to_string(),
             scheduler: SchedulerConfig::default(),
+            ui_dir: None,
         }
     }
 }
@@ -99,6 +109,12 @@ pub struct App {
     pub models: ModelHost,
     pub metrics: Arc<Metrics>,
     paused: AtomicBool,
+    /// Conversations and app settings (`seedbar.db` in the data directory).
+    chats: Arc<ChatStore>,
+    pulls: pulls::Pulls,
+    settings: watch::Sender<AppSettings>,
+    /// The address the server listens on, once bound.
+    endpoint: OnceLock<SocketAddr>,
 }
 
 /// All routes with their middleware.
@@ -114,7 +130,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/generate", post(ollama::generate))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .fallback(not_found);
+        .merge(app_api::routes())
+        .fallback(ui::fallback);
     api.layer(DefaultBodyLimit::max(app.config.max_body_bytes))
         .layer(middleware::from_fn_with_state(
             app.clone(),
@@ -178,7 +195,8 @@ async fn not_found(request: Request) -> ApiError {
 
 async fn refuse_when_paused(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if app.is_paused() && path != "/health" && !path.starts_with("/app/") {
+    let exempt = path == "/health" || path.starts_with("/app/") || ui::serves(&request);
+    if app.is_paused() && !exempt {
         return axum::response::IntoResponse::into_response(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "the Seedbar server is paused; resume it from the menu bar",
@@ -200,13 +218,29 @@ async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Nex
 }
 
 impl App {
-    /// Check the configuration and load the served model.
+    /// Check the configuration, open the conversations database and load the served model.
     pub async fn start(config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {
         config.check().map_err(anyhow::Error::msg)?;
+        let path = store.root().join("seedbar.db");
+        let chats = tokio::task::spawn_blocking(move || ChatStore::open(&path)).await??;
+        let settings = match chats.app_settings()? {
+            Some(saved) => saved,
+            None => AppSettings {
+                port: config.port,
+                api_key: config.api_key.clone().unwrap_or_default(),
+                allowed_origins: config.allowed_origins.clone(),
+                show_in_dock: false,
+                launch_at_login: false,
+            },
+        };
         let app = Arc::new(App {
             models: ModelHost::new(store, config.scheduler.clone()),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),
+            chats: Arc::new(chats),
+            pulls: pulls::Pulls::default(),
+            settings: watch::Sender::new(settings),
+            endpoint: OnceLock::new(),
             config,
         });
         app.models
@@ -224,6 +258,26 @@ impl App {
 
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
+    }
+
+    /// The app's settings as last saved (before any save: the running configuration's).
+    pub fn app_settings(&self) -> AppSettings {
+        self.settings.borrow().clone()
+    }
+
+    /// Sees every change `PUT /app/settings` makes (the shell applies "show in dock" and
+    /// "launch at login" from it).
+    pub fn subscribe_settings(&self) -> watch::Receiver<AppSettings> {
+        self.settings.subscribe()
+    }
+
+    /// Record the address `listen` bound (for `/app/status`); only the first call counts.
+    pub fn set_endpoint(&self, address: SocketAddr) {
+        let _ = self.endpoint.set(address);
+    }
+
+    pub fn endpoint(&self) -> Option<SocketAddr> {
+        self.endpoint.get().copied()
     }
 }
 

@@ -196,6 +196,15 @@ impl ModelHost {
         Ok(loaded)
     }
 
+    /// Drop the model called `name` from memory, if loaded (requests it runs go on until
+    /// they end).
+    pub fn unload(&self, name: &str) {
+        let key = name.to_lowercase();
+        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        order.retain(|k| *k != key);
+        self.lock().remove(&key);
+    }
+
     /// End every running and queued request (shutdown): their streams finish with an error.
     pub fn stop_all(&self) {
         for model in self.loaded() {

@@ -53,12 +53,16 @@ pub async fn check_host(State(app): State<Arc<App>>, request: Request, next: Nex
     next.run(request).await
 }
 
-/// With an API key configured, every route but `/health` needs `Authorization: Bearer KEY`.
+/// With an API key configured, every route but `/health` and the chat UI's static files
+/// needs `Authorization: Bearer KEY`.
 pub async fn check_api_key(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let Some(key) = app.config.api_key.as_deref() else {
         return next.run(request).await;
     };
-    if request.uri().path() == "/health" || request.method() == Method::OPTIONS {
+    if request.uri().path() == "/health"
+        || request.method() == Method::OPTIONS
+        || crate::ui::serves(&request)
+    {
         return next.run(request).await;
     }
     let given = request
@@ -95,7 +99,14 @@ pub fn cors(origins: &[String]) -> CorsLayer {
         .collect();
     CorsLayer::new()
         .allow_origin(AllowOrigin::list(allowed))
-        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
         .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
         .expose_headers([header::HeaderName::from_static(crate::SEED_HEADER)])
 }

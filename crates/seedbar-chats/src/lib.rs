@@ -1,0 +1,430 @@
+//! Seedbar's conversations in SQLite: conversations with their settings, their messages
+//! (each reply with the seed and sampling it used, and how it ended), and the app's
+//! settings. One database file in the data directory, in WAL mode with `synchronous=FULL`
+//! so that a write that returned survives a killed process and a power cut; schema
+//! migrations are numbered through `PRAGMA user_version` (see `schema`).
+
+mod schema;
+mod types;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
+
+use rusqlite::{
+    params,
+    types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef},
+    Connection, OptionalExtension, Row, ToSql,
+};
+
+pub use types::{
+    AppSettings, Conversation, Message, NewMessage, Role, Sampling, Settings, SettingsPatch, Status,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("conversation {0} does not exist")]
+    NoConversation(i64),
+    #[error("message {0} does not exist")]
+    NoMessage(i64),
+    #[error("message {message} is not a user message of conversation {conversation}")]
+    NotEditable { conversation: i64, message: i64 },
+    #[error("{0}")]
+    Invalid(String),
+    #[error(
+        "the conversations database has schema version {found}, newer than this Seedbar \
+         knows ({known}); update Seedbar"
+    )]
+    TooNew { found: usize, known: usize },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("conversations database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+pub type Result<T> = std::result::Result<T, ChatError>;
+
+/// How long a write waits for another process's write to finish.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Now, as RFC 3339 UTC with milliseconds (SQL).
+const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+const CONVERSATION_COLUMNS: &str =
+    "id, title, created_at, updated_at, model, system_prompt, temperature, top_p, max_tokens, seed";
+
+const MESSAGE_COLUMNS: &str = "id, conversation_id, role, content, seed, model, temperature, \
+     top_p, max_tokens, system_prompt, status, created_at";
+
+/// The conversations database. Thread-safe: one connection behind a mutex.
+pub struct ChatStore {
+    conn: Mutex<Connection>,
+}
+
+impl ChatStore {
+    /// Open (creating it and its folder if needed) and migrate the database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| ChatError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let mut conn = Connection::open(path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let mode: String =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(ChatError::Invalid(format!(
+                "{}: cannot use write-ahead logging (journal mode stays {mode})",
+                path.display()
+            )));
+        }
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        schema::migrate(&mut conn, schema::MIGRATIONS.len())?;
+        // Replies still streaming belong to a process that died: they stopped there.
+        conn.execute(
+            "UPDATE messages SET status = 'stopped' WHERE status = 'streaming'",
+            [],
+        )?;
+        Ok(ChatStore {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Conversations, most recently updated first; a non-empty `query` keeps those whose
+    /// title or some message contains it (case-insensitive for ASCII).
+    pub fn list(&self, query: &str) -> Result<Vec<Conversation>> {
+        let pattern = format!("%{}%", escape_like(query));
+        let conn = self.lock();
+        let mut statement = conn.prepare(&format!(
+            "SELECT {CONVERSATION_COLUMNS} FROM conversations c
+             WHERE ?1 = '' OR c.title LIKE ?2 ESCAPE '\\' OR EXISTS (
+                 SELECT 1 FROM messages m
+                 WHERE m.conversation_id = c.id AND m.content LIKE ?2 ESCAPE '\\')
+             ORDER BY c.updated_at DESC, c.id DESC"
+        ))?;
+        let rows = statement.query_map(params![query, pattern], conversation)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn create(&self, title: &str, settings: &Settings) -> Result<Conversation> {
+        let conn = self.lock();
+        conn.execute(
+            &format!(
+                "INSERT INTO conversations (title, created_at, updated_at, model, system_prompt,
+                                            temperature, top_p, max_tokens, seed)
+                 VALUES (?1, {NOW}, {NOW}, ?2, ?3, ?4, ?5, ?6, ?7)"
+            ),
+            params![
+                title,
+                settings.model,
+                settings.system_prompt,
+                settings.temperature,
+                settings.top_p,
+                settings.max_tokens,
+                seed_value(settings.seed)?,
+            ],
+        )?;
+        get_conversation(&conn, conn.last_insert_rowid())
+    }
+
+    pub fn get(&self, id: i64) -> Result<Conversation> {
+        get_conversation(&self.lock(), id)
+    }
+
+    /// A conversation's messages, oldest first.
+    pub fn messages(&self, conversation: i64) -> Result<Vec<Message>> {
+        let conn = self.lock();
+        get_conversation(&conn, conversation)?;
+        let mut statement = conn.prepare(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?1 ORDER BY id"
+        ))?;
+        let rows = statement.query_map([conversation], message)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Rename and set the settings of a conversation.
+    pub fn update(&self, id: i64, title: &str, settings: &Settings) -> Result<Conversation> {
+        let conn = self.lock();
+        let changed = conn.execute(
+            &format!(
+                "UPDATE conversations SET title = ?2, model = ?3, system_prompt = ?4,
+                     temperature = ?5, top_p = ?6, max_tokens = ?7, seed = ?8, updated_at = {NOW}
+                 WHERE id = ?1"
+            ),
+            params![
+                id,
+                title,
+                settings.model,
+                settings.system_prompt,
+                settings.temperature,
+                settings.top_p,
+                settings.max_tokens,
+                seed_value(settings.seed)?,
+            ],
+        )?;
+        if changed == 0 {
+            return Err(ChatError::NoConversation(id));
+        }
+        get_conversation(&conn, id)
+    }
+
+    /// Delete a conversation and its messages.
+    pub fn delete(&self, id: i64) -> Result<()> {
+        let changed = self
+            .lock()
+            .execute("DELETE FROM conversations WHERE id = ?1", [id])?;
+        if changed == 0 {
+            return Err(ChatError::NoConversation(id));
+        }
+        Ok(())
+    }
+
+    /// Append a message; durable once this returns.
+    pub fn add_message(&self, conversation: i64, new: &NewMessage) -> Result<Message> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        get_conversation(&tx, conversation)?;
+        let sampling = new.sampling.as_ref();
+        tx.execute(
+            &format!(
+                "INSERT INTO messages (conversation_id, role, content, status, seed, model,
+                     temperature, top_p, max_tokens, system_prompt, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+            ),
+            params![
+                conversation,
+                new.role,
+                new.content,
+                new.status,
+                seed_value(new.seed)?,
+                sampling.map(|s| &s.model),
+                sampling.map(|s| s.temperature),
+                sampling.map(|s| s.top_p),
+                sampling.map(|s| s.max_tokens),
+                sampling.map(|s| &s.system_prompt),
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        touch(&tx, conversation)?;
+        let message = get_message(&tx, id)?;
+        tx.commit()?;
+        Ok(message)
+    }
+
+    /// Set a reply's final text and status; durable once this returns.
+    pub fn finish_message(&self, id: i64, content: &str, status: Status) -> Result<Message> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "UPDATE messages SET content = ?2, status = ?3 WHERE id = ?1",
+            params![id, content, status],
+        )?;
+        let message = get_message(&tx, id)?;
+        touch(&tx, message.conversation_id)?;
+        tx.commit()?;
+        Ok(message)
+    }
+
+    /// Replace the text of a user message and drop every message after it.
+    pub fn edit_message(&self, conversation: i64, id: i64, content: &str) -> Result<Message> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let changed = tx.execute(
+            "UPDATE messages SET content = ?3
+             WHERE id = ?2 AND conversation_id = ?1 AND role = 'user'",
+            params![conversation, id, content],
+        )?;
+        if changed == 0 {
+            get_conversation(&tx, conversation)?;
+            return Err(ChatError::NotEditable {
+                conversation,
+                message: id,
+            });
+        }
+        delete_after(&tx, conversation, id)?;
+        touch(&tx, conversation)?;
+        let message = get_message(&tx, id)?;
+        tx.commit()?;
+        Ok(message)
+    }
+
+    /// Drop every message of `conversation` after `message_id`; returns how many.
+    pub fn truncate_after(&self, conversation: i64, message_id: i64) -> Result<usize> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        get_conversation(&tx, conversation)?;
+        let dropped = delete_after(&tx, conversation, message_id)?;
+        if dropped > 0 {
+            touch(&tx, conversation)?;
+        }
+        tx.commit()?;
+        Ok(dropped)
+    }
+
+    /// The saved app settings; `None` until some are saved.
+    pub fn app_settings(&self) -> Result<Option<AppSettings>> {
+        let json: Option<String> = self
+            .lock()
+            .query_row("SELECT value FROM app_settings WHERE id = 1", [], |row| {
+                row.get(0)
+            })
+            .optional()?;
+        json.map(|json| {
+            serde_json::from_str(&json)
+                .map_err(|e| ChatError::Invalid(format!("the saved app settings are invalid: {e}")))
+        })
+        .transpose()
+    }
+
+    pub fn set_app_settings(&self, settings: &AppSettings) -> Result<()> {
+        let json = serde_json::to_string(settings)
+            .map_err(|e| ChatError::Invalid(format!("cannot save the app settings: {e}")))?;
+        self.lock().execute(
+            "INSERT INTO app_settings (id, value) VALUES (1, ?1)
+             ON CONFLICT (id) DO UPDATE SET value = excluded.value",
+            [json],
+        )?;
+        Ok(())
+    }
+}
+
+fn get_conversation(conn: &Connection, id: i64) -> Result<Conversation> {
+    conn.query_row(
+        &format!("SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?1"),
+        [id],
+        conversation,
+    )
+    .optional()?
+    .ok_or(ChatError::NoConversation(id))
+}
+
+fn get_message(conn: &Connection, id: i64) -> Result<Message> {
+    conn.query_row(
+        &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"),
+        [id],
+        message,
+    )
+    .optional()?
+    .ok_or(ChatError::NoMessage(id))
+}
+
+fn delete_after(conn: &Connection, conversation: i64, message_id: i64) -> Result<usize> {
+    Ok(conn.execute(
+        "DELETE FROM messages WHERE conversation_id = ?1 AND id > ?2",
+        [conversation, message_id],
+    )?)
+}
+
+/// Mark a conversation as just updated.
+fn touch(conn: &Connection, conversation: i64) -> Result<()> {
+    conn.execute(
+        &format!("UPDATE conversations SET updated_at = {NOW} WHERE id = ?1"),
+        [conversation],
+    )?;
+    Ok(())
+}
+
+fn conversation(row: &Row) -> rusqlite::Result<Conversation> {
+    Ok(Conversation {
+        id: row.get(0)?,
+        title: row.get(1)?,
+        created_at: row.get(2)?,
+        updated_at: row.get(3)?,
+        settings: Settings {
+            model: row.get(4)?,
+            system_prompt: row.get(5)?,
+            temperature: row.get(6)?,
+            top_p: row.get(7)?,
+            max_tokens: row.get(8)?,
+            seed: row.get::<_, Option<i64>>(9)?.map(|s| s as u64),
+        },
+    })
+}
+
+fn message(row: &Row) -> rusqlite::Result<Message> {
+    let sampling = match row.get::<_, Option<String>>(5)? {
+        Some(model) => Some(Sampling {
+            model,
+            temperature: row.get(6)?,
+            top_p: row.get(7)?,
+            max_tokens: row.get(8)?,
+            system_prompt: row.get(9)?,
+        }),
+        None => None,
+    };
+    Ok(Message {
+        id: row.get(0)?,
+        conversation_id: row.get(1)?,
+        role: row.get(2)?,
+        content: row.get(3)?,
+        seed: row.get::<_, Option<i64>>(4)?.map(|s| s as u64),
+        sampling,
+        status: row.get(10)?,
+        created_at: row.get(11)?,
+    })
+}
+
+/// SQLite integers are signed: seeds must fit.
+fn seed_value(seed: Option<u64>) -> Result<Option<i64>> {
+    seed.map(|s| i64::try_from(s).map_err(|_| ChatError::Invalid(format!("seed {s} is too large"))))
+        .transpose()
+}
+
+/// `text` with LIKE's wildcards (and the escape character) escaped by `\`.
+fn escape_like(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// Role and status are stored as their API names.
+macro_rules! sql_text_enum {
+    ($type:ty, [$($variant:path),+]) => {
+        impl ToSql for $type {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::from(self.as_str()))
+            }
+        }
+
+        impl FromSql for $type {
+            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                let text = value.as_str()?;
+                [$($variant),+]
+                    .into_iter()
+                    .find(|v| v.as_str() == text)
+                    .ok_or_else(|| FromSqlError::Other(format!("unknown value `{text}`").into()))
+            }
+        }
+    };
+}
+
+sql_text_enum!(Role, [Role::User, Role::Assistant]);
+sql_text_enum!(
+    Status,
+    [
+        Status::Streaming,
+        Status::Complete,
+        Status::Stopped,
+        Status::Error
+    ]
+);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,198 @@
+//! What the store keeps, in the JSON shapes of the app API (docs/app-api.md): conversations
+//! with their settings, messages with the seed and sampling each reply used, app settings.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A conversation's generation settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Store name of the model, e.g. `SmolLM2-135M-Instruct`.
+    pub model: String,
+    /// `""` for none.
+    pub system_prompt: String,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub max_tokens: u32,
+    /// The pinned seed; `None` draws a fresh one per reply.
+    pub seed: Option<u64>,
+}
+
+impl Settings {
+    /// The defaults for a new conversation with `model`.
+    pub fn for_model(model: impl Into<String>) -> Self {
+        Settings {
+            model: model.into(),
+            system_prompt: String::new(),
+            temperature: 0.7,
+            top_p: 1.0,
+            max_tokens: 512,
+            seed: None,
+        }
+    }
+
+    /// These settings with the fields `patch` names replaced.
+    pub fn patched(&self, patch: &SettingsPatch) -> Settings {
+        Settings {
+            model: patch.model.as_ref().unwrap_or(&self.model).clone(),
+            system_prompt: patch
+                .system_prompt
+                .as_ref()
+                .unwrap_or(&self.system_prompt)
+                .clone(),
+            temperature: patch.temperature.unwrap_or(self.temperature),
+            top_p: patch.top_p.unwrap_or(self.top_p),
+            max_tokens: patch.max_tokens.unwrap_or(self.max_tokens),
+            seed: patch.seed.unwrap_or(self.seed),
+        }
+    }
+
+    /// What a reply generated under these settings records.
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            model: self.model.clone(),
+            temperature: self.temperature,
+            top_p: self.top_p,
+            max_tokens: self.max_tokens,
+            system_prompt: self.system_prompt.clone(),
+        }
+    }
+}
+
+/// Some settings to change; `seed: null` unpins, an absent `seed` leaves it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsPatch {
+    pub model: Option<String>,
+    pub system_prompt: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_tokens: Option<u32>,
+    #[serde(default, deserialize_with = "present")]
+    pub seed: Option<Option<u64>>,
+}
+
+/// A field that is present, `null` included (absent fields take `#[serde(default)]`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(de: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(de).map(Some)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conversation {
+    pub id: i64,
+    pub title: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub updated_at: String,
+    pub settings: Settings,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// Where a message stands. User messages are `Complete` from the start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// A reply being written. One left behind by a process that was killed is marked
+    /// `Stopped` when the store is next opened.
+    Streaming,
+    Complete,
+    /// Stopped by the user (or cut short), holding what was written.
+    Stopped,
+    /// The engine failed; holds what was written before.
+    Error,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Streaming => "streaming",
+            Status::Complete => "complete",
+            Status::Stopped => "stopped",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// The settings a reply was generated with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sampling {
+    pub model: String,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub max_tokens: u32,
+    pub system_prompt: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    pub id: i64,
+    pub conversation_id: i64,
+    pub role: Role,
+    pub content: String,
+    /// Assistant replies: the seed the reply used.
+    pub seed: Option<u64>,
+    pub sampling: Option<Sampling>,
+    pub status: Status,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
+
+/// A message to add to a conversation.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub role: Role,
+    pub content: String,
+    pub status: Status,
+    pub seed: Option<u64>,
+    pub sampling: Option<Sampling>,
+}
+
+impl NewMessage {
+    pub fn user(content: impl Into<String>) -> Self {
+        NewMessage {
+            role: Role::User,
+            content: content.into(),
+            status: Status::Complete,
+            seed: None,
+            sampling: None,
+        }
+    }
+
+    /// The row of a reply about to stream.
+    pub fn reply(seed: u64, sampling: Sampling) -> Self {
+        NewMessage {
+            role: Role::Assistant,
+            content: String::new(),
+            status: Status::Streaming,
+            seed: Some(seed),
+            sampling: Some(sampling),
+        }
+    }
+}
+
+/// The app's own settings (the menu-bar app applies them; port, key and origins on the
+/// next start).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppSettings {
+    pub port: u16,
+    /// `""` for none.
+    pub api_key: String,
+    pub allowed_origins: Vec<String>,
+    pub show_in_dock: bool,
+    pub launch_at_login: bool,
+}

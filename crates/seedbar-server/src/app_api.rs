@@ -1,0 +1,703 @@
+//! The chat app's routes under `/app` (docs/app-api.md): conversations stored in the
+//! `ChatStore` with their replies streamed as server-sent events, the model library
+//! (installed models, deletion, downloads with progress), the app's settings and status.
+//! Handlers stay thin: the store, `ModelHost`, `Pulls` and `Generation` do the work.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{
+        rejection::{PathRejection, QueryRejection},
+        Path, Query, State,
+    },
+    http::{HeaderValue, StatusCode},
+    response::{sse::Event as SseEvent, Response},
+    routing::{delete, get, post},
+    Json, Router,
+};
+use seedbar_chats::{
+    AppSettings, ChatError, ChatStore, Conversation, Message, NewMessage, Role, Settings,
+    SettingsPatch, Status,
+};
+use seedbar_engine::{ChatMessage, SamplingParams};
+use seedbar_scheduler::{draw_seed, Event};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::{
+    error::ApiError,
+    extract::ApiJson,
+    generation::{self, next_or_gone, spawn_body, ChoiceEvent, Generation},
+    openai::{sse, with_seed},
+    pulls::Pull,
+    App,
+};
+
+/// Seeds stay below 2^53 so that JavaScript numbers hold them exactly.
+const MAX_SEED: u64 = 1 << 53;
+
+pub fn routes() -> Router<Arc<App>> {
+    Router::new()
+        .route(
+            "/app/conversations",
+            get(list_conversations).post(create_conversation),
+        )
+        .route(
+            "/app/conversations/{id}",
+            get(get_conversation)
+                .patch(update_conversation)
+                .delete(delete_conversation),
+        )
+        .route("/app/conversations/{id}/reply", post(reply))
+        .route("/app/models", get(list_models))
+        .route("/app/models/{name}", delete(delete_model))
+        .route("/app/models/pull", post(pull_model))
+        .route("/app/models/pulls", get(list_pulls))
+        .route("/app/models/pulls/{org}/{name}", delete(cancel_pull))
+        .route("/app/settings", get(get_settings).put(put_settings))
+        .route("/app/status", get(status))
+}
+
+/// Run `work` on the store off the async threads (every write waits for the disk).
+async fn db<T: Send + 'static>(
+    app: &App,
+    work: impl FnOnce(&ChatStore) -> seedbar_chats::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let chats = app.chats.clone();
+    tokio::task::spawn_blocking(move || work(&chats))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(chat_error)
+}
+
+fn chat_error(error: ChatError) -> ApiError {
+    let message = error.to_string();
+    match error {
+        ChatError::NoConversation(_) | ChatError::NoMessage(_) => {
+            ApiError::new(StatusCode::NOT_FOUND, message)
+        }
+        ChatError::NotEditable { .. } => ApiError::bad_param("edit.message_id", message),
+        ChatError::Invalid(_) => ApiError::new(StatusCode::BAD_REQUEST, message),
+        _ => ApiError::internal(message),
+    }
+}
+
+/// A numeric id from the path, or a JSON 400.
+fn path_id(path: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
+    path.map(|Path(id)| id)
+        .map_err(|e| ApiError::bad_param("id", format!("not a conversation id: {e}")))
+}
+
+// ---- Conversations ---------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct ListQuery {
+    #[serde(default)]
+    q: String,
+}
+
+async fn list_conversations(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Vec<Conversation>>, ApiError> {
+    let Query(ListQuery { q }) = query.map_err(|e| ApiError::bad_param("q", e.body_text()))?;
+    Ok(Json(db(&app, move |s| s.list(q.trim())).await?))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ConversationBody {
+    title: Option<String>,
+    #[serde(default)]
+    settings: SettingsPatch,
+}
+
+impl ConversationBody {
+    fn title(&self) -> Result<Option<String>, ApiError> {
+        match self.title.as_deref().map(str::trim) {
+            Some("") => Err(ApiError::bad_param("title", "the title must not be empty")),
+            title => Ok(title.map(str::to_string)),
+        }
+    }
+}
+
+async fn create_conversation(
+    State(app): State<Arc<App>>,
+    ApiJson(body): ApiJson<ConversationBody>,
+) -> Result<Json<Conversation>, ApiError> {
+    let title = body.title()?.unwrap_or_else(|| "New chat".to_string());
+    let settings = Settings::for_model(&app.config.model).patched(&body.settings);
+    check_settings(&app, &settings, true)?;
+    Ok(Json(db(&app, move |s| s.create(&title, &settings)).await?))
+}
+
+#[derive(Serialize)]
+struct ConversationWithMessages {
+    #[serde(flatten)]
+    conversation: Conversation,
+    messages: Vec<Message>,
+}
+
+async fn get_conversation(
+    State(app): State<Arc<App>>,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<Json<ConversationWithMessages>, ApiError> {
+    let id = path_id(id)?;
+    let (conversation, messages) = db(&app, move |s| Ok((s.get(id)?, s.messages(id)?))).await?;
+    Ok(Json(ConversationWithMessages {
+        conversation,
+        messages,
+    }))
+}
+
+async fn update_conversation(
+    State(app): State<Arc<App>>,
+    id: Result<Path<i64>, PathRejection>,
+    ApiJson(body): ApiJson<ConversationBody>,
+) -> Result<Json<Conversation>, ApiError> {
+    let id = path_id(id)?;
+    let title = body.title()?;
+    let current = db(&app, move |s| s.get(id)).await?;
+    let settings = current.settings.patched(&body.settings);
+    // A conversation whose model was since deleted can still be renamed or re-pinned; the
+    // model is checked when it changes (and again when a reply runs).
+    check_settings(&app, &settings, body.settings.model.is_some())?;
+    let title = title.unwrap_or(current.title);
+    Ok(Json(
+        db(&app, move |s| s.update(id, &title, &settings)).await?,
+    ))
+}
+
+async fn delete_conversation(
+    State(app): State<Arc<App>>,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let id = path_id(id)?;
+    db(&app, move |s| s.delete(id)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The scheduler's settings for a reply under `settings` with `seed`.
+fn generation_settings(settings: &Settings, seed: u64) -> generation::Settings {
+    generation::Settings {
+        sampling: SamplingParams {
+            temperature: settings.temperature as f32,
+            top_p: settings.top_p as f32,
+            ..SamplingParams::default()
+        },
+        seed: Some(seed),
+        max_tokens: Some(settings.max_tokens as usize),
+        ..generation::Settings::default()
+    }
+}
+
+/// Settings a reply can run with: sampling in range, a seed JavaScript can hold, and (with
+/// `check_model`) an installed model.
+fn check_settings(app: &App, settings: &Settings, check_model: bool) -> Result<(), ApiError> {
+    generation_settings(settings, 0).validate("settings.")?;
+    if settings.seed.is_some_and(|s| s >= MAX_SEED) {
+        return Err(ApiError::bad_param(
+            "settings.seed",
+            "the seed must be below 2^53 (9007199254740992)",
+        ));
+    }
+    if !check_model {
+        return Ok(());
+    }
+    let installed = app.models.installed()?;
+    if !installed
+        .iter()
+        .any(|m| m.name.eq_ignore_ascii_case(&settings.model))
+    {
+        let names: Vec<String> = installed.into_iter().map(|m| m.name).collect();
+        return Err(ApiError {
+            status: StatusCode::BAD_REQUEST,
+            param: Some("settings.model".into()),
+            ..ApiError::unknown_model(&settings.model, &names)
+        });
+    }
+    Ok(())
+}
+
+// ---- Replies ---------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplyBody {
+    content: Option<String>,
+    #[serde(default)]
+    regenerate: bool,
+    edit: Option<Edit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Edit {
+    message_id: i64,
+    content: String,
+}
+
+/// What a reply request stores before the reply starts.
+enum Turn {
+    Send(String),
+    Edit(Edit),
+    /// Regenerate: drop what follows this (user) message.
+    Redo(i64),
+}
+
+async fn reply(
+    State(app): State<Arc<App>>,
+    id: Result<Path<i64>, PathRejection>,
+    ApiJson(body): ApiJson<ReplyBody>,
+) -> Result<Response, ApiError> {
+    let id = path_id(id)?;
+    let conversation = db(&app, move |s| s.get(id)).await?;
+    let messages = db(&app, move |s| s.messages(id)).await?;
+    let (history, turn) = turn(body, &messages)?;
+    let settings = conversation.settings;
+
+    // Everything that can refuse the request runs before anything is stored.
+    let model = app.models.get(&settings.model).await?;
+    let chat: Vec<ChatMessage> = (!settings.system_prompt.is_empty())
+        .then(|| chat_message("system", &settings.system_prompt))
+        .into_iter()
+        .chain(history)
+        .collect();
+    let prompt = model.chat_prompt(&chat, None)?;
+    let seed = settings.seed.unwrap_or_else(draw_seed);
+    let sampling = generation_settings(&settings, seed);
+    sampling.validate("settings.")?;
+    let generation = Generation::start(
+        model,
+        vec![prompt],
+        1,
+        sampling,
+        app.metrics.clone(),
+        "reply",
+    )?;
+
+    let user = db(&app, move |s| match turn {
+        Turn::Send(content) => s.add_message(id, &NewMessage::user(content)).map(Some),
+        Turn::Edit(edit) => s.edit_message(id, edit.message_id, &edit.content).map(Some),
+        Turn::Redo(last_user) => s.truncate_after(id, last_user).map(|_| None),
+    })
+    .await?;
+    let row = NewMessage::reply(seed, settings.sampling());
+    let reply = db(&app, move |s| s.add_message(id, &row)).await?;
+    let body = spawn_body(move |tx| stream_reply(app, generation, user, reply, tx));
+    Ok(with_seed(seed, sse(body)))
+}
+
+fn chat_message(role: &str, content: &str) -> ChatMessage {
+    ChatMessage {
+        role: role.to_string(),
+        content: content.to_string(),
+        name: None,
+        tool_call_id: None,
+        tool_calls: None,
+    }
+}
+
+/// The chat a reply answers and what to store for it, from the request and the messages.
+fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn), ApiError> {
+    let turn = match (body.content, body.regenerate, body.edit) {
+        (Some(content), false, None) => Turn::Send(content),
+        (None, true, None) => {
+            let last_user = messages
+                .iter()
+                .rposition(|m| m.role == Role::User)
+                .ok_or_else(|| {
+                    ApiError::bad_param("regenerate", "there is no message to reply to yet")
+                })?;
+            Turn::Redo(messages[last_user].id)
+        }
+        (None, false, Some(edit)) => Turn::Edit(edit),
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "send exactly one of `content`, `regenerate: true` or `edit`",
+            ))
+        }
+    };
+    let (kept, new_text, param) = match &turn {
+        Turn::Send(content) => (messages, Some(content), "content"),
+        Turn::Edit(edit) => {
+            let at = messages
+                .iter()
+                .position(|m| m.id == edit.message_id && m.role == Role::User)
+                .ok_or_else(|| {
+                    ApiError::bad_param(
+                        "edit.message_id",
+                        format!(
+                            "message {} is not a user message of this conversation",
+                            edit.message_id
+                        ),
+                    )
+                })?;
+            (&messages[..at], Some(&edit.content), "edit.content")
+        }
+        Turn::Redo(last_user) => {
+            let end = messages
+                .iter()
+                .position(|m| m.id == *last_user)
+                .map_or(0, |i| i + 1);
+            (&messages[..end], None, "")
+        }
+    };
+    if new_text.is_some_and(|text| text.trim().is_empty()) {
+        return Err(ApiError::bad_param(param, "the message is empty"));
+    }
+    // Replies that were cut off before any text add nothing to the chat.
+    let history = kept
+        .iter()
+        .filter(|m| !m.content.is_empty())
+        .map(|m| chat_message(m.role.as_str(), &m.content))
+        .chain(new_text.map(|text| chat_message("user", text)))
+        .collect();
+    Ok((history, turn))
+}
+
+/// How a reply's stream ended.
+enum Ending {
+    Complete,
+    ClientGone,
+    Failed(String),
+}
+
+/// Send the reply's events, storing its text once it ends however it ends.
+async fn stream_reply(
+    app: Arc<App>,
+    mut generation: Generation,
+    user: Option<Message>,
+    reply: Message,
+    tx: tokio::sync::mpsc::Sender<SseEvent>,
+) {
+    let event = |value: Value| SseEvent::default().data(value.to_string());
+    let mut text = String::new();
+    let ending = 'stream: {
+        let first = user.map(|message| json!({"type": "user", "message": message}));
+        let start = json!({"type": "start", "message_id": reply.id, "seed": reply.seed});
+        for value in first.into_iter().chain([start]) {
+            if tx.send(event(value)).await.is_err() {
+                break 'stream Ending::ClientGone;
+            }
+        }
+        let mut events = generation.events();
+        loop {
+            let (piece, finished) = match next_or_gone(&mut events, &tx).await {
+                Some(ChoiceEvent {
+                    event: Event::Token { text, .. },
+                    ..
+                }) => (text, false),
+                Some(ChoiceEvent {
+                    event: Event::Finished { text, .. },
+                    ..
+                }) => (text, true),
+                Some(ChoiceEvent {
+                    event: Event::Failed(message),
+                    ..
+                }) => break 'stream Ending::Failed(message),
+                None => break 'stream Ending::ClientGone,
+            };
+            text.push_str(&piece);
+            let sent = piece.is_empty()
+                || tx
+                    .send(event(json!({"type": "delta", "text": piece})))
+                    .await
+                    .is_ok();
+            if finished {
+                break 'stream Ending::Complete;
+            }
+            if !sent {
+                break 'stream Ending::ClientGone;
+            }
+        }
+    };
+    drop(generation);
+    let status = match ending {
+        Ending::Complete => Status::Complete,
+        Ending::ClientGone => Status::Stopped,
+        Ending::Failed(_) => Status::Error,
+    };
+    let stored = db(&app, move |s| s.finish_message(reply.id, &text, status)).await;
+    let last = match (ending, stored) {
+        (_, Err(e)) => json!({"type": "error", "message": e.message}),
+        (Ending::Failed(message), Ok(_)) => json!({"type": "error", "message": message}),
+        (Ending::Complete, Ok(message)) => json!({"type": "done", "message": message}),
+        (Ending::ClientGone, Ok(_)) => return,
+    };
+    let _ = tx.send(event(last)).await;
+}
+
+// ---- Models ----------------------------------------------------------------------------
+
+#[derive(Serialize)]
+struct ModelInfo {
+    name: String,
+    format: &'static str,
+    bytes: u64,
+    quantization: Option<String>,
+    loaded: bool,
+}
+
+async fn list_models(State(app): State<Arc<App>>) -> Result<Json<Vec<ModelInfo>>, ApiError> {
+    let loaded: Vec<String> = app
+        .models
+        .loaded()
+        .iter()
+        .map(|m| m.card.name.to_lowercase())
+        .collect();
+    let models = app.models.installed()?;
+    Ok(Json(
+        models
+            .into_iter()
+            .map(|m| ModelInfo {
+                loaded: loaded.contains(&m.name.to_lowercase()),
+                name: m.name,
+                format: m.format,
+                bytes: m.bytes,
+                quantization: m.quantization,
+            })
+            .collect(),
+    ))
+}
+
+async fn delete_model(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let installed = app.models.installed()?;
+    let Some(model) = installed
+        .iter()
+        .find(|m| m.name.eq_ignore_ascii_case(&name))
+    else {
+        let names: Vec<String> = installed.iter().map(|m| m.name.clone()).collect();
+        return Err(ApiError::unknown_model(&name, &names));
+    };
+    let served = app
+        .config
+        .model
+        .strip_suffix(":latest")
+        .unwrap_or(&app.config.model);
+    if model.name.eq_ignore_ascii_case(served) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{} is the model this server serves; serve another one \
+                 (`seedbar serve --model NAME`) before deleting it",
+                model.name
+            ),
+        ));
+    }
+    let name = model.name.clone();
+    app.models.unload(&name);
+    let host = app.clone();
+    tokio::task::spawn_blocking(move || host.models.store().remove(&name))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PullBody {
+    repo: String,
+}
+
+async fn pull_model(
+    State(app): State<Arc<App>>,
+    ApiJson(body): ApiJson<PullBody>,
+) -> Result<(StatusCode, Json<Pull>), ApiError> {
+    let repo = body.repo.trim();
+    seedbar_engine::store::check_repo_id(repo)
+        .map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
+    let root = app.models.store().root().to_path_buf();
+    Ok((StatusCode::ACCEPTED, Json(app.pulls.start(root, repo))))
+}
+
+async fn list_pulls(State(app): State<Arc<App>>) -> Json<Vec<Pull>> {
+    Json(app.pulls.list())
+}
+
+async fn cancel_pull(
+    State(app): State<Arc<App>>,
+    Path((org, name)): Path<(String, String)>,
+) -> Result<Json<Pull>, ApiError> {
+    let repo = format!("{org}/{name}");
+    app.pulls
+        .cancel(&repo)
+        .await
+        .map(Json)
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no download of {repo}")))
+}
+
+// ---- App -------------------------------------------------------------------------------
+
+async fn get_settings(State(app): State<Arc<App>>) -> Json<AppSettings> {
+    Json(app.app_settings())
+}
+
+async fn put_settings(
+    State(app): State<Arc<App>>,
+    ApiJson(settings): ApiJson<AppSettings>,
+) -> Result<Json<AppSettings>, ApiError> {
+    for origin in &settings.allowed_origins {
+        if !origin.contains("://") || HeaderValue::from_str(origin).is_err() {
+            return Err(ApiError::bad_param(
+                "allowed_origins",
+                format!("'{origin}' is not an origin like http://localhost:5173"),
+            ));
+        }
+    }
+    let saved = settings.clone();
+    db(&app, move |s| s.set_app_settings(&saved)).await?;
+    app.settings.send_replace(settings.clone());
+    Ok(Json(settings))
+}
+
+async fn status(State(app): State<Arc<App>>) -> Json<Value> {
+    let message = app.is_paused().then_some(
+        "paused for outside clients (the app's own routes keep working); resume from the menu bar",
+    );
+    Json(json!({
+        "state": "serving",
+        "model": app.config.model,
+        "endpoint": app.endpoint().map(|address| format!("http://{address}/v1")),
+        "message": message,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(id: i64, role: Role, content: &str) -> Message {
+        Message {
+            id,
+            conversation_id: 1,
+            role,
+            content: content.to_string(),
+            seed: None,
+            sampling: None,
+            status: Status::Complete,
+            created_at: String::new(),
+        }
+    }
+
+    /// Q1, A1, Q2, an empty stopped reply, Q3, A3.
+    fn chat() -> Vec<Message> {
+        vec![
+            message(1, Role::User, "Q1"),
+            message(2, Role::Assistant, "A1"),
+            message(3, Role::User, "Q2"),
+            message(4, Role::Assistant, ""),
+            message(5, Role::User, "Q3"),
+            message(6, Role::Assistant, "A3"),
+        ]
+    }
+
+    fn body(json: &str) -> ReplyBody {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn texts(history: &[ChatMessage]) -> Vec<String> {
+        history
+            .iter()
+            .map(|m| format!("{}: {}", m.role, m.content))
+            .collect()
+    }
+
+    #[test]
+    fn sending_answers_the_whole_chat_without_empty_replies() {
+        let (history, turn) = turn(body(r#"{"content": "Q4"}"#), &chat()).unwrap();
+        assert_eq!(
+            texts(&history),
+            [
+                "user: Q1",
+                "assistant: A1",
+                "user: Q2",
+                "user: Q3",
+                "assistant: A3",
+                "user: Q4"
+            ]
+        );
+        assert!(matches!(turn, Turn::Send(c) if c == "Q4"));
+    }
+
+    #[test]
+    fn regenerating_answers_the_last_question_again() {
+        let (history, turn) = turn(body(r#"{"regenerate": true}"#), &chat()).unwrap();
+        assert_eq!(
+            texts(&history),
+            ["user: Q1", "assistant: A1", "user: Q2", "user: Q3"]
+        );
+        assert!(matches!(turn, Turn::Redo(5)));
+        let error = super::turn(body(r#"{"regenerate": true}"#), &[])
+            .err()
+            .unwrap();
+        assert_eq!(error.param.as_deref(), Some("regenerate"));
+    }
+
+    #[test]
+    fn editing_answers_the_chat_up_to_the_edited_question() {
+        let (history, turn) = turn(
+            body(r#"{"edit": {"message_id": 3, "content": "Q2'"}}"#),
+            &chat(),
+        )
+        .unwrap();
+        assert_eq!(texts(&history), ["user: Q1", "assistant: A1", "user: Q2'"]);
+        assert!(matches!(turn, Turn::Edit(Edit { message_id: 3, .. })));
+        for bad in [
+            r#"{"edit": {"message_id": 2, "content": "x"}}"#,
+            r#"{"edit": {"message_id": 99, "content": "x"}}"#,
+        ] {
+            let error = super::turn(body(bad), &chat()).err().unwrap();
+            assert_eq!(error.param.as_deref(), Some("edit.message_id"));
+        }
+    }
+
+    #[test]
+    fn a_request_does_exactly_one_thing_with_some_text() {
+        for bad in [
+            "{}",
+            r#"{"content": "a", "regenerate": true}"#,
+            r#"{"content": "a", "edit": {"message_id": 1, "content": "b"}}"#,
+            r#"{"regenerate": false}"#,
+        ] {
+            let error = turn(body(bad), &chat()).err().unwrap();
+            assert_eq!(error.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        let empty = turn(body(r#"{"content": " \n"}"#), &chat()).err().unwrap();
+        assert_eq!(empty.param.as_deref(), Some("content"));
+        let empty_edit = turn(
+            body(r#"{"edit": {"message_id": 1, "content": ""}}"#),
+            &chat(),
+        )
+        .err()
+        .unwrap();
+        assert_eq!(empty_edit.param.as_deref(), Some("edit.content"));
+    }
+
+    #[test]
+    fn reply_settings_carry_the_seed_and_limits() {
+        let settings = Settings {
+            temperature: 0.8,
+            top_p: 0.9,
+            max_tokens: 24,
+            ..Settings::for_model("m")
+        };
+        let sampling = generation_settings(&settings, 77);
+        assert_eq!(sampling.seed, Some(77));
+        assert_eq!(sampling.max_tokens, Some(24));
+        assert_eq!(
+            (sampling.sampling.temperature, sampling.sampling.top_p),
+            (0.8, 0.9)
+        );
+        let hot = Settings {
+            temperature: -1.0,
+            ..settings
+        };
+        assert!(generation_settings(&hot, 1).validate("settings.").is_err());
+    }
+}

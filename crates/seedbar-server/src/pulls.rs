@@ -1,0 +1,161 @@
+//! Model downloads started from the app: each runs `ModelStore::pull` on its own thread
+//! and reports its progress here, for `GET /app/models/pulls`. Cancelling sets the flag
+//! the download checks between chunks; it then removes what it wrote.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, MutexGuard,
+    },
+    time::Duration,
+};
+
+use seedbar_engine::{
+    store::{ModelStore, Progress},
+    EngineError,
+};
+use serde::Serialize;
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullStatus {
+    Downloading,
+    Done,
+    Error,
+    Cancelled,
+}
+
+/// A download as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pull {
+    pub repo: String,
+    pub status: PullStatus,
+    pub downloaded_bytes: u64,
+    pub total_bytes: u64,
+    pub error: Option<String>,
+}
+
+/// How long cancelling waits for the download to stop and clean up.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// One download: what it shows, its cancel flag, and whether its thread has ended.
+struct Tracked {
+    pull: Mutex<Pull>,
+    cancel: AtomicBool,
+    ended: watch::Sender<bool>,
+}
+
+impl Tracked {
+    fn lock(&self) -> MutexGuard<'_, Pull> {
+        self.pull.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn end(&self, status: PullStatus, error: Option<String>) {
+        let mut pull = self.lock();
+        (pull.status, pull.error) = (status, error);
+        tracing::info!(repo = pull.repo, status = ?pull.status, "pull ended");
+        drop(pull);
+        self.ended.send_replace(true);
+    }
+}
+
+/// Feeds a download's progress into its `Pull`.
+struct Reporter(Arc<Tracked>);
+
+impl Progress for Reporter {
+    fn total(&mut self, bytes: u64) {
+        self.0.lock().total_bytes = bytes;
+    }
+
+    fn advance(&mut self, bytes: u64) {
+        self.0.lock().downloaded_bytes += bytes;
+    }
+}
+
+/// The downloads of this server's lifetime, the latest per repository.
+#[derive(Default)]
+pub struct Pulls {
+    pulls: Mutex<Vec<Arc<Tracked>>>,
+}
+
+impl Pulls {
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<Tracked>>> {
+        self.pulls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find(pulls: &[Arc<Tracked>], repo: &str) -> Option<usize> {
+        pulls
+            .iter()
+            .position(|p| p.lock().repo.eq_ignore_ascii_case(repo))
+    }
+
+    /// Start downloading `repo` into the store at `root`, or return the download of it
+    /// still running.
+    pub fn start(&self, root: PathBuf, repo: &str) -> Pull {
+        let mut pulls = self.lock();
+        let index = Self::find(&pulls, repo);
+        if let Some(running) = index.map(|i| &pulls[i]).filter(|p| !*p.ended.borrow()) {
+            return running.lock().clone();
+        }
+        let tracked = Arc::new(Tracked {
+            pull: Mutex::new(Pull {
+                repo: repo.to_string(),
+                status: PullStatus::Downloading,
+                downloaded_bytes: 0,
+                total_bytes: 0,
+                error: None,
+            }),
+            cancel: AtomicBool::new(false),
+            ended: watch::Sender::new(false),
+        });
+        match index {
+            Some(i) => pulls[i] = tracked.clone(),
+            None => pulls.push(tracked.clone()),
+        }
+        // A plain thread, not the runtime's blocking pool: shutting down must not wait for
+        // a download (the next pull resumes what it wrote).
+        let (worker, repo_id) = (tracked.clone(), repo.to_string());
+        let spawned = std::thread::Builder::new()
+            .name(format!("pull {repo}"))
+            .spawn(move || {
+                let result = ModelStore::at(root).pull(
+                    &repo_id,
+                    &mut Reporter(worker.clone()),
+                    &worker.cancel,
+                );
+                match result {
+                    Ok(_) => worker.end(PullStatus::Done, None),
+                    Err(EngineError::Cancelled) => worker.end(PullStatus::Cancelled, None),
+                    Err(e) => worker.end(PullStatus::Error, Some(e.to_string())),
+                }
+            });
+        if let Err(e) = spawned {
+            tracked.end(
+                PullStatus::Error,
+                Some(format!("cannot start the download: {e}")),
+            );
+        }
+        let pull = tracked.lock().clone();
+        pull
+    }
+
+    pub fn list(&self) -> Vec<Pull> {
+        self.lock().iter().map(|p| p.lock().clone()).collect()
+    }
+
+    /// Stop the download of `repo` and wait (a little) until it has cleaned up; `None`
+    /// when there is no such download.
+    pub async fn cancel(&self, repo: &str) -> Option<Pull> {
+        let tracked = {
+            let pulls = self.lock();
+            pulls[Self::find(&pulls, repo)?].clone()
+        };
+        tracked.cancel.store(true, Ordering::SeqCst);
+        let mut ended = tracked.ended.subscribe();
+        let _ = tokio::time::timeout(CANCEL_WAIT, ended.wait_for(|ended| *ended)).await;
+        let pull = tracked.lock().clone();
+        Some(pull)
+    }
+}

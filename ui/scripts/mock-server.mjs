@@ -1,0 +1,206 @@
+#!/usr/bin/env node
+// A stand-in for `seedbar serve` for UI work without the engine: the /app routes of
+// docs/app-api.md in memory, replies made up from the seed, and dist/ served at /.
+// Usage: node scripts/mock-server.mjs [--port 7338] [--api-key KEY] [--dir dist]
+import { createServer } from 'node:http';
+import { readFile } from 'node:fs/promises';
+import { extname, join, normalize } from 'node:path';
+
+const args = process.argv.slice(2);
+const arg = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i === -1 ? fallback : args[i + 1];
+};
+const port = Number(arg('--port', '7338'));
+const apiKey = arg('--api-key', null);
+const dir = arg('--dir', new URL('../dist', import.meta.url).pathname);
+
+const now = () => new Date().toISOString();
+const defaults = { model: 'SmolLM2-135M-Instruct', system_prompt: '', temperature: 0.7, top_p: 1, max_tokens: 512, seed: null };
+let nextId = 1;
+const conversations = new Map();
+const messages = new Map(); // conversation id -> Message[]
+const models = [
+  { name: 'SmolLM2-135M-Instruct', format: 'gguf', bytes: 105_000_000, quantization: 'Q4_1', loaded: true },
+  { name: 'Qwen2.5-0.5B-Instruct-4bit', format: 'safetensors', bytes: 278_000_000, quantization: '4bit', loaded: false },
+];
+const pulls = new Map();
+let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false };
+
+const words = ['The', 'capital', 'of', 'France', 'is', 'Paris.', 'It', 'sits', 'on', 'the', 'Seine,', 'and', 'is', 'known', 'for', 'art,', 'food', 'and', 'the', 'Eiffel', 'Tower.'];
+function replyFor(seed, history) {
+  const last = history.filter((m) => m.role === 'user').at(-1)?.content ?? '';
+  let x = seed % 2147483647 || 1;
+  const rand = () => (x = (x * 48271) % 2147483647) / 2147483647;
+  if (/code/i.test(last)) return 'Here is some code:\n\n```python\ndef greet(name):\n    return f"Hello, {name}!"  # a greeting\n```\n\nRun it with `python`.';
+  const out = [];
+  for (let i = 0; i < 14; i++) out.push(words[Math.floor(rand() * words.length)]);
+  return `**Seed ${seed}**: ${out.join(' ')}`;
+}
+
+function send(res, status, body, headers = {}) {
+  res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+  res.end(body === undefined ? '' : JSON.stringify(body));
+}
+const fail = (res, status, message) => send(res, status, { error: { message, type: 'invalid_request_error', param: null, code: null } });
+
+async function body(req) {
+  let text = '';
+  for await (const chunk of req) text += chunk;
+  return text ? JSON.parse(text) : {};
+}
+
+function detail(id) {
+  return { ...conversations.get(id), messages: messages.get(id) };
+}
+
+async function streamReply(req, res, id, input) {
+  const conv = conversations.get(id);
+  const list = messages.get(id);
+  res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+  const event = (e) => res.write(`data: ${JSON.stringify(e)}\n\n`);
+  if (input.content !== undefined || input.edit) {
+    let user;
+    if (input.edit) {
+      const at = list.findIndex((m) => m.id === input.edit.message_id);
+      if (at === -1) { event({ type: 'error', message: 'no such message' }); return res.end(); }
+      list.splice(at + 1);
+      user = list[at];
+      user.content = input.edit.content;
+    } else {
+      user = { id: nextId++, conversation_id: id, role: 'user', content: input.content, seed: null, sampling: null, status: 'complete', created_at: now() };
+      list.push(user);
+    }
+    event({ type: 'user', message: user });
+  } else if (input.regenerate) {
+    while (list.length && list.at(-1).role === 'assistant') list.pop();
+  }
+  const seed = conv.settings.seed ?? Math.floor(Math.random() * 2 ** 32);
+  const reply = { id: nextId++, conversation_id: id, role: 'assistant', content: '', seed, sampling: { ...conv.settings, seed: undefined }, status: 'complete', created_at: now() };
+  list.push(reply);
+  conv.updated_at = now();
+  event({ type: 'start', message_id: reply.id, seed });
+  const text = replyFor(seed, list);
+  const pieces = text.match(/\S+\s*|\s+/g) ?? [];
+  let closed = false;
+  req.on('close', () => { closed = true; });
+  res.on('close', () => { closed = true; });
+  for (const piece of pieces.slice(0, conv.settings.max_tokens)) {
+    await new Promise((r) => setTimeout(r, 60));
+    if (closed) { reply.status = 'stopped'; return; }
+    reply.content += piece;
+    event({ type: 'delta', text: piece });
+  }
+  event({ type: 'done', message: reply });
+  res.end();
+}
+
+const server = createServer(async (req, res) => {
+  const url = new URL(req.url, 'http://x');
+  const path = url.pathname;
+  try {
+    if (!path.startsWith('/app/')) {
+      const file = normalize(join(dir, path === '/' ? 'index.html' : path));
+      if (!file.startsWith(normalize(dir))) return fail(res, 403, 'no');
+      try {
+        const data = await readFile(file);
+        const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.svg': 'image/svg+xml' };
+        res.writeHead(200, { 'Content-Type': types[extname(file)] ?? 'application/octet-stream' });
+        return res.end(data);
+      } catch {
+        return fail(res, 404, `not found: ${path}`);
+      }
+    }
+    if (apiKey && req.headers.authorization !== `Bearer ${apiKey}`) {
+      return send(res, 401, { error: { message: req.headers.authorization ? 'the API key is not valid' : 'this server needs an API key: send `Authorization: Bearer <key>`', code: 'invalid_api_key' } });
+    }
+    const m = req.method;
+    let match;
+    if (path === '/app/conversations' && m === 'GET') {
+      const q = (url.searchParams.get('q') ?? '').toLowerCase();
+      const list = [...conversations.values()]
+        .filter((c) => !q || c.title.toLowerCase().includes(q) || messages.get(c.id).some((x) => x.content.toLowerCase().includes(q)))
+        .sort((a, b) => b.updated_at.localeCompare(a.updated_at) || b.id - a.id);
+      return send(res, 200, list);
+    }
+    if (path === '/app/conversations' && m === 'POST') {
+      const b = await body(req);
+      const c = { id: nextId++, title: b.title ?? 'New chat', created_at: now(), updated_at: now(), settings: { ...defaults, ...b.settings } };
+      conversations.set(c.id, c);
+      messages.set(c.id, []);
+      return send(res, 200, c);
+    }
+    if ((match = /^\/app\/conversations\/(\d+)$/.exec(path))) {
+      const id = Number(match[1]);
+      const c = conversations.get(id);
+      if (!c) return fail(res, 404, `no conversation ${id}`);
+      if (m === 'GET') return send(res, 200, detail(id));
+      if (m === 'PATCH') {
+        const b = await body(req);
+        if (b.settings?.seed !== undefined && b.settings.seed !== null && !(Number.isSafeInteger(b.settings.seed) && b.settings.seed >= 0)) return fail(res, 400, 'seed must be an integer in 0..2^53-1');
+        if (b.title !== undefined) c.title = b.title;
+        if (b.settings) c.settings = { ...c.settings, ...b.settings };
+        c.updated_at = now();
+        return send(res, 200, c);
+      }
+      if (m === 'DELETE') {
+        conversations.delete(id);
+        messages.delete(id);
+        return send(res, 204);
+      }
+    }
+    if ((match = /^\/app\/conversations\/(\d+)\/reply$/.exec(path)) && m === 'POST') {
+      const id = Number(match[1]);
+      if (!conversations.has(id)) return fail(res, 404, `no conversation ${id}`);
+      return streamReply(req, res, id, await body(req));
+    }
+    if (path === '/app/models' && m === 'GET') return send(res, 200, models);
+    if ((match = /^\/app\/models\/([^/]+)$/.exec(path)) && m === 'DELETE') {
+      const name = decodeURIComponent(match[1]);
+      const at = models.findIndex((x) => x.name === name);
+      if (at === -1) return fail(res, 404, `no model ${name}`);
+      models.splice(at, 1);
+      return send(res, 204);
+    }
+    if (path === '/app/models/pull' && m === 'POST') {
+      const { repo } = await body(req);
+      const pull = { repo, status: 'downloading', downloaded_bytes: 0, total_bytes: 250_000_000, error: null };
+      pulls.set(repo, pull);
+      if (repo.includes('offline')) {
+        setTimeout(() => Object.assign(pull, { status: 'error', error: 'error sending request for url (https://huggingface.co/api/models/x): dns error: failed to lookup address information' }), 700);
+      } else {
+        const timer = setInterval(() => {
+          if (pull.status !== 'downloading') return clearInterval(timer);
+          pull.downloaded_bytes = Math.min(pull.total_bytes, pull.downloaded_bytes + 25_000_000);
+          if (pull.downloaded_bytes >= pull.total_bytes) {
+            pull.status = 'done';
+            models.push({ name: repo.split('/')[1], format: 'safetensors', bytes: pull.total_bytes, quantization: null, loaded: false });
+          }
+        }, 400);
+      }
+      return send(res, 202, pull);
+    }
+    if (path === '/app/models/pulls' && m === 'GET') return send(res, 200, [...pulls.values()]);
+    if ((match = /^\/app\/models\/pulls\/([^/]+)\/([^/]+)$/.exec(path)) && m === 'DELETE') {
+      const pull = pulls.get(`${decodeURIComponent(match[1])}/${decodeURIComponent(match[2])}`);
+      if (!pull) return fail(res, 404, 'no such pull');
+      if (pull.status === 'downloading') pull.status = 'cancelled';
+      return send(res, 200, pull);
+    }
+    if (path === '/app/settings' && m === 'GET') return send(res, 200, appSettings);
+    if (path === '/app/settings' && m === 'PUT') {
+      appSettings = await body(req);
+      return send(res, 200, appSettings);
+    }
+    if (path === '/app/status' && m === 'GET') {
+      return send(res, 200, { state: 'serving', model: 'SmolLM2-135M-Instruct', endpoint: `http://127.0.0.1:${server.address().port}/v1`, message: null });
+    }
+    return fail(res, 404, `no route ${m} ${path}`);
+  } catch (error) {
+    return fail(res, 500, String(error));
+  }
+});
+
+server.listen(port, '127.0.0.1', () => {
+  console.log(`Seedbar serving SmolLM2-135M-Instruct at http://127.0.0.1:${server.address().port}/v1 (mock)`);
+});

@@ -1,0 +1,383 @@
+// What the UI does: every request goes through here, and every failure ends as a message
+// on screen (a toast, or inline where the caller shows it).
+
+import { ApiError, Client, apiBase, isAbort, saveApiKey, storedApiKey } from './api';
+import {
+  applyReplyEvent, beginReply, endReply, removeConversation, titleFrom, touchConversation, upsertConversation,
+  type ReplyKind,
+} from './convList';
+import { drafts } from './drafts';
+import { getState, setState, toast, updateMessages, type Route } from './store';
+import type { Conversation, ReplyRequest, Settings } from './types';
+
+let sessionKey: string | null = null;
+
+export const client = new Client({
+  base: apiBase(),
+  apiKey: () => sessionKey ?? storedApiKey(),
+  onUnauthorized: (error) => setState({ needKey: { message: error.message } }),
+});
+
+export function errorText(error: unknown): string {
+  if (error instanceof ApiError) return error.message;
+  if (error instanceof Error) return error.message || String(error);
+  return String(error);
+}
+
+/** Shows a failure (401s show the key prompt instead). */
+export function report(error: unknown) {
+  if (isAbort(error)) return;
+  if (error instanceof ApiError && error.unauthorized) return;
+  console.error(error);
+  toast(errorText(error));
+}
+
+// Routes: #/c/12, #/models, #/settings.
+
+export function parseRoute(hash: string): Route {
+  const path = hash.replace(/^#\/?/, '');
+  if (path === 'models') return { view: 'models' };
+  if (path === 'settings') return { view: 'settings' };
+  const match = /^c\/(\d+)$/.exec(path);
+  return { view: 'chat', id: match ? Number(match[1]) : null };
+}
+
+export function routeHash(route: Route): string {
+  if (route.view === 'chat') return route.id === null ? '#/' : `#/c/${route.id}`;
+  return `#/${route.view}`;
+}
+
+/** Goes to a route; `replace` keeps it out of the back history. */
+export function navigate(route: Route, replace = false) {
+  const hash = routeHash(route);
+  if (location.hash === hash) applyRoute(route);
+  else if (replace) location.replace(hash); // hashchange calls applyRoute
+  else location.hash = hash;
+}
+
+/** The app shell opens `#/new` for "New Chat" (from the menu bar). */
+function onHash() {
+  if (/^#\/?new$/.test(location.hash)) void newConversation(true);
+  else applyRoute(parseRoute(location.hash));
+}
+
+export function applyRoute(route: Route) {
+  setState({ route });
+  if (route.view === 'chat' && route.id !== null) void loadConversation(route.id);
+  if (route.view === 'models') void loadModels();
+}
+
+export async function init() {
+  window.addEventListener('hashchange', onHash);
+  onHash();
+  await Promise.all([loadConversations(), loadStatus(), loadModels()]);
+}
+
+// Conversations
+
+let listRequest = 0;
+export async function loadConversations(query = getState().query) {
+  const mine = ++listRequest;
+  try {
+    const list = await client.listConversations(query);
+    if (mine !== listRequest) return; // a later search answered first
+    setState({ conversations: list, conversationsLoaded: true, conversationsError: null });
+  } catch (error) {
+    if (mine === listRequest) setState({ conversationsLoaded: true, conversationsError: errorText(error) });
+    report(error);
+  }
+}
+
+export function setQuery(query: string) {
+  setState({ query });
+}
+
+function storeConversation(conversation: Conversation, addToList = true) {
+  setState((s) => {
+    const inList = s.conversations.some((c) => c.id === conversation.id);
+    const detail = s.details[conversation.id];
+    return {
+      conversations: inList || addToList ? upsertConversation(s.conversations, conversation) : s.conversations,
+      details: detail ? { ...s.details, [conversation.id]: { ...detail, conversation } } : s.details,
+    };
+  });
+}
+
+export async function loadConversation(id: number) {
+  if (getState().streams[id]) return; // the stream is the fresher source
+  setState((s) => ({ loadingDetail: { ...s.loadingDetail, [id]: true } }));
+  try {
+    const { messages, ...conversation } = await client.getConversation(id);
+    setState((s) => {
+      if (s.streams[id]) return {};
+      return {
+        details: { ...s.details, [id]: { conversation, messages } },
+        conversations: s.conversations.map((c) => (c.id === id ? conversation : c)),
+      };
+    });
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) {
+      const { route } = getState();
+      const open = route.view === 'chat' && route.id === id;
+      setState((s) => ({ conversations: removeConversation(s.conversations, id) }));
+      if (open) {
+        toast('That conversation no longer exists.');
+        navigate({ view: 'chat', id: null }, true);
+      }
+    } else report(error);
+  } finally {
+    setState((s) => ({ loadingDetail: { ...s.loadingDetail, [id]: false } }));
+  }
+}
+
+/** Settings for a new chat: the current chat's model and sampling (not its seed or prompt). */
+function newChatSettings(): Partial<Settings> | undefined {
+  const s = getState();
+  const current = s.route.view === 'chat' && s.route.id !== null ? s.details[s.route.id]?.conversation : undefined;
+  if (current) {
+    const { model, temperature, top_p, max_tokens } = current.settings;
+    return { model, temperature, top_p, max_tokens };
+  }
+  return undefined;
+}
+
+export async function newConversation(replaceRoute = false): Promise<Conversation | null> {
+  try {
+    const settings = newChatSettings();
+    const conversation = await client.createConversation(settings ? { settings } : {});
+    setState((s) => ({
+      conversations: upsertConversation(s.conversations, conversation),
+      details: { ...s.details, [conversation.id]: { conversation, messages: [] } },
+      query: '',
+    }));
+    if (getState().query) void loadConversations('');
+    navigate({ view: 'chat', id: conversation.id }, replaceRoute);
+    return conversation;
+  } catch (error) {
+    report(error);
+    if (replaceRoute) navigate({ view: 'chat', id: null }, true);
+    return null;
+  }
+}
+
+export async function renameConversation(id: number, title: string): Promise<boolean> {
+  const clean = title.trim();
+  if (!clean) {
+    toast('A title cannot be empty.');
+    return false;
+  }
+  try {
+    storeConversation(await client.updateConversation(id, { title: clean }, 'Renaming failed'));
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
+  }
+}
+
+export async function deleteConversation(id: number): Promise<boolean> {
+  getState().streams[id]?.abort();
+  try {
+    await client.deleteConversation(id);
+  } catch (error) {
+    report(error);
+    return false;
+  }
+  const { route, conversations } = getState();
+  const index = conversations.findIndex((c) => c.id === id);
+  setState((s) => {
+    const details = { ...s.details };
+    delete details[id];
+    return { conversations: removeConversation(s.conversations, id), details };
+  });
+  if (route.view === 'chat' && route.id === id) {
+    const rest = getState().conversations;
+    const next = rest[Math.min(Math.max(index, 0), rest.length - 1)];
+    navigate({ view: 'chat', id: next ? next.id : null });
+  }
+  return true;
+}
+
+/** Saves some of a conversation's settings; returns whether it worked. */
+export async function updateSettings(id: number, settings: Partial<Settings>, what = 'Saving the settings failed'): Promise<boolean> {
+  try {
+    storeConversation(await client.updateConversation(id, { settings }, what), false);
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
+  }
+}
+
+// Replies
+
+function requestBody(request: ReplyKind): ReplyRequest {
+  switch (request.kind) {
+    case 'send':
+      return { content: request.content };
+    case 'regenerate':
+      return { regenerate: true };
+    case 'edit':
+      return { edit: { message_id: request.messageId, content: request.content } };
+  }
+}
+
+/** Sends, regenerates or edits-and-resends; the reply streams into the conversation. */
+export async function reply(id: number, request: ReplyKind): Promise<void> {
+  const s = getState();
+  if (s.streams[id] || !s.details[id]) return;
+  const controller = new AbortController();
+  const untitled = s.details[id].conversation.title === 'New chat' && request.kind === 'send';
+  setState((st) => ({
+    streams: { ...st.streams, [id]: controller },
+    conversations: touchConversation(st.conversations, id),
+  }));
+  const before = getState().details[id].messages;
+  updateMessages(id, (messages) => beginReply(messages, id, request));
+  let events = 0;
+  let refused: unknown = null;
+  let stopped = false;
+  try {
+    await client.reply(id, requestBody(request), (event) => {
+      events++;
+      updateMessages(id, (messages) => applyReplyEvent(messages, id, event));
+      if (event.type === 'user' && untitled && request.kind === 'send') {
+        void renameConversation(id, titleFrom(request.content));
+      }
+    }, controller.signal);
+  } catch (error) {
+    if (isAbort(error)) {
+      stopped = true;
+      updateMessages(id, (messages) => endReply(messages, id, { stopped: true }));
+    } else if (events === 0 && error instanceof ApiError && error.status >= 400) {
+      // Refused before anything was stored: show why, and put things back as they were.
+      refused = error;
+      updateMessages(id, () => before);
+    } else {
+      updateMessages(id, (messages) => endReply(messages, id, { error: errorText(error) }));
+    }
+  } finally {
+    setState((st) => {
+      const streams = { ...st.streams };
+      delete streams[id];
+      return { streams, finished: { ...st.finished, [id]: (st.finished[id] ?? 0) + 1 } };
+    });
+  }
+  if (refused) {
+    report(refused);
+    if (request.kind === 'send' && !drafts.get(id)) {
+      drafts.set(id, request.content);
+      setState({ restoredDraft: { id, at: Date.now() } });
+    }
+  } else if (stopped && events === 0) {
+    // Stopped before the server said anything: ask it what it kept.
+    setTimeout(() => {
+      if (getState().details[id]) void loadConversation(id);
+    }, 400);
+  }
+  void loadConversations();
+}
+
+export function stop(id: number) {
+  getState().streams[id]?.abort();
+}
+
+// Models
+
+export async function loadModels() {
+  try {
+    setState({ models: await client.listModels() });
+  } catch (error) {
+    report(error);
+    if (getState().models === null) setState({ models: [] });
+  }
+}
+
+export async function deleteModel(name: string): Promise<boolean> {
+  try {
+    await client.deleteModel(name);
+    setState((s) => ({ models: (s.models ?? []).filter((m) => m.name !== name) }));
+    toast(`Deleted ${name}.`, 'info');
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
+  }
+}
+
+export async function loadPulls() {
+  const before = getState().pulls;
+  const pulls = await client.listPulls();
+  setState({ pulls });
+  const finished = pulls.some((p) => p.status === 'done' && before.find((b) => b.repo === p.repo)?.status !== 'done');
+  if (finished) void loadModels();
+  return pulls;
+}
+
+export async function pullModel(repo: string): Promise<boolean> {
+  try {
+    const pull = await client.pullModel(repo);
+    setState((s) => ({ pulls: [pull, ...s.pulls.filter((p) => p.repo !== pull.repo)] }));
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
+  }
+}
+
+export async function cancelPull(repo: string) {
+  try {
+    const pull = await client.cancelPull(repo);
+    setState((s) => ({ pulls: s.pulls.map((p) => (p.repo === pull.repo ? pull : p)) }));
+  } catch (error) {
+    report(error);
+  }
+}
+
+// Status and key
+
+let statusTimer: ReturnType<typeof setTimeout> | undefined;
+export async function loadStatus() {
+  clearTimeout(statusTimer);
+  try {
+    const status = await client.status();
+    setState({ status });
+    if (status.state === 'loading') statusTimer = setTimeout(loadStatus, 1000);
+  } catch (error) {
+    report(error);
+  }
+}
+
+export async function submitApiKey(key: string) {
+  sessionKey = key.trim() || null;
+  saveApiKey(key.trim());
+  setState({ needKey: null });
+  const { route } = getState();
+  await Promise.all([loadConversations(), loadStatus(), loadModels()]);
+  if (route.view === 'chat' && route.id !== null) await loadConversation(route.id);
+}
+
+/** Copies text to the clipboard, with a fallback for webviews without the async API. */
+export async function copyText(text: string, label = 'Copied'): Promise<boolean> {
+  try {
+    if (navigator.clipboard?.writeText) {
+      await navigator.clipboard.writeText(text);
+    } else {
+      const area = document.createElement('textarea');
+      area.value = text;
+      area.setAttribute('readonly', '');
+      area.style.position = 'fixed';
+      area.style.opacity = '0';
+      document.body.appendChild(area);
+      area.select();
+      const ok = document.execCommand('copy');
+      area.remove();
+      if (!ok) throw new Error('the clipboard is not available');
+    }
+    toast(label, 'info', 1500);
+    return true;
+  } catch (error) {
+    toast(`Copying failed: ${errorText(error)}`);
+    return false;
+  }
+}

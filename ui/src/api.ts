@@ -1,0 +1,261 @@
+// The /app API client: base URL and key from the Tauri shell (window.__SEEDBAR__) or the
+// page's own origin, errors turned into readable messages, and the reply stream.
+
+import { DONE, SseParser, decodeData } from './sse';
+import type {
+  AppSettings, AppStatus, Conversation, ConversationDetail, ModelInfo, Pull, ReplyEvent, ReplyRequest, Settings,
+} from './types';
+
+declare global {
+  interface Window {
+    __SEEDBAR__?: { api?: string; apiKey?: string };
+  }
+}
+
+export const KEY_STORAGE = 'seedbar.apiKey';
+
+/** A failed request, with the message to show. */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: string | null;
+  constructor(message: string, status: number, code: string | null = null) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.code = code;
+  }
+  get unauthorized() {
+    return this.status === 401;
+  }
+}
+
+export type ClientOptions = {
+  base: string;
+  /** The key sent as `Authorization: Bearer`, read on every request. */
+  apiKey: () => string | null | undefined;
+  /** Told when a request is refused for want of a (valid) key. */
+  onUnauthorized?: (error: ApiError) => void;
+  fetch?: typeof fetch;
+};
+
+/** Reads `{"error": {"message"}}` (or `{"error": "..."}`, or text) from a failed response. */
+export async function errorFromResponse(response: Response, what: string): Promise<ApiError> {
+  let message = '';
+  let code: string | null = null;
+  let text = '';
+  try {
+    text = await response.text();
+  } catch {
+    /* body unreadable */
+  }
+  if (text) {
+    try {
+      const body = JSON.parse(text);
+      const error = body?.error;
+      if (typeof error === 'string') message = error;
+      else if (error && typeof error.message === 'string') {
+        message = error.message;
+        if (typeof error.code === 'string') code = error.code;
+      } else if (typeof body?.message === 'string') message = body.message;
+    } catch {
+      message = text.length > 300 ? `${text.slice(0, 300)}…` : text;
+    }
+  }
+  if (!message) message = `${response.status} ${response.statusText || 'error'}`.trim();
+  return new ApiError(`${what}: ${message}`, response.status, code);
+}
+
+/** A fetch that failed before any answer (server down, network refused). */
+export function networkError(error: unknown, what: string, base: string): ApiError {
+  const detail = error instanceof Error && error.message ? ` (${error.message})` : '';
+  return new ApiError(`${what}: cannot reach the Seedbar server at ${base}${detail}. Is it running?`, 0);
+}
+
+export function isAbort(error: unknown): boolean {
+  return error instanceof DOMException ? error.name === 'AbortError' : (error as { name?: string })?.name === 'AbortError';
+}
+
+export class Client {
+  readonly base: string;
+  private options: ClientOptions;
+
+  constructor(options: ClientOptions) {
+    this.options = options;
+    this.base = options.base.replace(/\/+$/, '');
+  }
+
+  private headers(json: boolean): Record<string, string> {
+    const headers: Record<string, string> = { Accept: 'application/json' };
+    if (json) headers['Content-Type'] = 'application/json';
+    const key = this.options.apiKey();
+    if (key) headers.Authorization = `Bearer ${key}`;
+    return headers;
+  }
+
+  /** Sends a request; resolves with the parsed JSON (undefined for 204), or throws ApiError. */
+  async request<T>(method: string, path: string, what: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const response = await this.send(method, path, what, body, signal);
+    if (response.status === 204) return undefined as T;
+    const text = await response.text();
+    if (!text) return undefined as T;
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      throw new ApiError(`${what}: the server answered something that is not JSON`, response.status);
+    }
+  }
+
+  private async send(method: string, path: string, what: string, body?: unknown, signal?: AbortSignal): Promise<Response> {
+    const doFetch = this.options.fetch ?? globalThis.fetch.bind(globalThis);
+    let response: Response;
+    try {
+      response = await doFetch(this.base + path, {
+        method,
+        headers: this.headers(body !== undefined),
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal,
+      });
+    } catch (error) {
+      if (isAbort(error)) throw error;
+      throw networkError(error, what, this.base);
+    }
+    if (!response.ok) {
+      const error = await errorFromResponse(response, what);
+      if (error.unauthorized) this.options.onUnauthorized?.(error);
+      throw error;
+    }
+    return response;
+  }
+
+  // Conversations
+
+  listConversations(q = '') {
+    const query = q.trim() ? `?q=${encodeURIComponent(q.trim())}` : '';
+    return this.request<Conversation[]>('GET', `/app/conversations${query}`, 'Loading conversations failed');
+  }
+  createConversation(body: { title?: string; settings?: Partial<Settings> } = {}) {
+    return this.request<Conversation>('POST', '/app/conversations', 'Creating a conversation failed', body);
+  }
+  getConversation(id: number) {
+    return this.request<ConversationDetail>('GET', `/app/conversations/${id}`, 'Loading the conversation failed');
+  }
+  updateConversation(id: number, body: { title?: string; settings?: Partial<Settings> }, what = 'Saving the conversation failed') {
+    return this.request<Conversation>('PATCH', `/app/conversations/${id}`, what, body);
+  }
+  deleteConversation(id: number) {
+    return this.request<void>('DELETE', `/app/conversations/${id}`, 'Deleting the conversation failed');
+  }
+
+  /**
+   * Streams a reply: calls onEvent for each event until the stream ends. Throws ApiError
+   * when refused or cut off, and the AbortError when `signal` aborts (the server then
+   * stores what was written as "stopped").
+   */
+  async reply(id: number, body: ReplyRequest, onEvent: (event: ReplyEvent) => void, signal?: AbortSignal): Promise<void> {
+    const what = 'The reply failed';
+    const response = await this.send('POST', `/app/conversations/${id}/reply`, what, body, signal);
+    if (!response.body) throw new ApiError(`${what}: the server sent no stream`, response.status);
+    await readReplyStream(response.body, onEvent, what);
+  }
+
+  // Models
+
+  listModels() {
+    return this.request<ModelInfo[]>('GET', '/app/models', 'Loading models failed');
+  }
+  deleteModel(name: string) {
+    return this.request<void>('DELETE', `/app/models/${encodeURIComponent(name)}`, `Deleting ${name} failed`);
+  }
+  pullModel(repo: string) {
+    return this.request<Pull>('POST', '/app/models/pull', `Downloading ${repo} failed`, { repo });
+  }
+  listPulls() {
+    return this.request<Pull[]>('GET', '/app/models/pulls', 'Loading downloads failed');
+  }
+  cancelPull(repo: string) {
+    const path = repo.split('/').map(encodeURIComponent).join('/');
+    return this.request<Pull>('DELETE', `/app/models/pulls/${path}`, `Cancelling ${repo} failed`);
+  }
+
+  // App
+
+  getSettings() {
+    return this.request<AppSettings>('GET', '/app/settings', 'Loading settings failed');
+  }
+  putSettings(settings: AppSettings) {
+    return this.request<AppSettings>('PUT', '/app/settings', 'Saving settings failed', settings);
+  }
+  status() {
+    return this.request<AppStatus>('GET', '/app/status', 'Loading the server status failed');
+  }
+}
+
+/** Reads a reply stream to its end, calling onEvent per event. */
+export async function readReplyStream(
+  body: ReadableStream<Uint8Array>,
+  onEvent: (event: ReplyEvent) => void,
+  what = 'The reply failed',
+): Promise<void> {
+  const parser = new SseParser();
+  const reader = body.getReader();
+  let finished = false;
+  const handle = (data: string) => {
+    if (finished) return;
+    let event: ReplyEvent | typeof DONE;
+    try {
+      event = decodeData<ReplyEvent>(data);
+    } catch {
+      throw new ApiError(`${what}: the server sent an event that is not JSON: ${data.slice(0, 120)}`, 200);
+    }
+    if (event === DONE) {
+      finished = true;
+      return;
+    }
+    onEvent(event);
+    if (event.type === 'done' || event.type === 'error') finished = true;
+  };
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      for (const e of parser.push(value)) handle(e.data);
+      if (finished) break;
+    }
+    if (!finished) for (const e of parser.end()) handle(e.data);
+  } catch (error) {
+    if (isAbort(error) || error instanceof ApiError) throw error;
+    throw new ApiError(`${what}: the connection to the server was lost (${(error as Error)?.message ?? error})`, 0);
+  } finally {
+    if (finished) reader.cancel().catch(() => {});
+    else reader.releaseLock?.();
+  }
+  if (!finished) throw new ApiError(`${what}: the stream ended before the reply was finished`, 0);
+}
+
+/** The API base: the shell's, else this page's origin. */
+export function apiBase(): string {
+  return window.__SEEDBAR__?.api ?? location.origin;
+}
+
+/**
+ * The key: the app shell's (it knows the server's current key), else one the person typed
+ * into the 401 prompt in this browser before.
+ */
+export function storedApiKey(): string | null {
+  const injected = window.__SEEDBAR__?.apiKey;
+  if (injected) return injected;
+  try {
+    return localStorage.getItem(KEY_STORAGE);
+  } catch {
+    return null; // storage blocked
+  }
+}
+
+export function saveApiKey(key: string) {
+  try {
+    if (key) localStorage.setItem(KEY_STORAGE, key);
+    else localStorage.removeItem(KEY_STORAGE);
+  } catch {
+    /* storage blocked: the key lasts for this page */
+  }
+}

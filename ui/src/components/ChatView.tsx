@@ -1,0 +1,185 @@
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
+import { newConversation, reply, stop } from '../actions';
+import { drafts } from '../drafts';
+import { useAppState } from '../store';
+import { MessageItem } from './MessageItem';
+import { SeedPin } from './SeedPin';
+import { SettingsPanel } from './SettingsPanel';
+import { IconSend, IconSliders, IconStop } from './icons';
+
+
+export function ChatView({ id }: { id: number | null }) {
+  const s = useAppState();
+  const [showSettings, setShowSettings] = useState(() => localStorage.getItem('seedbar.settingsOpen') === '1');
+  const toggleSettings = () => {
+    setShowSettings((v) => {
+      try { localStorage.setItem('seedbar.settingsOpen', v ? '0' : '1'); } catch { /* ignore */ }
+      return !v;
+    });
+  };
+
+  if (id === null) {
+    return (
+      <section class="chat" data-testid="chat-view">
+        <div class="chat-main">
+          <div class="welcome">
+            <div class="empty-card" data-testid="no-conversation">
+              <h1>Seedbar</h1>
+              <p>Chat with models on this computer. Pin a seed, and the same question gets the same answer.</p>
+              <button type="button" class="button" data-testid="start-chat" onClick={() => void newConversation()}>New chat</button>
+            </div>
+          </div>
+          <Composer id={null} streaming={false} />
+        </div>
+      </section>
+    );
+  }
+
+  const detail = s.details[id];
+  const loading = s.loadingDetail[id];
+  if (!detail) {
+    return (
+      <section class="chat empty-state" data-testid="chat-view" aria-busy={loading ? 'true' : undefined}>
+        <p class="muted">{loading ? 'Loading…' : 'This conversation could not be loaded.'}</p>
+      </section>
+    );
+  }
+
+  const { conversation, messages } = detail;
+  const streaming = !!s.streams[id];
+  let lastReplyIndex = -1;
+  for (let i = messages.length - 1; i >= 0; i--) {
+    if (messages[i].role === 'assistant') { lastReplyIndex = i; break; }
+    if (messages[i].role === 'user') break;
+  }
+  let lastSeed: number | null = null;
+  for (let i = messages.length - 1; i >= 0; i--) if (messages[i].seed !== null) { lastSeed = messages[i].seed; break; }
+
+  return (
+    <section class="chat" data-testid="chat-view" data-conversation={id} data-streaming={streaming ? 'true' : 'false'}
+      data-replies={s.finished[id] ?? 0}>
+      <div class="chat-main">
+        <header class="chat-head">
+          <div class="chat-title-block">
+            <h1 class="chat-title" data-testid="chat-title">{conversation.title}</h1>
+            <span class="chat-model" data-testid="chat-model">{conversation.settings.model}</span>
+          </div>
+          <SeedPin conversation={conversation} lastSeed={lastSeed} />
+          <button type="button" class={`icon-button${showSettings ? ' active' : ''}`} data-testid="toggle-settings"
+            aria-label="Chat settings" aria-expanded={showSettings} title="Chat settings" onClick={toggleSettings}>
+            <IconSliders size={18} />
+          </button>
+        </header>
+        <MessageList id={id} streaming={streaming}>
+          {messages.length === 0 ? (
+            <div class="chat-empty" data-testid="empty-chat">
+              <p>Ask anything.</p>
+              <p class="muted small">{conversation.settings.seed === null
+                ? 'Each reply draws a random seed, shown under it; pin it to repeat the reply.'
+                : `Seed ${conversation.settings.seed} is pinned: the same question gives the same reply.`}</p>
+            </div>
+          ) : (
+            messages.map((m, i) => (
+              <MessageItem key={m.id} message={m} pinnedSeed={conversation.settings.seed} isLastReply={i === lastReplyIndex} busy={streaming} />
+            ))
+          )}
+        </MessageList>
+        <Composer id={id} streaming={streaming} />
+      </div>
+      {showSettings && <SettingsPanel conversation={conversation} onClose={toggleSettings} />}
+    </section>
+  );
+}
+
+function MessageList({ id, streaming, children }: { id: number; streaming: boolean; children: preact.ComponentChildren }) {
+  const ref = useRef<HTMLDivElement>(null);
+  const stick = useRef(true);
+  // Open a conversation at its end.
+  useLayoutEffect(() => {
+    stick.current = true;
+    const el = ref.current;
+    if (el) el.scrollTop = el.scrollHeight;
+  }, [id]);
+  // Follow the stream while the reader is at the bottom.
+  useLayoutEffect(() => {
+    const el = ref.current;
+    if (el && stick.current) el.scrollTop = el.scrollHeight;
+  });
+  return (
+    <div class="messages" ref={ref} data-testid="messages" aria-live={streaming ? 'off' : 'polite'}
+      onScroll={(e) => {
+        const el = e.currentTarget;
+        stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
+      }}>
+      <div class="messages-inner">{children}</div>
+    </div>
+  );
+}
+
+function Composer({ id: convId, streaming }: { id: number | null; streaming: boolean }) {
+  const id = convId ?? -1; // the welcome screen's composer starts a conversation
+  const [text, setText] = useState(drafts.get(id) ?? '');
+  const ref = useRef<HTMLTextAreaElement>(null);
+
+  useEffect(() => {
+    setText(drafts.get(id) ?? '');
+    ref.current?.focus();
+  }, [id]);
+  // A send the server refused gives its text back.
+  const restored = useAppState().restoredDraft;
+  useEffect(() => {
+    if (restored && restored.id === id) setText(drafts.get(id) ?? '');
+  }, [restored]);
+
+  useLayoutEffect(() => {
+    const el = ref.current;
+    if (!el) return;
+    el.style.height = 'auto';
+    el.style.height = `${Math.min(el.scrollHeight, 220)}px`;
+  }, [text]);
+
+  const update = (value: string) => {
+    setText(value);
+    if (value) drafts.set(id, value);
+    else drafts.delete(id);
+  };
+
+  const send = () => {
+    const content = text.trim();
+    if (!content || streaming) return;
+    update('');
+    if (convId !== null) {
+      void reply(convId, { kind: 'send', content });
+    } else {
+      void newConversation().then((c) => {
+        if (c) void reply(c.id, { kind: 'send', content });
+        else update(content);
+      });
+    }
+  };
+
+  return (
+    <form class="composer" onSubmit={(e) => { e.preventDefault(); send(); }}>
+      <textarea ref={ref} data-testid="composer-input" rows={1} value={text} aria-label="Message"
+        placeholder={streaming ? 'Replying…' : 'Message'} title="Enter sends, Shift+Enter starts a new line"
+        aria-description="Enter sends, Shift+Enter starts a new line"
+        onInput={(e) => update(e.currentTarget.value)}
+        onKeyDown={(e) => {
+          if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+            e.preventDefault();
+            send();
+          }
+          if (e.key === 'Escape' && streaming && convId !== null) { e.preventDefault(); stop(convId); }
+        }} />
+      {streaming ? (
+        <button type="button" class="send-button stop" data-testid="stop" aria-label="Stop replying" title="Stop (Esc)" onClick={() => convId !== null && stop(convId)}>
+          <IconStop size={16} />
+        </button>
+      ) : (
+        <button type="submit" class="send-button" data-testid="send" aria-label="Send" title="Send (Enter)" disabled={!text.trim()}>
+          <IconSend size={16} />
+        </button>
+      )}
+    </form>
+  );
+}

@@ -1,0 +1,149 @@
+import { useEffect, useRef, useState } from 'preact/hooks';
+import { cancelPull, deleteModel, loadModels, loadPulls, pullModel, report } from '../actions';
+import { checkRepoId, formatBytes } from '../format';
+import { useAppState } from '../store';
+import type { Pull } from '../types';
+import { confirmAction } from './Dialogs';
+import { IconClose, IconDownload, IconTrash } from './icons';
+
+export function ModelLibrary() {
+  const { models, pulls, status } = useAppState();
+  const [repo, setRepo] = useState('');
+  const [repoError, setRepoError] = useState<string | null>(null);
+  const [pulling, setPulling] = useState(false);
+  const timer = useRef<ReturnType<typeof setTimeout>>(undefined);
+
+  // Poll the downloads every 500 ms while one is running.
+  const downloading = pulls.some((p) => p.status === 'downloading');
+  useEffect(() => {
+    let alive = true;
+    let failures = 0;
+    const tick = async () => {
+      try {
+        const list = await loadPulls();
+        failures = 0;
+        if (alive && list.some((p) => p.status === 'downloading')) timer.current = setTimeout(tick, 500);
+      } catch (error) {
+        if (failures++ === 0) report(error);
+        if (alive && failures < 20) timer.current = setTimeout(tick, 1000);
+      }
+    };
+    void tick();
+    return () => {
+      alive = false;
+      clearTimeout(timer.current);
+    };
+  }, [downloading]);
+
+  const submit = async () => {
+    const error = checkRepoId(repo);
+    setRepoError(error);
+    if (error) return;
+    setPulling(true);
+    const ok = await pullModel(repo.trim());
+    setPulling(false);
+    if (ok) setRepo('');
+  };
+
+  const remove = async (name: string) => {
+    if (await confirmAction(`Delete ${name}?`, `The model's files will be removed from this computer. You can download it again later.`)) {
+      await deleteModel(name);
+    }
+  };
+
+  return (
+    <section class="page" data-testid="model-library" aria-labelledby="models-title">
+      <header class="page-head">
+        <h1 id="models-title">Models</h1>
+        <button type="button" class="button" onClick={() => void loadModels()}>Refresh</button>
+      </header>
+
+      <form class="pull-form" onSubmit={(e) => { e.preventDefault(); void submit(); }}>
+        <label class="field grow">
+          <span>Download from Hugging Face</span>
+          <input data-testid="pull-input" placeholder="org/name, e.g. mlx-community/Qwen2.5-0.5B-Instruct-4bit" value={repo}
+            spellcheck={false} autocomplete="off" aria-invalid={repoError ? 'true' : undefined}
+            onInput={(e) => { setRepo(e.currentTarget.value); setRepoError(null); }} />
+          {repoError && <small class="field-error" role="alert" data-testid="pull-input-error">{repoError}</small>}
+        </label>
+        <button type="submit" class="button primary" data-testid="pull-submit" disabled={pulling}>
+          <IconDownload size={14} /> Download
+        </button>
+      </form>
+
+      {pulls.length > 0 && (
+        <ul class="pulls" role="list" aria-label="Downloads">
+          {pulls.map((p) => <PullRow key={p.repo} pull={p} />)}
+        </ul>
+      )}
+
+      {models === null ? (
+        <p class="muted">Loading models…</p>
+      ) : models.length === 0 ? (
+        <p class="muted" data-testid="models-empty">No models installed. Download one above.</p>
+      ) : (
+        <table class="models" data-testid="models-table">
+          <thead>
+            <tr><th scope="col">Name</th><th scope="col">Format</th><th scope="col">Quantization</th><th scope="col" class="num">Size</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr>
+          </thead>
+          <tbody>
+            {models.map((m) => (
+              <tr key={m.name} data-testid="model-row" data-name={m.name}>
+                <td class="model-name">
+                  {m.name}
+                  {m.loaded && <span class="badge" title="Loaded in memory">loaded</span>}
+                  {status?.model === m.name && <span class="badge accent" title="The server's default model">default</span>}
+                </td>
+                <td>{m.format === 'gguf' ? 'GGUF' : 'safetensors'}</td>
+                <td>{m.quantization ?? 'none'}</td>
+                <td class="num">{formatBytes(m.bytes)}</td>
+                <td class="actions">
+                  <button type="button" class="icon-button small" data-testid="model-delete" aria-label={`Delete ${m.name}`} title="Delete"
+                    onClick={() => void remove(m.name)}><IconTrash size={14} /></button>
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}
+
+function PullRow({ pull }: { pull: Pull }) {
+  const known = pull.total_bytes > 0;
+  const fraction = known ? Math.min(1, pull.downloaded_bytes / pull.total_bytes) : 0;
+  return (
+    <li class={`pull ${pull.status}`} data-testid="pull-row" data-repo={pull.repo} data-status={pull.status}>
+      <div class="pull-line">
+        <span class="pull-repo">{pull.repo}</span>
+        <span class="pull-state">
+          {pull.status === 'downloading' && (known ? `${formatBytes(pull.downloaded_bytes)} of ${formatBytes(pull.total_bytes)} · ${Math.floor(fraction * 100)}%` : `${formatBytes(pull.downloaded_bytes)}…`)}
+          {pull.status === 'done' && 'Installed'}
+          {pull.status === 'cancelled' && 'Cancelled'}
+          {pull.status === 'error' && 'Failed'}
+        </span>
+        {pull.status === 'downloading' && (
+          <button type="button" class="icon-button small" data-testid="pull-cancel" aria-label={`Cancel downloading ${pull.repo}`} title="Cancel"
+            onClick={() => void cancelPull(pull.repo)}><IconClose size={14} /></button>
+        )}
+      </div>
+      {pull.status === 'downloading' && (
+        <progress data-testid="pull-progress" max={1} value={known ? fraction : undefined} aria-label={`Downloading ${pull.repo}`} />
+      )}
+      {pull.status === 'error' && (
+        <p class="pull-error" role="alert" data-testid="pull-error">{pullErrorText(pull.error)}</p>
+      )}
+    </li>
+  );
+}
+
+/** The pull's error, with a plain hint when it looks like there is no network. */
+export function pullErrorText(error: string | null): string {
+  const message = error?.trim() || 'The download failed.';
+  const saysWhy = /internet|network connection|offline/i.test(message);
+  if (!saysWhy && /network|resolve|dns|connect|unreachable|timed? ?out|no route/i.test(message)) {
+    return `Can't reach Hugging Face — check your internet connection. (${message})`;
+  }
+  return message;
+}

@@ -1,0 +1,160 @@
+import { useEffect, useState } from 'preact/hooks';
+import { client, errorText, loadStatus } from '../actions';
+import { useAppState } from '../store';
+import type { AppSettings } from '../types';
+
+export function checkPort(text: string): string | null {
+  const port = Number(text);
+  if (!/^\d+$/.test(text.trim()) || !Number.isInteger(port) || port < 0 || port > 65535) return 'The port is a whole number from 0 to 65535 (0 picks a free one at each start).';
+  return null;
+}
+
+export function parseOrigins(text: string): { origins: string[]; error: string | null } {
+  const origins = text.split(/[\n,]/).map((o) => o.trim()).filter(Boolean);
+  for (const origin of origins) {
+    if (!/^[a-z][a-z0-9+.-]*:\/\/[^/\s?#]+\/?$/i.test(origin)) {
+      return { origins, error: `“${origin}” is not an origin (scheme://host[:port], like http://localhost:3000).` };
+    }
+  }
+  return { origins, error: null };
+}
+
+const isMac = /Mac/i.test(navigator.platform || navigator.userAgent);
+
+export function SettingsView() {
+  const { status } = useAppState();
+  const [saved, setSaved] = useState<AppSettings | null>(null);
+  const [form, setForm] = useState<{ port: string; api_key: string; origins: string; show_in_dock: boolean; launch_at_login: boolean } | null>(null);
+  const [loadError, setLoadError] = useState<string | null>(null);
+  const [saveError, setSaveError] = useState<string | null>(null);
+  const [message, setMessage] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [showKey, setShowKey] = useState(false);
+
+  const load = async () => {
+    setLoadError(null);
+    try {
+      const settings = await client.getSettings();
+      setSaved(settings);
+      setForm(toForm(settings));
+    } catch (error) {
+      setLoadError(errorText(error));
+    }
+  };
+  useEffect(() => {
+    void load();
+    void loadStatus();
+  }, []);
+
+  if (loadError) {
+    return (
+      <section class="page" data-testid="app-settings">
+        <header class="page-head"><h1>Settings</h1></header>
+        <p class="error-box" role="alert" data-testid="settings-error">{loadError}</p>
+        <button type="button" class="button" onClick={() => void load()}>Try again</button>
+      </section>
+    );
+  }
+  if (!form || !saved) {
+    return <section class="page" data-testid="app-settings"><header class="page-head"><h1>Settings</h1></header><p class="muted">Loading…</p></section>;
+  }
+
+  const portError = checkPort(form.port);
+  const { origins, error: originError } = parseOrigins(form.origins);
+  const dirty = JSON.stringify(fromForm(form, origins)) !== JSON.stringify(saved);
+  const restartNeeded = form.port !== String(saved.port) || form.api_key !== saved.api_key || form.origins !== saved.allowed_origins.join('\n');
+
+  const save = async () => {
+    if (portError || originError) return;
+    setBusy(true);
+    setSaveError(null);
+    setMessage(null);
+    try {
+      const next = await client.putSettings(fromForm(form, origins));
+      setSaved(next);
+      setForm(toForm(next));
+      setMessage(restartNeeded ? 'Saved. The port, API key and allowed origins apply the next time Seedbar starts.' : 'Saved.');
+    } catch (error) {
+      setSaveError(errorText(error));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const set = (patch: Partial<typeof form>) => {
+    setForm({ ...form, ...patch });
+    setMessage(null);
+  };
+
+  return (
+    <section class="page" data-testid="app-settings" aria-labelledby="settings-title">
+      <header class="page-head"><h1 id="settings-title">Settings</h1></header>
+      {status && (
+        <div class={`status-card ${status.state}`} data-testid="server-status">
+          <strong>{status.state === 'serving' ? 'Serving' : status.state === 'loading' ? 'Loading model…' : 'Error'}</strong>
+          <span>{status.model}</span>
+          {status.endpoint && <code>{status.endpoint}</code>}
+          {status.message && <span class="muted">{status.message}</span>}
+        </div>
+      )}
+      <form class="settings-form" onSubmit={(e) => { e.preventDefault(); void save(); }}>
+        <fieldset>
+          <legend>Local API server</legend>
+          <p class="muted small">These apply the next time Seedbar starts.</p>
+          <label class="field">
+            <span>Port</span>
+            <input type="number" min={0} max={65535} data-testid="settings-port" value={form.port} aria-invalid={portError ? 'true' : undefined}
+              onInput={(e) => set({ port: e.currentTarget.value })} />
+            {portError && <small class="field-error" role="alert">{portError}</small>}
+          </label>
+          <label class="field">
+            <span>API key</span>
+            <div class="inline">
+              <input type={(showKey ? 'text' : 'password') as 'text'} data-testid="settings-api-key" value={form.api_key} autocomplete="off" spellcheck={false}
+                placeholder="None: any program on this computer can call the API" onInput={(e) => set({ api_key: e.currentTarget.value })} />
+              <button type="button" class="button" onClick={() => setShowKey(!showKey)} aria-pressed={showKey}>{showKey ? 'Hide' : 'Show'}</button>
+              <button type="button" class="button" data-testid="settings-generate-key" onClick={() => set({ api_key: generateKey() })}>Generate</button>
+            </div>
+          </label>
+          <label class="field">
+            <span>Allowed web origins (CORS), one per line</span>
+            <textarea rows={3} data-testid="settings-origins" value={form.origins} placeholder="http://localhost:3000" spellcheck={false}
+              aria-invalid={originError ? 'true' : undefined} onInput={(e) => set({ origins: e.currentTarget.value })} />
+            {originError && <small class="field-error" role="alert">{originError}</small>}
+          </label>
+        </fieldset>
+        <fieldset>
+          <legend>App</legend>
+          <label class="check">
+            <input type="checkbox" data-testid="settings-dock" checked={form.show_in_dock} onChange={(e) => set({ show_in_dock: e.currentTarget.checked })} />
+            <span>Show in the Dock{!isMac && <small class="muted"> (macOS)</small>}</span>
+          </label>
+          <label class="check">
+            <input type="checkbox" data-testid="settings-login" checked={form.launch_at_login} onChange={(e) => set({ launch_at_login: e.currentTarget.checked })} />
+            <span>Open at login</span>
+          </label>
+        </fieldset>
+        {saveError && <p class="error-box" role="alert" data-testid="settings-save-error">{saveError}</p>}
+        {message && <p class="ok-box" role="status" data-testid="settings-saved">{message}</p>}
+        <div class="form-buttons">
+          <button type="button" class="button" disabled={!dirty || busy} onClick={() => { setForm(toForm(saved)); setSaveError(null); }}>Revert</button>
+          <button type="submit" class="button primary" data-testid="settings-save" disabled={!dirty || busy || !!portError || !!originError}>Save</button>
+        </div>
+      </form>
+    </section>
+  );
+}
+
+function toForm(s: AppSettings) {
+  return { port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login };
+}
+
+function fromForm(f: NonNullable<ReturnType<typeof toForm>>, origins: string[]): AppSettings {
+  return { port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login };
+}
+
+function generateKey(): string {
+  const bytes = new Uint8Array(24);
+  crypto.getRandomValues(bytes);
+  return `sb-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}

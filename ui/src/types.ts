@@ -1,0 +1,89 @@
+// The /app API's types, as docs/app-api.md defines them.
+
+export type Settings = {
+  model: string;
+  system_prompt: string;
+  temperature: number;
+  top_p: number;
+  max_tokens: number;
+  /** The pinned seed; null when not pinned. */
+  seed: number | null;
+};
+
+export type Conversation = {
+  id: number;
+  title: string;
+  created_at: string;
+  updated_at: string;
+  settings: Settings;
+};
+
+export type Sampling = {
+  model: string;
+  temperature: number;
+  top_p: number;
+  max_tokens: number;
+  system_prompt: string;
+};
+
+/** `streaming`: the server is still writing this reply (possibly for another window). */
+export type MessageStatus = 'complete' | 'streaming' | 'stopped' | 'error';
+
+export type Message = {
+  id: number;
+  conversation_id: number;
+  role: 'user' | 'assistant';
+  content: string;
+  seed: number | null;
+  sampling: Sampling | null;
+  status: MessageStatus;
+  created_at: string;
+};
+
+export type ConversationDetail = Conversation & { messages: Message[] };
+
+export type ModelInfo = {
+  name: string;
+  format: 'gguf' | 'safetensors';
+  bytes: number;
+  quantization: string | null;
+  loaded: boolean;
+};
+
+export type PullStatus = 'downloading' | 'done' | 'error' | 'cancelled';
+
+export type Pull = {
+  repo: string;
+  status: PullStatus;
+  downloaded_bytes: number;
+  total_bytes: number;
+  error: string | null;
+};
+
+export type AppSettings = {
+  port: number;
+  api_key: string;
+  allowed_origins: string[];
+  show_in_dock: boolean;
+  launch_at_login: boolean;
+};
+
+export type AppStatus = {
+  state: 'loading' | 'serving' | 'error';
+  model: string;
+  endpoint: string;
+  message: string | null;
+};
+
+/** One event of the reply stream (POST /app/conversations/{id}/reply). */
+export type ReplyEvent =
+  | { type: 'user'; message: Message }
+  | { type: 'start'; message_id: number; seed: number }
+  | { type: 'delta'; text: string }
+  | { type: 'done'; message: Message }
+  | { type: 'error'; message: string };
+
+export type ReplyRequest =
+  | { content: string }
+  | { regenerate: true }
+  | { edit: { message_id: number; content: string } };
