@@ -1,23 +1,49 @@
 # The two commands (README): `make run` and `make test`. Both do all set-up first
-# (scripts/setup.sh: system packages, MLX for mlx-rs, the default model, test tools).
+# (scripts/setup.sh: system packages, MLX for mlx-rs, the default model, Node.js and the
+# chat UI's packages, the Tauri CLI; with --tests the Python test tools).
 SHELL := /bin/bash
 CACHE := $(or $(SEEDBAR_DEV_CACHE),$(HOME)/.cache/seedbar-dev)
+# Node.js from the set-up's cache when the system's is too old (absent otherwise).
+export PATH := $(CACHE)/node-bin:$(PATH)
 SEEDBAR := target/debug/seedbar
+APP := target/debug/seedbar-app
+PORT ?= 7337
 PROMPT ?= What is the capital of France?
 
-.PHONY: run test lint bench build default-model
+.PHONY: run ask test lint bench build setup ui app bundle default-model test-app
 
-run: build default-model
+# The app where there is a display (macOS, or $DISPLAY / $WAYLAND_DISPLAY); without one,
+# the same server and chat UI in the foreground for a browser.
+run: build app default-model
+	@if [[ "$$(uname -s)" == Darwin || -n "$${DISPLAY:-}" || -n "$${WAYLAND_DISPLAY:-}" ]]; then \
+	  echo "Starting Seedbar (menu bar / tray; the window opens once the model is loaded)"; \
+	  exec $(APP); \
+	else \
+	  echo "No display: serving the chat UI at http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"; \
+	  exec $(SEEDBAR) serve --port $(PORT) --ui-dir ui/dist; \
+	fi
+
+# Answer one prompt on the command line.
+ask: build default-model
 	$(SEEDBAR) run "$(PROMPT)"
 
 test: lint
 	scripts/setup.sh --tests
-	cargo build -p seedbar-cli
+	cargo build -p seedbar-cli -p seedbar-app
 	cargo test --workspace
+	cd ui && npm test
+	cd ui && npm run e2e
 	$(CACHE)/venv/bin/python -m pytest -q
 
-lint:
-	scripts/setup.sh
+# The app's own tests: its Rust tests and the real window under Xvfb.
+test-app: app
+	scripts/setup.sh --tests
+	cargo build -p seedbar-cli
+	cargo test -p seedbar-app
+	$(CACHE)/venv/bin/python -m pytest -q tests/test_tauri_app.py
+
+# The workspace holds the app, which bundles ui/dist: build the UI before any cargo run.
+lint: ui
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
@@ -25,9 +51,22 @@ bench: build default-model
 	scripts/setup.sh --tests
 	scripts/bench.sh
 
-build:
+setup:
 	scripts/setup.sh
+
+build: setup
 	cargo build -p seedbar-cli
+
+# The chat UI (ui/dist), bundled into the app and served by `seedbar serve --ui-dir`.
+ui: setup
+	cd ui && npm run build
+
+app: ui
+	cargo build -p seedbar-app
+
+# macOS: Seedbar.app and a .dmg under target/release/bundle (signing: see the README).
+bundle: ui
+	scripts/bundle.sh --bundles app,dmg
 
 # Put the default model (fetched and checked by setup) into the user's store.
 default-model:

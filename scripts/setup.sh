@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepares this machine for Seedbar. Idempotent, cached under $SEEDBAR_DEV_CACHE.
-#   scripts/setup.sh          system packages, MLX for mlx-rs (Linux), the default model
+#   scripts/setup.sh          system packages, MLX for mlx-rs (Linux), the default model,
+#                             Node.js, the chat UI's npm packages, the Tauri CLI
 #   scripts/setup.sh --tests  the same, plus the Python test tools (mlx-lm, openai, ...)
 # Version pins live in scripts/versions.env.
 set -euo pipefail
@@ -22,8 +23,9 @@ system_packages() {
   done
   ((${#missing[@]} == 0)) && return 0
   log "installing system packages: ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  # Wait for another apt/dpkg run (an unattended upgrade, a parallel set-up) to finish.
+  as_root apt-get -o DPkg::Lock::Timeout=900 update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq "${missing[@]}" >/dev/null
 }
 
 # Linux x86_64: MLX from the prebuilt mlx-cpu wheel, mlx-c built from the mlx-sys crate
@@ -127,8 +129,79 @@ test_tools() {
   touch "$stamp"
 }
 
+# Node.js for the chat UI and the Tauri CLI. The system's `node` when it is recent enough;
+# else (Debian 12 ships 18) the official binary that the npm registry carries as
+# node-<os>-<arch>, with its own npm, under $CACHE/node-$NODE_VERSION, linked from
+# $CACHE/node-bin (the Makefile puts that first on PATH).
+version_at_least() { [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]; }
+
+node_toolchain() {
+  local link="$CACHE/node-bin" have="" system_path
+  # Judge the system's node, not the one the Makefile may already put first on PATH.
+  system_path="${PATH//"$link:"/}"
+  have="$(PATH="$system_path" node --version 2>/dev/null | sed 's/^v//')" || true
+  if [[ -n "$have" ]] && version_at_least "$have" "$NODE_MIN" &&
+    PATH="$system_path" command -v npm >/dev/null; then
+    rm -f "$link"
+    return 0
+  fi
+  local dir="$CACHE/node-$NODE_VERSION" os arch
+  case "$(uname -s)" in Linux) os=linux ;; Darwin) os=darwin ;; *) echo "unsupported OS" >&2; exit 1 ;; esac
+  case "$(uname -m)" in x86_64) arch=x64 ;; aarch64 | arm64) arch=arm64 ;; *) echo "unsupported CPU" >&2; exit 1 ;; esac
+  if [[ ! -f "$dir/.ready" ]]; then
+    if ! command -v npm >/dev/null; then
+      [[ "$os" == linux ]] || { echo "Node.js >= $NODE_MIN is needed (e.g. brew install node)" >&2; exit 1; }
+      log "Node.js: installing the system's npm to fetch Node.js $NODE_VERSION"
+      as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq nodejs npm >/dev/null
+    fi
+    log "Node.js: fetching node-$os-$arch@$NODE_VERSION and npm@$NPM_VERSION (system node: ${have:-none})"
+    rm -rf "$dir" && mkdir -p "$dir/bin"
+    npm install -q --no-save --no-package-lock --no-audit --no-fund --prefix "$dir/pkg" \
+      "node-$os-$arch@$NODE_VERSION" "npm@$NPM_VERSION" >/dev/null
+    ln -sf "../pkg/node_modules/node-$os-$arch/bin/node" "$dir/bin/node"
+    for tool in npm npx; do
+      printf '#!/bin/sh\nexec "%s/bin/node" "%s/pkg/node_modules/npm/bin/%s-cli.js" "$@"\n' \
+        "$dir" "$dir" "$tool" >"$dir/bin/$tool"
+      chmod +x "$dir/bin/$tool"
+    done
+    "$dir/bin/node" --version >/dev/null
+    touch "$dir/.ready"
+  fi
+  ln -sfn "$dir/bin" "$link"
+  export PATH="$link:$PATH"
+}
+
+# The chat UI's packages: `npm ci` only when package-lock.json changed since the last one.
+ui_packages() {
+  local lock="$ROOT/ui/package-lock.json" stamp="$ROOT/ui/node_modules/.seedbar-lock"
+  [[ -f "$lock" ]] || return 0
+  local sum
+  sum="$(sha256sum "$lock" | cut -c1-64)"
+  [[ -f "$stamp" && "$(cat "$stamp")" == "$sum" ]] && return 0
+  log "UI: npm ci"
+  (cd "$ROOT/ui" && npm ci --no-audit --no-fund --loglevel=error)
+  echo "$sum" >"$stamp"
+}
+
+# The Tauri CLI (bundles the macOS app: `make bundle`), pinned, in the cache.
+tauri_cli() {
+  local dir="$CACHE/tauri-cli-$TAURI_CLI_VERSION"
+  if [[ ! -f "$dir/.ready" ]]; then
+    log "Tauri CLI: @tauri-apps/cli@$TAURI_CLI_VERSION"
+    rm -rf "$dir"
+    npm install -q --no-save --no-package-lock --no-audit --no-fund --prefix "$dir" \
+      "@tauri-apps/cli@$TAURI_CLI_VERSION" >/dev/null
+    "$dir/node_modules/.bin/tauri" --version >/dev/null
+    touch "$dir/.ready"
+  fi
+  ln -sfn "$dir/node_modules/.bin/tauri" "$CACHE/tauri"
+}
+
 system_packages
 prepare_mlx
 default_model
+node_toolchain
+ui_packages
+tauri_cli
 ((WITH_TESTS)) && test_tools
 log "ready"

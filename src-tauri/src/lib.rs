@@ -1,0 +1,154 @@
+//! Seedbar's menu-bar app: the engine and the local API server run in this process
+//! (`server.rs`), a tray item shows what they do and drives them (`tray.rs`, its pure
+//! model in `tray_model.rs`), and a window shows the chat UI (`window.rs`) that talks to
+//! the same API as editors do.
+//!
+//! `setup` is generic over Tauri's runtime so the IPC commands and menu actions are tested
+//! on the mock runtime; `run` adds what needs the real one (plugins, tray, server).
+
+pub mod commands;
+pub mod server;
+pub mod settings;
+pub mod shell;
+pub mod tray;
+pub mod tray_model;
+pub mod window;
+
+use std::{process::ExitCode, sync::Arc};
+
+use tauri::{Builder, RunEvent, Runtime, WindowEvent};
+
+use crate::shell::Shell;
+
+/// Passed by the login item: start in the menu bar without opening the window.
+pub const HIDDEN_ARG: &str = "--hidden";
+
+/// What the app adds to a builder on any runtime: the shared state, the IPC commands, and
+/// "closing the window hides it" (the app lives on in the tray).
+pub fn setup<R: Runtime>(builder: Builder<R>, shell: Arc<Shell>) -> Builder<R> {
+    builder
+        .manage(shell)
+        .invoke_handler(tauri::generate_handler![
+            commands::shell_status,
+            commands::set_server_paused
+        ])
+        .on_window_event(|window, event| {
+            if let WindowEvent::CloseRequested { api, .. } = event {
+                if window.label() == window::MAIN {
+                    api.prevent_close();
+                    let _ = window.hide();
+                }
+            }
+        })
+}
+
+/// The single-instance lock's name on Linux (D-Bus): one app per data directory, so a
+/// development or test copy with its own `SEEDBAR_HOME` runs beside the installed one.
+pub fn instance_id(identifier: &str, seedbar_home: Option<&std::ffi::OsStr>) -> String {
+    match seedbar_home {
+        None => identifier.to_string(),
+        Some(home) => {
+            // FNV-1a: stable across runs and builds.
+            let hash = home
+                .as_encoded_bytes()
+                .iter()
+                .fold(0xcbf29ce484222325u64, |h, b| {
+                    (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+                });
+            format!("{identifier}.home{hash:016x}")
+        }
+    }
+}
+
+/// The app.
+pub fn run() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let launch = match server::Launch::from_env() {
+        Ok(launch) => launch,
+        Err(message) => {
+            eprintln!("seedbar-app: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let hidden = std::env::args().any(|a| a == HIDDEN_ARG);
+    let context = tauri::generate_context!("../tauri.conf.json");
+    let home = std::env::var_os("SEEDBAR_HOME");
+    let single_instance = tauri_plugin_single_instance::Builder::new()
+        .callback(|handle, _args, _cwd| {
+            // A second launch shows the running app's window.
+            if let Err(e) = window::show(handle, "") {
+                tracing::error!("cannot open the window: {e}");
+            }
+        })
+        .dbus_id(instance_id(&context.config().identifier, home.as_deref()))
+        .build();
+    let autostart = tauri_plugin_autostart::Builder::new()
+        .args([HIDDEN_ARG])
+        .build();
+
+    let builder = Builder::default().plugin(single_instance).plugin(autostart);
+    let app = setup(builder, Shell::new()).setup(move |app| {
+        // A menu-bar app: no Dock icon unless the settings ask for one.
+        #[cfg(target_os = "macos")]
+        app.set_activation_policy(tauri::ActivationPolicy::Accessory);
+        let handle = app.handle().clone();
+        if let Err(e) = tray::create(&handle) {
+            // Without a tray host the window and a second launch still work.
+            tracing::warn!("no tray item: {e}");
+        }
+        if !hidden {
+            window::show(&handle, "")?;
+        }
+        tauri::async_runtime::spawn(server::run(handle.clone(), launch));
+        tauri::async_runtime::spawn(quit_on_signal(handle));
+        Ok(())
+    });
+    let app = match app.build(context) {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("seedbar-app: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    app.run(|_handle, event| {
+        // The window only hides, but keep running should every window be gone.
+        if let RunEvent::ExitRequested {
+            code: None, api, ..
+        } = event
+        {
+            api.prevent_exit();
+        }
+    });
+    ExitCode::SUCCESS
+}
+
+/// Ctrl-C or SIGTERM quit like the menu's Quit: the server ends its streams first.
+async fn quit_on_signal<R: Runtime>(handle: tauri::AppHandle<R>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+    }
+    tracing::info!("quitting");
+    tray::quit(&handle);
+}

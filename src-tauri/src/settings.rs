@@ -1,0 +1,103 @@
+//! The app settings (`/app/settings`, saved in the store's SQLite database by the server):
+//! port, key and origins are read once before the server starts; "Show in Dock" and
+//! "Launch at login" are applied at start and again whenever they change.
+
+use std::{path::Path, sync::Arc};
+
+use tauri::{AppHandle, Manager, Runtime};
+
+/// The saved settings that matter before the server starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Saved {
+    pub port: Option<u16>,
+    pub api_key: Option<String>,
+    pub allowed_origins: Vec<String>,
+    pub desktop: Desktop,
+}
+
+/// The settings the shell itself applies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Desktop {
+    /// macOS: a Dock icon (regular app) besides the menu-bar item.
+    pub show_in_dock: bool,
+    pub launch_at_login: bool,
+}
+
+impl Saved {
+    /// The settings saved in the data directory `root`; defaults when there are none or
+    /// they cannot be read (the server reports a broken database itself).
+    pub fn load(root: &Path) -> Saved {
+        let path = root.join("seedbar.db");
+        if !path.exists() {
+            return Saved::default();
+        }
+        match seedbar_chats::ChatStore::open(&path).and_then(|store| store.app_settings()) {
+            Ok(Some(s)) => Saved {
+                port: Some(s.port),
+                api_key: Some(s.api_key).filter(|k| !k.is_empty()),
+                allowed_origins: s.allowed_origins,
+                desktop: Desktop {
+                    show_in_dock: s.show_in_dock,
+                    launch_at_login: s.launch_at_login,
+                },
+            },
+            Ok(None) => Saved::default(),
+            Err(e) => {
+                tracing::warn!("cannot read the saved settings in {}: {e}", path.display());
+                Saved::default()
+            }
+        }
+    }
+}
+
+/// Apply the desktop settings: the Dock icon (macOS) and the login item.
+pub fn apply<R: Runtime>(handle: &AppHandle<R>, desktop: Desktop) {
+    #[cfg(target_os = "macos")]
+    {
+        let policy = if desktop.show_in_dock {
+            tauri::ActivationPolicy::Regular
+        } else {
+            tauri::ActivationPolicy::Accessory
+        };
+        if let Err(e) = handle.set_activation_policy(policy) {
+            tracing::warn!("cannot change the Dock icon: {e}");
+        }
+    }
+    // The login item, through the autostart plugin (registered by the real app only).
+    if let Some(autostart) = handle.try_state::<tauri_plugin_autostart::AutoLaunchManager>() {
+        let result = match (desktop.launch_at_login, autostart.is_enabled()) {
+            (true, Ok(false)) => autostart.enable(),
+            (false, Ok(true)) => autostart.disable(),
+            (_, Err(e)) => Err(e),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::warn!("cannot change the login item: {e}");
+        }
+    }
+}
+
+/// Apply the server's settings now and on every change, for as long as it runs.
+pub fn follow<R: Runtime>(handle: &AppHandle<R>, app: &Arc<seedbar_server::App>) {
+    let mut changes = app.subscribe_settings();
+    let handle = handle.clone();
+    tauri::async_runtime::spawn(async move {
+        let mut applied = None;
+        loop {
+            let desktop = {
+                let s = changes.borrow_and_update();
+                Desktop {
+                    show_in_dock: s.show_in_dock,
+                    launch_at_login: s.launch_at_login,
+                }
+            };
+            if applied != Some(desktop) {
+                apply(&handle, desktop);
+                applied = Some(desktop);
+            }
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+}

@@ -1,0 +1,339 @@
+//! The app's shared state: what the server is doing (as a `TrayModel` that the tray
+//! watches), the running server, how the window reaches it, and the shutdown switch.
+//! Nothing here touches a display, so the IPC commands and the menu actions are tested on
+//! Tauri's mock runtime.
+
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc, Mutex, OnceLock,
+};
+
+use serde::Serialize;
+use tokio::sync::{oneshot, watch};
+
+use crate::tray_model::{Phase, TrayModel};
+
+/// Where the window's UI finds the API: written into the page as `window.__SEEDBAR__`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Connection {
+    /// The server's base URL (`http://127.0.0.1:7337`, no `/v1`).
+    pub api: String,
+    /// The bearer key when the server wants one.
+    #[serde(rename = "apiKey")]
+    pub api_key: Option<String>,
+}
+
+impl Connection {
+    /// The OpenAI base URL that editors and SDKs are given.
+    pub fn endpoint(&self) -> String {
+        format!("{}/v1", self.api)
+    }
+}
+
+/// What the server side needs from the shell, so the mock-runtime tests can stand in for
+/// a real `seedbar_server::App` (which needs a model to exist).
+pub trait Server: Send + Sync {
+    fn set_paused(&self, paused: bool);
+}
+
+impl Server for seedbar_server::App {
+    fn set_paused(&self, paused: bool) {
+        seedbar_server::App::set_paused(self, paused)
+    }
+}
+
+/// The state behind the tray, the window and the IPC commands.
+pub struct Shell {
+    model: watch::Sender<TrayModel>,
+    server: OnceLock<Arc<dyn Server>>,
+    connection: Mutex<Option<Connection>>,
+    shutdown: Mutex<Option<oneshot::Sender<()>>>,
+    /// True once `serve` has returned (or never ran).
+    stopped: watch::Sender<bool>,
+    /// A window route asked for before the server answered; opened once it does.
+    pending_route: Mutex<Option<String>>,
+    /// Kept alive: on X11 a clipboard's text goes away with its owner.
+    clipboard: Mutex<Option<arboard::Clipboard>>,
+    /// Set by Quit: a download in progress stops.
+    cancel_download: Arc<AtomicBool>,
+}
+
+impl Default for Shell {
+    fn default() -> Self {
+        Shell {
+            model: watch::Sender::new(TrayModel::default()),
+            server: OnceLock::new(),
+            connection: Mutex::new(None),
+            shutdown: Mutex::new(None),
+            stopped: watch::Sender::new(true),
+            pending_route: Mutex::new(None),
+            clipboard: Mutex::new(None),
+            cancel_download: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// The shell's state as the window's IPC sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// `starting`, `loading`, `downloading`, `serving`, `paused`, `no-model`, `error`, `stopping`.
+    pub state: &'static str,
+    /// The tray's status line.
+    pub status: String,
+    /// The tray's hint line, if any.
+    pub hint: Option<String>,
+    /// The OpenAI base URL while serving.
+    pub endpoint: Option<String>,
+    pub paused: bool,
+    pub version: &'static str,
+}
+
+impl Shell {
+    pub fn new() -> Arc<Shell> {
+        Arc::new(Shell::default())
+    }
+
+    pub fn model(&self) -> TrayModel {
+        self.model.borrow().clone()
+    }
+
+    /// Changes of the tray model (the tray redraws on each).
+    pub fn subscribe(&self) -> watch::Receiver<TrayModel> {
+        self.model.subscribe()
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        self.model.send_if_modified(|m| {
+            let changed = m.phase != phase;
+            m.phase = phase;
+            changed
+        });
+    }
+
+    pub fn status(&self) -> Status {
+        let model = self.model();
+        Status {
+            state: model.state_name(),
+            status: model.status_line(),
+            hint: model.hint_line(),
+            endpoint: model.endpoint().map(str::to_string),
+            paused: model.paused,
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    /// The server answers: remember how to reach it and show it as serving.
+    pub fn attach(&self, server: Arc<dyn Server>, connection: Connection, model: &str) {
+        server.set_paused(self.model.borrow().paused);
+        let _ = self.server.set(server);
+        let endpoint = connection.endpoint();
+        *self.connection.lock().unwrap() = Some(connection);
+        self.set_phase(Phase::Serving {
+            model: model.to_string(),
+            endpoint,
+        });
+    }
+
+    /// How the window reaches the server (None until it answers).
+    pub fn connection(&self) -> Option<Connection> {
+        self.connection.lock().unwrap().clone()
+    }
+
+    /// Set before the window exists: the URL the window should use even before the server
+    /// answers (the configured address).
+    pub fn set_connection(&self, connection: Connection) {
+        *self.connection.lock().unwrap() = Some(connection);
+    }
+
+    /// Pause or resume the API for outside clients; only while serving.
+    pub fn set_paused(&self, paused: bool) -> Result<Status, String> {
+        if !matches!(self.model.borrow().phase, Phase::Serving { .. }) {
+            return Err(format!(
+                "the server is not running ({})",
+                self.model().status_line()
+            ));
+        }
+        if let Some(server) = self.server.get() {
+            server.set_paused(paused);
+        }
+        self.model.send_if_modified(|m| {
+            let changed = m.paused != paused;
+            m.paused = paused;
+            changed
+        });
+        Ok(self.status())
+    }
+
+    pub fn toggle_paused(&self) -> Result<Status, String> {
+        let paused = self.model.borrow().paused;
+        self.set_paused(!paused)
+    }
+
+    /// The script that gives the window's UI the API address and key, run before the page's
+    /// own scripts on every load.
+    pub fn init_script(&self) -> String {
+        let value = match self.connection() {
+            Some(c) => serde_json::to_value(c).unwrap_or_default(),
+            None => serde_json::json!({}),
+        };
+        format!("window.__SEEDBAR__ = Object.freeze({value});")
+    }
+
+    /// Whether the window can be made now: the server's address is known (its requests
+    /// wait in the listen backlog while the model loads), or the server will not come.
+    pub fn window_ready(&self) -> bool {
+        self.connection().is_some() || !matches!(self.model.borrow().phase, Phase::Starting)
+    }
+
+    /// Remember a route to open once the server answers (the last one asked wins).
+    pub fn defer_route(&self, route: &str) {
+        *self.pending_route.lock().unwrap() = Some(route.to_string());
+    }
+
+    pub fn take_pending_route(&self) -> Option<String> {
+        self.pending_route.lock().unwrap().take()
+    }
+
+    /// Hand in the switch that stops `serve`; `serve` is running from now on.
+    pub fn serving_with(&self, shutdown: oneshot::Sender<()>) {
+        *self.shutdown.lock().unwrap() = Some(shutdown);
+        self.stopped.send_replace(false);
+    }
+
+    /// `serve` returned.
+    pub fn served(&self) {
+        self.stopped.send_replace(true);
+    }
+
+    /// Ask the server to stop (new connections refused, streams get a short grace) and show
+    /// it. Returns a receiver that turns true once `serve` has returned.
+    pub fn stop(&self) -> watch::Receiver<bool> {
+        self.set_phase(Phase::Stopping);
+        self.cancel_download.store(true, Ordering::SeqCst);
+        if let Some(tx) = self.shutdown.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+        self.stopped.subscribe()
+    }
+
+    /// The flag a download checks between chunks (set by `stop`).
+    pub fn download_cancel(&self) -> Arc<AtomicBool> {
+        self.cancel_download.clone()
+    }
+
+    /// Put the endpoint URL on the clipboard.
+    pub fn copy_endpoint(&self) -> Result<String, String> {
+        let endpoint = self
+            .model()
+            .endpoint()
+            .map(str::to_string)
+            .ok_or("the server is not running")?;
+        let mut guard = self.clipboard.lock().unwrap();
+        if guard.is_none() {
+            *guard = Some(arboard::Clipboard::new().map_err(|e| e.to_string())?);
+        }
+        let clipboard = guard.as_mut().expect("set above");
+        clipboard
+            .set_text(endpoint.clone())
+            .map_err(|e| e.to_string())?;
+        Ok(endpoint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    pub struct FakeServer(pub AtomicBool);
+
+    impl Server for FakeServer {
+        fn set_paused(&self, paused: bool) {
+            self.0.store(paused, Ordering::SeqCst);
+        }
+    }
+
+    fn connection() -> Connection {
+        Connection {
+            api: "http://127.0.0.1:7337".into(),
+            api_key: None,
+        }
+    }
+
+    #[test]
+    fn pause_needs_a_running_server() {
+        let shell = Shell::new();
+        assert!(shell.set_paused(true).is_err());
+        let server = Arc::new(FakeServer::default());
+        shell.attach(server.clone(), connection(), "m");
+        let status = shell.set_paused(true).unwrap();
+        assert!(status.paused);
+        assert_eq!(status.state, "paused");
+        assert!(server.0.load(Ordering::SeqCst));
+        let status = shell.toggle_paused().unwrap();
+        assert!(!status.paused);
+        assert!(!server.0.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn attach_shows_the_endpoint() {
+        let shell = Shell::new();
+        let changes = shell.subscribe();
+        shell.attach(Arc::new(FakeServer::default()), connection(), "SmolLM2");
+        assert!(changes.has_changed().unwrap());
+        let status = shell.status();
+        assert_eq!(status.state, "serving");
+        assert_eq!(status.endpoint.as_deref(), Some("http://127.0.0.1:7337/v1"));
+        assert_eq!(status.status, "Serving SmolLM2 at http://127.0.0.1:7337/v1");
+    }
+
+    #[test]
+    fn init_script_carries_address_and_key() {
+        let shell = Shell::new();
+        assert_eq!(
+            shell.init_script(),
+            "window.__SEEDBAR__ = Object.freeze({});"
+        );
+        shell.set_connection(Connection {
+            api: "http://127.0.0.1:40000".into(),
+            api_key: Some("k\"</script>".into()),
+        });
+        let script = shell.init_script();
+        assert_eq!(
+            script,
+            r#"window.__SEEDBAR__ = Object.freeze({"api":"http://127.0.0.1:40000","apiKey":"k\"</script>"});"#
+        );
+    }
+
+    #[test]
+    fn routes_wait_for_the_address() {
+        let shell = Shell::new();
+        assert!(!shell.window_ready());
+        shell.defer_route("#/new");
+        shell.defer_route("#/settings");
+        shell.set_connection(connection());
+        assert!(shell.window_ready());
+        assert_eq!(shell.take_pending_route().as_deref(), Some("#/settings"));
+        assert_eq!(shell.take_pending_route(), None);
+        // A server that will not come opens the window too (the UI says it cannot connect).
+        let failed = Shell::new();
+        failed.set_phase(Phase::Error {
+            message: "x".into(),
+        });
+        assert!(failed.window_ready());
+    }
+
+    #[test]
+    fn stop_signals_serve() {
+        let shell = Shell::new();
+        let (tx, mut rx) = oneshot::channel();
+        shell.serving_with(tx);
+        let stopped = shell.stop();
+        assert!(!*stopped.borrow());
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(shell.model().phase, Phase::Stopping);
+        assert!(shell.download_cancel().load(Ordering::SeqCst));
+        shell.served();
+        assert!(*stopped.borrow());
+    }
+}

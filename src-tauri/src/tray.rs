@@ -1,0 +1,139 @@
+//! The tray / menu-bar item: the native menu drawn from the `TrayModel`, redrawn on every
+//! change, and what its items do.
+
+use std::{sync::Arc, time::Duration};
+
+use tauri::{
+    image::Image,
+    menu::{IsMenuItem, Menu, MenuItem, PredefinedMenuItem},
+    tray::TrayIconBuilder,
+    AppHandle, Manager, Runtime,
+};
+
+use crate::{
+    shell::Shell,
+    tray_model::{route_of, Action, Entry, TrayModel},
+    window,
+};
+
+pub const TRAY_ID: &str = "seedbar";
+
+/// How long Quit waits for the server's streams to end before leaving anyway.
+const QUIT_WAIT: Duration = Duration::from_secs(6);
+
+/// macOS draws template icons in the menu bar's colour; elsewhere panels are dark or
+/// light, so the icon carries its own colour.
+#[cfg(target_os = "macos")]
+const ICON: &[u8] = include_bytes!("../../icons/tray-template-32@2x.png");
+#[cfg(not(target_os = "macos"))]
+const ICON: &[u8] = include_bytes!("../../icons/tray-color-32@2x.png");
+
+/// Menu text: `&` would mark a mnemonic.
+fn menu_text(text: &str) -> String {
+    text.replace('&', "&&")
+}
+
+/// The native menu for a model.
+pub fn build_menu<R: Runtime>(handle: &AppHandle<R>, model: &TrayModel) -> tauri::Result<Menu<R>> {
+    let menu = Menu::new(handle)?;
+    for entry in model.entries() {
+        match entry {
+            Entry::Info { id, text } => {
+                let item = MenuItem::with_id(handle, id, menu_text(&text), false, None::<&str>)?;
+                menu.append(&item as &dyn IsMenuItem<R>)?;
+            }
+            Entry::Item {
+                action,
+                label,
+                enabled,
+            } => {
+                let item = MenuItem::with_id(
+                    handle,
+                    action.id(),
+                    menu_text(&label),
+                    enabled,
+                    None::<&str>,
+                )?;
+                menu.append(&item as &dyn IsMenuItem<R>)?;
+            }
+            Entry::Separator => menu.append(&PredefinedMenuItem::separator(handle)?)?,
+        }
+    }
+    Ok(menu)
+}
+
+/// Put the tray item up, and redraw it whenever the shell's state changes.
+pub fn create<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
+    let shell = handle.state::<Arc<Shell>>().inner().clone();
+    let model = shell.model();
+    TrayIconBuilder::with_id(TRAY_ID)
+        .icon(Image::from_bytes(ICON)?)
+        .icon_as_template(cfg!(target_os = "macos"))
+        .tooltip(model.tooltip())
+        .menu(&build_menu(handle, &model)?)
+        .show_menu_on_left_click(true)
+        .on_menu_event(|handle, event| {
+            if let Some(action) = Action::from_id(event.id().as_ref()) {
+                perform(handle, action);
+            }
+        })
+        .build(handle)?;
+
+    let mut changes = shell.subscribe();
+    let handle = handle.clone();
+    tauri::async_runtime::spawn(async move {
+        while changes.changed().await.is_ok() {
+            let model = changes.borrow_and_update().clone();
+            if let Err(e) = redraw(&handle, &model) {
+                tracing::warn!("cannot update the tray menu: {e}");
+            }
+        }
+    });
+    Ok(())
+}
+
+fn redraw<R: Runtime>(handle: &AppHandle<R>, model: &TrayModel) -> tauri::Result<()> {
+    let Some(tray) = handle.tray_by_id(TRAY_ID) else {
+        return Ok(());
+    };
+    tray.set_menu(Some(build_menu(handle, model)?))?;
+    tray.set_tooltip(Some(model.tooltip()))?;
+    Ok(())
+}
+
+/// Do what a menu item says.
+pub fn perform<R: Runtime>(handle: &AppHandle<R>, action: Action) {
+    let shell = handle.state::<Arc<Shell>>().inner().clone();
+    let result = match action {
+        Action::OpenChat | Action::NewChat | Action::Settings => {
+            window::show(handle, route_of(action).unwrap_or_default()).map_err(|e| e.to_string())
+        }
+        Action::CopyEndpoint => shell.copy_endpoint().map(|url| {
+            tracing::info!("copied {url}");
+        }),
+        Action::TogglePause => shell.toggle_paused().map(|status| {
+            tracing::info!(
+                "server {}",
+                if status.paused { "paused" } else { "resumed" }
+            );
+        }),
+        Action::Quit => {
+            quit(handle);
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!("{}: {e}", action.id());
+    }
+}
+
+/// Stop the server (streams get a short grace) and leave.
+pub fn quit<R: Runtime>(handle: &AppHandle<R>) {
+    let shell = handle.state::<Arc<Shell>>().inner().clone();
+    let mut stopped = shell.stop();
+    let handle = handle.clone();
+    tauri::async_runtime::spawn(async move {
+        let _ = tokio::time::timeout(QUIT_WAIT, stopped.wait_for(|done| *done)).await;
+        handle.exit(0);
+    });
+}

@@ -1,0 +1,218 @@
+//! The app's IPC commands and menu actions on Tauri's mock runtime (no display): the same
+//! `seedbar_app::setup` the real app uses, a stand-in for the server.
+
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
+};
+
+use seedbar_app::{
+    shell::{Connection, Server, Shell},
+    tray::perform,
+    tray_model::{Action, Phase},
+    window,
+};
+use serde_json::{json, Value};
+use tauri::{
+    ipc::{CallbackFn, InvokeBody},
+    test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY},
+    webview::InvokeRequest,
+    App, Manager, WebviewUrl, WebviewWindow, WebviewWindowBuilder,
+};
+
+#[derive(Default)]
+struct FakeServer {
+    paused: AtomicBool,
+}
+
+impl Server for FakeServer {
+    fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::SeqCst);
+    }
+}
+
+fn app() -> (App<MockRuntime>, Arc<Shell>) {
+    let shell = Shell::new();
+    let app = seedbar_app::setup(mock_builder(), shell.clone())
+        .build(mock_context(noop_assets()))
+        .expect("the app builds on the mock runtime");
+    (app, shell)
+}
+
+fn webview(app: &App<MockRuntime>) -> WebviewWindow<MockRuntime> {
+    WebviewWindowBuilder::new(app, "probe", WebviewUrl::default())
+        .build()
+        .unwrap()
+}
+
+fn invoke(webview: &WebviewWindow<MockRuntime>, cmd: &str, body: Value) -> Result<Value, Value> {
+    get_ipc_response(
+        webview,
+        InvokeRequest {
+            cmd: cmd.into(),
+            callback: CallbackFn(0),
+            error: CallbackFn(1),
+            // The app's own origin (tauri://localhost outside Windows).
+            url: if cfg!(windows) {
+                "http://tauri.localhost"
+            } else {
+                "tauri://localhost"
+            }
+            .parse()
+            .unwrap(),
+            body: InvokeBody::Json(body),
+            headers: Default::default(),
+            invoke_key: INVOKE_KEY.to_string(),
+        },
+    )
+    .map(|b| b.deserialize::<Value>().unwrap())
+}
+
+fn serve(shell: &Shell, port: u16) -> Arc<FakeServer> {
+    let server = Arc::new(FakeServer::default());
+    shell.attach(
+        server.clone(),
+        Connection {
+            api: format!("http://127.0.0.1:{port}"),
+            api_key: None,
+        },
+        "SmolLM2-135M-Instruct",
+    );
+    server
+}
+
+#[test]
+fn status_follows_the_server() {
+    let (app, shell) = app();
+    let w = webview(&app);
+    let status = invoke(&w, "shell_status", json!({})).unwrap();
+    assert_eq!(status["state"], "starting");
+    assert_eq!(status["status"], "Starting…");
+    assert_eq!(status["endpoint"], Value::Null);
+
+    shell.set_phase(Phase::Loading {
+        model: "SmolLM2-135M-Instruct".into(),
+    });
+    let status = invoke(&w, "shell_status", json!({})).unwrap();
+    assert_eq!(status["state"], "loading");
+    assert_eq!(status["status"], "Loading SmolLM2-135M-Instruct…");
+
+    serve(&shell, 7337);
+    let status = invoke(&w, "shell_status", json!({})).unwrap();
+    assert_eq!(
+        status,
+        json!({
+            "state": "serving",
+            "status": "Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1",
+            "hint": null,
+            "endpoint": "http://127.0.0.1:7337/v1",
+            "paused": false,
+            "version": env!("CARGO_PKG_VERSION"),
+        })
+    );
+}
+
+#[test]
+fn pause_and_resume_through_ipc() {
+    let (app, shell) = app();
+    let w = webview(&app);
+    let refused = invoke(&w, "set_server_paused", json!({"paused": true})).unwrap_err();
+    assert!(
+        refused.as_str().unwrap().contains("not running"),
+        "{refused}"
+    );
+
+    let server = serve(&shell, 7337);
+    let status = invoke(&w, "set_server_paused", json!({"paused": true})).unwrap();
+    assert_eq!(status["state"], "paused");
+    assert_eq!(status["paused"], true);
+    assert!(server.paused.load(Ordering::SeqCst));
+    assert!(shell.model().paused);
+
+    let status = invoke(&w, "set_server_paused", json!({"paused": false})).unwrap();
+    assert_eq!(status["state"], "serving");
+    assert!(!server.paused.load(Ordering::SeqCst));
+
+    // A missing argument is the IPC layer's error, not a panic.
+    assert!(invoke(&w, "set_server_paused", json!({})).is_err());
+}
+
+#[test]
+fn menu_pause_item_toggles() {
+    let (app, shell) = app();
+    let server = serve(&shell, 7337);
+    perform(app.handle(), Action::TogglePause);
+    assert!(server.paused.load(Ordering::SeqCst));
+    assert_eq!(shell.model().pause_label(), "Resume Server");
+    perform(app.handle(), Action::TogglePause);
+    assert!(!server.paused.load(Ordering::SeqCst));
+    assert_eq!(shell.model().pause_label(), "Pause Server");
+}
+
+#[test]
+fn window_opens_at_the_route_once_the_address_is_known() {
+    let (app, shell) = app();
+    // Before the port is bound the window waits (its page needs the address).
+    perform(app.handle(), Action::Settings);
+    assert!(app.get_webview_window(window::MAIN).is_none());
+
+    shell.set_connection(Connection {
+        api: "http://127.0.0.1:40001".into(),
+        api_key: Some("key".into()),
+    });
+    window::open_pending(app.handle());
+    let main = app
+        .get_webview_window(window::MAIN)
+        .expect("the window opened");
+    let url = main.url().unwrap();
+    assert_eq!(url.fragment(), Some("/settings"), "{url}");
+    assert!(url.path().ends_with("index.html"), "{url}");
+
+    // Further actions reuse the same window.
+    perform(app.handle(), Action::NewChat);
+    perform(app.handle(), Action::OpenChat);
+    assert_eq!(app.webview_windows().len(), 1);
+}
+
+#[test]
+fn the_page_gets_address_and_key() {
+    let shell = Shell::new();
+    shell.set_connection(Connection {
+        api: "http://127.0.0.1:40002".into(),
+        api_key: Some("secret".into()),
+    });
+    assert_eq!(
+        shell.init_script(),
+        r#"window.__SEEDBAR__ = Object.freeze({"api":"http://127.0.0.1:40002","apiKey":"secret"});"#
+    );
+}
+
+#[test]
+fn navigation_script_repeats_the_same_route() {
+    let script = window::navigate_script("#/new");
+    assert!(script.contains(r##"("#/new")"##), "{script}");
+    assert!(script.contains("HashChangeEvent"), "{script}");
+    assert_eq!(window::page_of(""), "index.html");
+    assert_eq!(window::page_of("#/settings"), "index.html#/settings");
+}
+
+#[test]
+fn copy_needs_a_running_server() {
+    let (_app, shell) = app();
+    assert!(shell.copy_endpoint().is_err());
+}
+
+#[test]
+fn linux_instance_lock_is_per_data_directory() {
+    let id = "dev.seedbar.Seedbar";
+    assert_eq!(seedbar_app::instance_id(id, None), id);
+    let a = seedbar_app::instance_id(id, Some("/tmp/a".as_ref()));
+    let b = seedbar_app::instance_id(id, Some("/tmp/b".as_ref()));
+    assert_ne!(a, b);
+    assert!(a.starts_with("dev.seedbar.Seedbar.home"));
+    assert_eq!(a, seedbar_app::instance_id(id, Some("/tmp/a".as_ref())));
+    // D-Bus name elements: letters, digits, '_' and '-', not starting with a digit.
+    assert!(a
+        .split('.')
+        .all(|part| !part.is_empty() && !part.starts_with(|c: char| c.is_ascii_digit())));
+}

@@ -1,0 +1,607 @@
+"""The real app (`target/debug/seedbar-app`) under Xvfb: its window driven through WebKit's
+WebDriver (WebKitWebDriver, one keep-alive connection), its tray menu docked in `trayer`
+and clicked with xdotool. The store holds the real SmolLM2-135M-Instruct.
+
+Screenshots land in docs/screenshots/ (chat-window.png, tray-menu.png).
+"""
+
+import base64
+import ctypes
+import ctypes.util
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, DEFAULT_MODEL, ROOT, default_gguf, wait_for
+
+APP = ROOT / "target" / "debug" / "seedbar-app"
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+SCREEN = (1280, 800)
+QUESTION = "What is the capital of France?"
+TOOLS = ["Xvfb", "WebKitWebDriver", "trayer", "xdotool", "xclip", "import", "dbus-daemon"]
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the Xvfb route is Linux-only")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WebDriver:
+    """A W3C WebDriver client over one keep-alive HTTP connection (the driver's
+    documentation warns that clients opening a connection per request see dropped ones)."""
+
+    def __init__(self, port):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        self.session = None
+
+    def call(self, method, path, body=None):
+        url = path if self.session is None else f"/session/{self.session}{path}"
+        payload = None if body is None else json.dumps(body)
+        headers = {"Content-Type": "application/json"} if payload else {}
+        self.conn.request(method, url, body=payload, headers=headers)
+        response = self.conn.getresponse()
+        data = json.loads(response.read() or b"{}")
+        if response.status != 200:
+            raise AssertionError(f"WebDriver {method} {url}: {response.status} {data}")
+        return data.get("value")
+
+    def start(self, binary, args=()):
+        value = self.call("POST", "/session", {"capabilities": {"alwaysMatch": {
+            "webkitgtk:browserOptions": {"binary": str(binary), "args": list(args)},
+        }}})
+        self.session = value["sessionId"]
+        return value
+
+    def quit(self):
+        if self.session is not None:
+            try:
+                self.call("DELETE", "")
+            except Exception:  # the app may already be gone
+                pass
+            self.session = None
+        self.conn.close()
+
+    def js(self, script, *args):
+        return self.call("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+    def js_async(self, script, *args):
+        """Runs `script`; it calls `arguments[arguments.length - 1]` with the result."""
+        return self.call("POST", "/execute/async", {"script": script, "args": list(args)})
+
+    def find(self, css):
+        found = self.call("POST", "/element", {"using": "css selector", "value": css})
+        assert isinstance(found, dict) and ELEMENT in found, f"{css}: {found}"
+        return found[ELEMENT]
+
+    def click(self, css):
+        self.call("POST", f"/element/{self.find(css)}/click", {})
+
+    def type(self, css, text):
+        self.call("POST", f"/element/{self.find(css)}/value", {"text": text})
+
+    def screenshot(self, path):
+        Path(path).write_bytes(base64.b64decode(self.call("GET", "/screenshot")))
+
+    def wait_js(self, script, timeout, message, *args):
+        return wait_for(lambda: self.js(script, *args), timeout, interval=0.25, message=message)
+
+
+class _ClientMessage(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
+                ("display", ctypes.c_void_p), ("window", ctypes.c_ulong),
+                ("message_type", ctypes.c_ulong), ("format", ctypes.c_int),
+                ("data", ctypes.c_long * 5)]
+
+
+class _XEvent(ctypes.Union):
+    _fields_ = [("xclient", _ClientMessage), ("pad", ctypes.c_long * 24)]
+
+
+def request_close(display, window):
+    """What a window manager does when the close button is clicked: a WM_DELETE_WINDOW
+    message (Xvfb has no window manager to do it; libX11 through ctypes)."""
+    x11 = ctypes.CDLL(ctypes.util.find_library("X11"))
+    x11.XOpenDisplay.restype = ctypes.c_void_p
+    x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+    x11.XInternAtom.restype = ctypes.c_ulong
+    x11.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    x11.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long,
+                               ctypes.POINTER(_XEvent)]
+    x11.XFlush.argtypes = [ctypes.c_void_p]
+    x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    dpy = x11.XOpenDisplay(display.encode())
+    assert dpy, f"cannot open display {display}"
+    try:
+        event = _XEvent()
+        event.xclient.type = 33  # ClientMessage
+        event.xclient.window = window
+        event.xclient.message_type = x11.XInternAtom(dpy, b"WM_PROTOCOLS", 0)
+        event.xclient.format = 32
+        event.xclient.data[0] = x11.XInternAtom(dpy, b"WM_DELETE_WINDOW", 0)
+        event.xclient.data[1] = 0  # CurrentTime
+        assert x11.XSendEvent(dpy, window, 0, 0, ctypes.byref(event))
+        x11.XFlush(dpy)
+    finally:
+        x11.XCloseDisplay(dpy)
+
+
+def visible_windows(desktop, name):
+    try:
+        return desktop.x("xdotool", "search", "--onlyvisible", "--name", f"^{name}$").split()
+    except subprocess.CalledProcessError:  # none
+        return []
+
+
+def tid(name):
+    return f'[data-testid="{name}"]'
+
+
+# Loopback requests never go through a proxy from the environment.
+LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_status(url):
+    try:
+        with LOCAL.open(url, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def api(url, method="GET", body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with LOCAL.open(request, timeout=60) as r:
+        return json.loads(r.read() or b"null")
+
+
+class Desktop:
+    """Xvfb, a tray host, and the processes started on that display."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs = []
+        read, write = os.pipe()
+        xvfb = subprocess.Popen(
+            ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{SCREEN[0]}x{SCREEN[1]}x24",
+             "-nolisten", "tcp"],
+            pass_fds=[write], stdout=subprocess.DEVNULL, stderr=open(tmp / "xvfb.log", "w"))
+        os.close(write)
+        self.procs.append(xvfb)
+        with os.fdopen(read) as f:
+            self.display = ":" + f.readline().strip()
+        self.env = dict(os.environ, DISPLAY=self.display, NO_PROXY="127.0.0.1,localhost",
+                        no_proxy="127.0.0.1,localhost")
+        # No session bus: the tray falls back to the XEmbed tray that trayer hosts.
+        self.env.pop("WAYLAND_DISPLAY", None)
+        self.env["DBUS_SESSION_BUS_ADDRESS"] = "disabled:"
+        self.spawn("trayer", ["trayer", "--edge", "top", "--align", "right", "--widthtype",
+                              "request", "--height", "28", "--tint", "0x303030",
+                              "--transparent", "true", "--alpha", "0", "--SetDockType", "true"])
+
+    def spawn(self, name, argv, env=None):
+        log = open(self.tmp / f"{name}.log", "w")
+        proc = subprocess.Popen(argv, env=env or self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def x(self, *argv, **kwargs):
+        return subprocess.run(list(argv), env=self.env, check=True, capture_output=True,
+                              text=True, timeout=30, **kwargs).stdout
+
+    def screenshot(self, path):
+        self.x("import", "-window", "root", str(path))
+
+    def close(self):
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    assert not missing, f"missing {missing}: run scripts/setup.sh"
+    assert APP.exists(), f"{APP} is missing: build with `make app`"
+    assert BIN.exists(), f"{BIN} is missing: build with `cargo build -p seedbar-cli`"
+    tmp = tmp_path_factory.mktemp("tauri-app")
+    home = tmp / "home"
+    user = tmp / "user"  # $HOME: the login item (~/.config/autostart) and WebKit's data
+    user.mkdir()
+    subprocess.run([BIN, "models", "add", default_gguf(), "--name", DEFAULT_MODEL], check=True,
+                   capture_output=True, env=dict(os.environ, SEEDBAR_HOME=str(home)), timeout=300)
+    desktop = Desktop(tmp)
+    port = free_port()
+    env = dict(desktop.env, SEEDBAR_HOME=str(home), SEEDBAR_PORT=str(port), HOME=str(user),
+               TAURI_WEBVIEW_AUTOMATION="true", RUST_LOG="info")
+    env.pop("SEEDBAR_API_KEY", None)
+    env.pop("SEEDBAR_MODEL", None)
+    driver_port = free_port()
+    desktop.spawn("webdriver", ["WebKitWebDriver", f"--port={driver_port}"], env=env)
+    driver = WebDriver(driver_port)
+    wait_for(lambda: _answers(driver_port), 30, message="WebKitWebDriver to listen")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        driver.start(APP)
+        wait_for(lambda: http_status(base + "/health") == 200, 180, message="the app's server")
+        yield {"driver": driver, "desktop": desktop, "base": base, "home": home, "tmp": tmp,
+               "user": user}
+    finally:
+        driver.quit()
+        desktop.close()
+        logs = "".join(f"--- {p.name}\n{p.read_text()[-3000:]}\n" for p in sorted(tmp.glob("*.log")))
+        print(logs)
+
+
+def _answers(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def test_window_chats_with_the_real_model(app):
+    d, base = app["driver"], app["base"]
+    # The page got the real address and key from the shell.
+    seedbar = d.wait_js("return window.__SEEDBAR__ || null", 60, "window.__SEEDBAR__")
+    assert seedbar == {"api": base, "apiKey": None}
+    assert d.js("return location.protocol") in ("tauri:", "http:")
+    d.wait_js(f"return !!document.querySelector('{tid('conversation-list')}')", 60, "the UI")
+
+    d.click(tid("new-chat"))
+    conversation = d.wait_js(
+        "const m = /#\\/c\\/(\\d+)$/.exec(location.hash); return m ? Number(m[1]) : null",
+        60, "a new conversation")
+    # Greedy and short, so the reply is the model's one answer.
+    api(f"{base}/app/conversations/{conversation}", "PATCH",
+        {"settings": {"temperature": 0, "max_tokens": 24}})
+    d.type(tid("composer-input"), QUESTION)
+    d.click(tid("send"))
+    reply = d.wait_js(
+        """const els = document.querySelectorAll('[data-testid="message"][data-role="assistant"]');
+           const el = els[els.length - 1];
+           if (!el || el.getAttribute('data-status') !== 'complete') return null;
+           return el.querySelector('[data-testid="message-content"]').textContent;""",
+        240, "the reply")
+    assert "Paris" in reply, reply
+    stored = api(f"{base}/app/conversations/{conversation}")["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[0]["content"] == QUESTION
+    squash = lambda s: re.sub(r"[^0-9A-Za-z]+", "", s)  # noqa: E731 (markdown drops symbols)
+    assert squash(stored[1]["content"]) == squash(reply)
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    d.screenshot(SCREENSHOTS / "chat-window.png")
+    assert (SCREENSHOTS / "chat-window.png").stat().st_size > 10_000
+
+
+def find_tray_icon(desktop):
+    """The centre of the docked tray icon (trayer's dock window, at the top right), or None."""
+    try:
+        windows = desktop.x("xdotool", "search", "--class", "trayer").split()
+    except subprocess.CalledProcessError:
+        return None
+    for window in windows:
+        geometry = desktop.x("xdotool", "getwindowgeometry", window)
+        pos = re.search(r"Position: (\d+),(\d+)", geometry)
+        size = re.search(r"Geometry: (\d+)x(\d+)", geometry)
+        x, y, w, h = map(int, (*pos.groups(), *size.groups()))
+        if w >= 16 and h >= 16:
+            return x + w // 2, y + h // 2
+    return None
+
+
+def tray_icon(desktop):
+    return wait_for(lambda: find_tray_icon(desktop), 30, message="the tray icon in trayer")
+
+
+def choose(desktop, downs):
+    """Open the tray menu and pick the item `downs` places down (disabled lines skipped)."""
+    x, y = tray_icon(desktop)
+    desktop.x("xdotool", "mousemove", str(x), str(y), "click", "1")
+    time.sleep(0.8)
+    desktop.x("xdotool", "key", *["Down"] * downs, "Return")
+    time.sleep(0.8)
+
+
+# Menu order (enabled items): Open Chat, New Chat, Copy Endpoint URL, Pause/Resume, Settings, Quit.
+OPEN, NEW, COPY, PAUSE, SETTINGS, QUIT = range(1, 7)
+
+
+def test_tray_menu(app):
+    desktop, d, base = app["desktop"], app["driver"], app["base"]
+    endpoint = base + "/v1"
+    x, y = tray_icon(desktop)
+    desktop.x("xdotool", "mousemove", str(x), str(y), "click", "1")
+    time.sleep(1.0)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    desktop.screenshot(app["tmp"] / "screen-menu.png")
+    # The menu, cropped from the screen's top right corner.
+    desktop.x("convert", str(app["tmp"] / "screen-menu.png"), "-crop",
+              f"560x260+{SCREEN[0] - 560}+0", "+repage", str(SCREENSHOTS / "tray-menu.png"))
+    desktop.x("xdotool", "key", "Escape")
+    time.sleep(0.5)
+
+    # Copy Endpoint URL puts the OpenAI base URL on the clipboard.
+    choose(desktop, COPY)
+    clip = wait_for(lambda: desktop.x("xclip", "-o", "-selection", "clipboard").strip() or None,
+                    10, message="the clipboard")
+    assert clip == endpoint
+
+    # Pause: outside clients get 503, the app's routes still answer; Resume restores.
+    assert http_status(endpoint + "/models") == 200
+    choose(desktop, PAUSE)
+    wait_for(lambda: http_status(endpoint + "/models") == 503, 10, message="503 while paused")
+    assert http_status(base + "/app/status") == 200
+    assert http_status(base + "/health") == 200
+    choose(desktop, PAUSE)  # now labelled Resume Server
+    wait_for(lambda: http_status(endpoint + "/models") == 200, 10, message="200 after resume")
+
+    # Settings and New Chat move the window to their routes.
+    choose(desktop, SETTINGS)
+    d.wait_js("return location.hash === '#/settings'", 10, "the settings route")
+    d.wait_js(f"return !!document.querySelector('{tid('app-settings')}')", 10, "the settings view")
+    # New Chat: the window goes to `#/new`, where the UI starts a fresh conversation.
+    before = d.js("return location.hash")
+    choose(desktop, NEW)
+    d.wait_js(
+        f"""return location.hash !== {json.dumps(before)}
+                && !!document.querySelector('{tid('chat-view')}')
+                && !document.querySelector('{tid('message')}')""",
+        10, "an empty chat after New Chat")
+
+
+def test_closing_the_window_hides_it(app):
+    desktop, d, base = app["desktop"], app["driver"], app["base"]
+    windows = visible_windows(desktop, "Seedbar")
+    assert len(windows) == 1, windows
+    request_close(desktop.display, int(windows[0]))
+    wait_for(lambda: not visible_windows(desktop, "Seedbar"), 10, message="the window to hide")
+    # The app lives on: the API answers and the page is still there.
+    assert http_status(base + "/v1/models") == 200
+    choose(desktop, OPEN)
+    wait_for(lambda: visible_windows(desktop, "Seedbar"), 10, message="Open Chat to show it")
+    assert visible_windows(desktop, "Seedbar") == windows, "the same window, not a new one"
+    assert d.js("return !!document.querySelector('[data-testid=\"chat-view\"]')")
+
+
+def test_settings_apply_live(app):
+    """"Launch at login" from the settings (PUT /app/settings, as the Settings view does)
+    turns the login item on and off while the app runs (on Linux: an XDG autostart entry)."""
+    base = app["base"]
+    entry = app["user"] / ".config" / "autostart" / "Seedbar.desktop"
+    settings = api(base + "/app/settings")
+    assert settings["launch_at_login"] is False
+    assert not entry.exists()
+    api(base + "/app/settings", "PUT", {**settings, "launch_at_login": True})
+    wait_for(entry.exists, 10, message="the autostart entry")
+    exec_line = next(line for line in entry.read_text().splitlines() if line.startswith("Exec="))
+    assert exec_line.endswith("seedbar-app --hidden"), exec_line
+    api(base + "/app/settings", "PUT", {**settings, "launch_at_login": False})
+    wait_for(lambda: not entry.exists(), 10, message="the autostart entry to go")
+
+
+def test_quit_stops_the_server(app):
+    desktop, base = app["desktop"], app["base"]
+    choose(desktop, QUIT)
+
+    def gone():
+        try:
+            socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=1).close()
+            return False
+        except OSError:
+            return True
+    wait_for(gone, 20, message="the server to stop after Quit")
+
+
+def invoke(driver, command, args=None):
+    """A Tauri command through the page's real IPC: {"ok": value} or {"error": message}."""
+    return driver.js_async(
+        """const done = arguments[arguments.length - 1];
+           window.__TAURI_INTERNALS__.invoke(arguments[0], arguments[1])
+             .then((ok) => done({ok}), (error) => done({error: String(error)}));""",
+        command, args or {})
+
+
+def start_with_driver(desktop, env):
+    driver_port = free_port()
+    desktop.spawn("webdriver", ["WebKitWebDriver", f"--port={driver_port}"],
+                  env=dict(env, TAURI_WEBVIEW_AUTOMATION="true"))
+    wait_for(lambda: _answers(driver_port), 30, message="WebKitWebDriver to listen")
+    driver = WebDriver(driver_port)
+    driver.start(APP)
+    driver.wait_js("return !!window.__TAURI_INTERNALS__", 60, "the Tauri page")
+    return driver
+
+
+def shell_status(driver):
+    return invoke(driver, "shell_status")["ok"]
+
+
+def test_ipc_and_a_failed_first_download(tmp_path):
+    """An empty store and no hub: the page's IPC reports the failed download and what to do,
+    and pausing is refused."""
+    desktop = Desktop(tmp_path)
+    closed = free_port()  # nothing listens there: the hub is unreachable
+    env = dict(desktop.env, SEEDBAR_HOME=str(tmp_path / "empty-home"), HOME=str(tmp_path),
+               SEEDBAR_PORT=str(free_port()), HF_ENDPOINT=f"http://127.0.0.1:{closed}")
+    driver = None
+    try:
+        driver = start_with_driver(desktop, env)
+        status = wait_for(lambda: (s := shell_status(driver))["state"] == "download-failed" and s,
+                          60, message="the failed download")
+        assert status["status"].startswith("Cannot download SmolLM2-135M-Instruct: "), status
+        assert "seedbar pull" in status["hint"]
+        assert status["endpoint"] is None
+        refused = invoke(driver, "set_server_paused", {"paused": True})
+        assert "not running" in refused["error"], refused
+    finally:
+        if driver:
+            driver.quit()
+        desktop.close()
+
+
+class FakeHub:
+    """The two Hugging Face hub routes a pull uses, for one repository held in `files`,
+    served slowly enough that the download shows progress."""
+
+    def __init__(self, repo, files, seconds=3.0):
+        import http.server
+        import threading
+
+        hub = self
+        self.requests = []
+        total = sum(len(b) for b in files.values())
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                hub.requests.append(path)
+                if path == f"/api/models/{repo}/revision/main":
+                    body = json.dumps({"sha": "0" * 40, "siblings": [
+                        {"rfilename": name, "size": len(data)} for name, data in files.items()]})
+                    return self.reply(body.encode(), "application/json")
+                prefix = f"/{repo}/resolve/{'0' * 40}/"
+                if path.startswith(prefix) and path[len(prefix):] in files:
+                    return self.reply(files[path[len(prefix):]], "application/octet-stream",
+                                      pace=seconds / max(total, 1))
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def reply(self, body, kind, pace=0.0):
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for i in range(0, len(body), 65536):
+                    self.wfile.write(body[i:i + 65536])
+                    self.wfile.flush()
+                    time.sleep(pace * min(65536, len(body) - i))
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_first_start_downloads_the_default_model(tmp_path):
+    """An empty store: the app pulls the default model (a small random-weight llama served
+    by a stand-in hub here), the tray shows "Downloading N%", then it serves the model."""
+    from checkpoints import write_checkpoint
+
+    model_dir = write_checkpoint(tmp_path / "checkpoint", "llama")
+    files = {p.name: p.read_bytes() for p in sorted(model_dir.iterdir()) if p.is_file()}
+    hub = FakeHub("HuggingFaceTB/SmolLM2-135M-Instruct", files)
+    desktop = Desktop(tmp_path)
+    port = free_port()
+    env = dict(desktop.env, SEEDBAR_HOME=str(tmp_path / "home"), HOME=str(tmp_path),
+               SEEDBAR_PORT=str(port), HF_ENDPOINT=hub.url)
+    driver = None
+    try:
+        driver = start_with_driver(desktop, env)
+        seen = []
+
+        def serving():
+            status = shell_status(driver)
+            if not seen or seen[-1] != status["status"]:
+                seen.append(status["status"])
+            assert status["state"] not in ("error", "download-failed"), status
+            return status["state"] == "serving" and status
+        wait_for(serving, 120, interval=0.05, message="the download and the model load")
+        downloading = [s for s in seen if re.fullmatch(r"Downloading SmolLM2-135M-Instruct \d+%", s)]
+        assert len(downloading) >= 2, seen
+        percents = [int(s.split()[-1][:-1]) for s in downloading]
+        assert percents == sorted(percents) and percents[-1] <= 100, seen
+        served = api(f"http://127.0.0.1:{port}/v1/models")["data"]
+        assert [m["id"] for m in served] == ["HuggingFaceTB--SmolLM2-135M-Instruct"]
+        assert any(p.endswith("/config.json") for p in hub.requests)
+    finally:
+        if driver:
+            driver.quit()
+        desktop.close()
+        hub.close()
+
+
+def store_with_default_model(home):
+    subprocess.run([BIN, "models", "add", default_gguf(), "--name", DEFAULT_MODEL], check=True,
+                   capture_output=True, env=dict(os.environ, SEEDBAR_HOME=str(home)), timeout=300)
+    return home
+
+
+def test_second_launch_shows_the_running_app(tmp_path):
+    """With a session bus (single-instance lock), a second launch hands over to the first,
+    which shows its window (started with --hidden, as the login item does), and exits."""
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--nopidfile",
+                            "--print-address=1"], stdout=subprocess.PIPE, text=True)
+    desktop = None
+    try:
+        address = bus.stdout.readline().strip()
+        assert address, "dbus-daemon printed no address"
+        desktop = Desktop(tmp_path)
+        env = dict(desktop.env, SEEDBAR_HOME=str(store_with_default_model(tmp_path / "home")),
+                   SEEDBAR_PORT=str(free_port()), HOME=str(tmp_path),
+                   DBUS_SESSION_BUS_ADDRESS=address)
+        first = desktop.spawn("first", [str(APP), "--hidden"], env=env)
+        wait_for(lambda: "Seedbar serving" in (tmp_path / "first.log").read_text(), 120,
+                 message="the first instance to serve")
+        time.sleep(1)
+        assert not visible_windows(desktop, "Seedbar"), "--hidden opens no window"
+        second = subprocess.run([str(APP)], env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0, second.stderr
+        assert "Seedbar serving" not in second.stdout
+        wait_for(lambda: visible_windows(desktop, "Seedbar"), 20,
+                 message="the first instance's window")
+        assert first.poll() is None, "the first instance keeps running"
+    finally:
+        if desktop:
+            desktop.close()
+        bus.terminate()
+        bus.wait(10)
+
+
+def test_sigterm_quits_cleanly(tmp_path):
+    """Ctrl-C / SIGTERM end the app like Quit: the server stops, the exit code is 0."""
+    home = store_with_default_model(tmp_path / "home")
+    desktop = Desktop(tmp_path)
+    port = free_port()
+    try:
+        app = desktop.spawn("app", [str(APP)], env=dict(
+            desktop.env, SEEDBAR_HOME=str(home), SEEDBAR_PORT=str(port), HOME=str(tmp_path)))
+        wait_for(lambda: "Seedbar serving" in (tmp_path / "app.log").read_text(), 120,
+                 message="the app to serve")
+        assert http_status(f"http://127.0.0.1:{port}/v1/models") == 200
+        app.terminate()
+        assert app.wait(20) == 0
+        assert not _answers(port)
+    finally:
+        desktop.close()
