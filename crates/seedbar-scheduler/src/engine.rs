@@ -233,6 +233,8 @@ struct Row {
     decoded_len: usize,
     stop: StopMatcher,
     finished: bool,
+    /// False once a failed step may have left `caches` out of step with `fed`.
+    reusable: bool,
 }
 
 impl Row {
@@ -326,6 +328,7 @@ impl Worker {
                 for row in &mut self.rows {
                     row.send(Event::Failed(format!("generation failed: {e}")));
                     row.finished = true;
+                    row.reusable = false;
                 }
             }
             self.retire();
@@ -382,6 +385,7 @@ impl Worker {
                 decoded_len: 0,
                 stop,
                 finished: false,
+                reusable: true,
             });
         }
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);
@@ -450,7 +454,8 @@ impl Worker {
             .partition(|r| r.finished);
         self.rows = running;
         for row in done {
-            if !row.events.is_closed() {
+            // Finished, stopped or cancelled alike: `caches` hold exactly `fed`.
+            if row.reusable {
                 self.prefix_cache.insert(row.fed, row.caches);
             }
         }

@@ -14,7 +14,7 @@ use axum::{
 };
 use futures_util::StreamExt;
 use seedbar_engine::{
-    tool_calls::{ToolCallParser, ToolOutput},
+    tool_calls::{ToolCall, ToolCallParser, ToolOutput},
     ChatMessage, FinishReason, SamplingParams,
 };
 use seedbar_scheduler::{Event, TokenLogprob, Usage};
@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use crate::{
     error::ApiError,
     extract::JsonBody,
-    generation::{next_or_gone, spawn_body, ChoiceEvent, Generation, Settings},
+    generation::{next_or_gone, spawn_body, Choice, ChoiceEvent, Generation, Settings},
     models::LoadedModel,
     App, SEED_HEADER,
 };
@@ -352,6 +352,12 @@ fn chat_logprob(model: &LoadedModel, id: u32, lp: &TokenLogprob) -> Value {
     value
 }
 
+/// A tool call in OpenAI's shape.
+fn call_json(call: &ToolCall) -> Value {
+    json!({"id": call.id, "type": "function",
+           "function": {"name": call.name, "arguments": call.arguments}})
+}
+
 /// Split reply text into content and tool calls (when tools were offered).
 fn message_parts(outputs: Vec<ToolOutput>, calls_so_far: &mut usize) -> Vec<Value> {
     outputs
@@ -360,62 +366,83 @@ fn message_parts(outputs: Vec<ToolOutput>, calls_so_far: &mut usize) -> Vec<Valu
             ToolOutput::Text(t) if t.is_empty() => None,
             ToolOutput::Text(t) => Some(json!({"content": t})),
             ToolOutput::Call(call) => {
+                let mut delta = call_json(&call);
+                delta["index"] = (*calls_so_far).into();
                 *calls_so_far += 1;
-                Some(json!({"tool_calls": [{"index": *calls_so_far - 1, "id": call.id, "type": "function",
-                            "function": {"name": call.name, "arguments": call.arguments}}]}))
+                Some(json!({"tool_calls": [delta]}))
             }
         })
         .collect()
 }
 
-async fn chat_response(generation: Generation, reply: Reply) -> Result<Value, ApiError> {
-    let mut body = envelope(&generation, reply.object);
+/// A non-streamed response: the envelope, each finished choice as `choice_json` writes it,
+/// and the usage.
+async fn whole_response(
+    generation: Generation,
+    object: &str,
+    choice_json: impl Fn(usize, Choice, &LoadedModel) -> Value,
+) -> Result<Value, ApiError> {
+    let mut body = envelope(&generation, object);
     let (model, prompt_tokens) = (generation.model.clone(), generation.prompt_tokens);
     let choices = generation.collect().await?;
     let usages: Vec<Usage> = choices.iter().map(|c| c.usage).collect();
     body["choices"] = choices
         .into_iter()
         .enumerate()
-        .map(|(index, choice)| {
-            let mut message = json!({"role": "assistant", "content": choice.text});
-            if reply.tools {
-                let mut parser = ToolCallParser::new();
-                let mut outputs = parser.push(&choice.text);
-                outputs.extend(parser.finish());
-                let mut calls = 0;
-                let (mut content, mut tool_calls) = (String::new(), Vec::new());
-                for part in message_parts(outputs, &mut calls) {
-                    match (part.get("content"), part.get("tool_calls")) {
-                        (Some(text), _) => content.push_str(text.as_str().unwrap_or_default()),
-                        (_, Some(Value::Array(c))) => tool_calls.extend(c.iter().map(|c| {
-                            let mut c = c.clone();
-                            c.as_object_mut().map(|o| o.remove("index"));
-                            c
-                        })),
-                        _ => {}
-                    }
-                }
-                if !tool_calls.is_empty() {
-                    message["content"] = if content.is_empty() {
-                        Value::Null
-                    } else {
-                        content.into()
-                    };
-                    message["tool_calls"] = tool_calls.into();
-                }
-            }
-            let called = message.get("tool_calls").is_some();
-            let logprobs = reply.logprobs.then(|| {
-                json!({"content": choice.tokens.iter()
-                    .filter_map(|(id, _, lp)| lp.as_ref().map(|lp| chat_logprob(&model, *id, lp)))
-                    .collect::<Vec<_>>()})
-            });
-            json!({"index": index, "message": message, "logprobs": logprobs,
-                   "finish_reason": finish_reason(choice.finish, called)})
-        })
+        .map(|(index, choice)| choice_json(index, choice, &model))
         .collect();
     body["usage"] = usage_json(prompt_tokens, &usages);
     Ok(body)
+}
+
+/// The end of a stream that ran to completion: the usage chunk when asked for, then `[DONE]`.
+async fn finish_stream(
+    tx: &tokio::sync::mpsc::Sender<SseEvent>,
+    base: &Value,
+    usage: Option<Value>,
+) {
+    if let Some(usage) = usage {
+        let mut last = base.clone();
+        last["choices"] = json!([]);
+        last["usage"] = usage;
+        let _ = tx.send(SseEvent::default().data(last.to_string())).await;
+    }
+    let _ = tx.send(SseEvent::default().data("[DONE]")).await;
+}
+
+async fn chat_response(generation: Generation, reply: Reply) -> Result<Value, ApiError> {
+    whole_response(generation, reply.object, |index, choice, model| {
+        let mut message = json!({"role": "assistant", "content": choice.text});
+        if reply.tools {
+            let mut parser = ToolCallParser::new();
+            let mut outputs = parser.push(&choice.text);
+            outputs.extend(parser.finish());
+            let (mut content, mut calls) = (String::new(), Vec::new());
+            for output in outputs {
+                match output {
+                    ToolOutput::Text(text) => content.push_str(&text),
+                    ToolOutput::Call(call) => calls.push(call_json(&call)),
+                }
+            }
+            if !calls.is_empty() {
+                message["content"] = if content.is_empty() {
+                    Value::Null
+                } else {
+                    content.into()
+                };
+                message["tool_calls"] = calls.into();
+            }
+        }
+        let called = message.get("tool_calls").is_some();
+        let logprobs = reply.logprobs.then(|| {
+            json!({"content": choice.tokens.iter()
+                    .filter_map(|(id, _, lp)| lp.as_ref().map(|lp| chat_logprob(model, *id, lp)))
+                    .collect::<Vec<_>>()})
+        });
+        json!({"index": index, "message": message, "logprobs": logprobs,
+                   "finish_reason": finish_reason(choice.finish, called)})
+    })
+    .await
 }
 
 async fn stream_chat(
@@ -503,13 +530,8 @@ async fn stream_chat(
     if usages.len() < n {
         return; // the client went away
     }
-    if include_usage {
-        let mut last = base.clone();
-        last["choices"] = json!([]);
-        last["usage"] = usage_json(generation.prompt_tokens, &usages);
-        let _ = tx.send(SseEvent::default().data(last.to_string())).await;
-    }
-    let _ = tx.send(SseEvent::default().data("[DONE]")).await;
+    let usage = include_usage.then(|| usage_json(generation.prompt_tokens, &usages));
+    finish_stream(&tx, &base, usage).await;
 }
 
 // ---- /v1/completions -------------------------------------------------------------------
@@ -623,22 +645,13 @@ async fn completion_response(
     echoes: Vec<String>,
     logprobs: bool,
 ) -> Result<Value, ApiError> {
-    let mut body = envelope(&generation, "text_completion");
-    let (model, prompt_tokens) = (generation.model.clone(), generation.prompt_tokens);
-    let choices = generation.collect().await?;
-    let usages: Vec<Usage> = choices.iter().map(|c| c.usage).collect();
-    body["choices"] = choices
-        .into_iter()
-        .zip(echoes)
-        .enumerate()
-        .map(|(index, (choice, echo))| {
-            let lp = logprobs.then(|| legacy_logprobs(&model, &choice.tokens, echo.len()));
-            json!({"index": index, "text": echo + &choice.text, "logprobs": lp,
-                   "finish_reason": finish_reason(choice.finish, false)})
-        })
-        .collect();
-    body["usage"] = usage_json(prompt_tokens, &usages);
-    Ok(body)
+    whole_response(generation, "text_completion", |index, choice, model| {
+        let echo = &echoes[index];
+        let lp = logprobs.then(|| legacy_logprobs(model, &choice.tokens, echo.len()));
+        json!({"index": index, "text": format!("{echo}{}", choice.text), "logprobs": lp,
+               "finish_reason": finish_reason(choice.finish, false)})
+    })
+    .await
 }
 
 async fn stream_completion(
@@ -692,13 +705,9 @@ async fn stream_completion(
             return;
         }
     }
-    if include_usage && usages.len() == echoes.len() {
-        let mut last = base.clone();
-        last["choices"] = json!([]);
-        last["usage"] = usage_json(generation.prompt_tokens, &usages);
-        let _ = tx.send(SseEvent::default().data(last.to_string())).await;
-    }
-    let _ = tx.send(SseEvent::default().data("[DONE]")).await;
+    let usage = (include_usage && usages.len() == echoes.len())
+        .then(|| usage_json(generation.prompt_tokens, &usages));
+    finish_stream(&tx, &base, usage).await;
 }
 
 pub(crate) fn sse(events: impl futures_util::Stream<Item = SseEvent> + Send + 'static) -> Response {
