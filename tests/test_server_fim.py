@@ -1,6 +1,6 @@
 """Fill-in-the-middle through `/v1/completions` (`suffix`) and `/api/generate`, on a
-random-weight checkpoint whose vocabulary has FIM tokens, installed next to SmolLM2 and loaded
-by the running server on first use. The reply must equal mlx-lm's greedy continuation of the
+random-weight checkpoint whose vocabulary has FIM tokens, installed next to SmolLM2 in a store
+of its own and loaded by the running server (serving SmolLM2) on first use. The reply must equal mlx-lm's greedy continuation of the
 prompt <fim_prefix>PREFIX<fim_suffix>SUFFIX<fim_middle> on the same weights."""
 
 import shutil
@@ -12,6 +12,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load
 
 from checkpoints import FIM_TOKENS, VOCAB, write_checkpoint
+from conftest import DEFAULT_MODEL, Seedbar, default_gguf, serving
 
 PREFIX, SUFFIX, TOKENS = "def add(a, b):\n    ", "\n    return total\n", 12
 # Keep the random model to printable ASCII (and away from EOS and the FIM tokens), so the
@@ -21,10 +22,25 @@ LOGIT_BIAS = {str(t): -100 for t in BANNED}
 
 
 @pytest.fixture(scope="module")
-def fim_model(seedbar, tmp_path_factory):
-    """The checkpoint, installed in the shared store as `tiny-fim`; its expected middle."""
+def store(tmp_path_factory):
+    """SmolLM2 and `tiny-fim`, the checkpoint."""
+    store = Seedbar(tmp_path_factory.mktemp("fim-store"))
+    store.run("models", "add", default_gguf(), "--name", DEFAULT_MODEL)
     ckpt = write_checkpoint(tmp_path_factory.mktemp("fim") / "ckpt", "llama", fim=True)
-    shutil.copytree(ckpt, seedbar.home / "models" / "tiny-fim")
+    shutil.copytree(ckpt, store.home / "models" / "tiny-fim")
+    return store
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    with serving(store) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def fim_model(store):
+    """The checkpoint's name and the middle mlx-lm writes for the FIM prompt."""
+    ckpt = store.home / "models" / "tiny-fim"
     model, _ = load(str(ckpt))
     ids = [VOCAB] + list(PREFIX.encode()) + [VOCAB + 1] + list(SUFFIX.encode()) + [VOCAB + 2]
     out, x = [], mx.array([ids])
@@ -49,7 +65,7 @@ def test_suffix_fills_the_middle_like_mlx_lm(server, fim_model):
     assert reply["usage"]["prompt_tokens"] == fim_model["prompt_tokens"]
     assert reply["choices"][0]["text"] == fim_model["expected"]
     models = httpx.get(server.url + "/api/tags", timeout=30).json()["models"]
-    assert {"tiny-fim", "SmolLM2-135M-Instruct"} <= {m["name"] for m in models}
+    assert {m["name"] for m in models} == {"tiny-fim", DEFAULT_MODEL}
 
 
 def test_ollama_generate_takes_a_suffix_too(server, fim_model):
@@ -62,7 +78,7 @@ def test_ollama_generate_takes_a_suffix_too(server, fim_model):
 
 
 def test_a_model_without_fim_tokens_refuses_suffix(server):
-    body = {"model": "SmolLM2-135M-Instruct", "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 4}
+    body = {"model": DEFAULT_MODEL, "prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 4}
     r = httpx.post(server.base_url + "/completions", json=body, timeout=60)
     assert r.status_code == 400
     error = r.json()["error"]
