@@ -1,3 +1,5 @@
+//! `seedbar-app`: the menu-bar app's entry point (everything lives in the library, `lib.rs`).
+
 // No console window on Windows release builds.
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
