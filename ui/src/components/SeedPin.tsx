@@ -62,7 +62,9 @@ export function SeedPin({ conversation, lastSeed }: { conversation: Conversation
       <IconPin size={14} class="seed-pin-icon" />
       <label class="seed-prefix" for={`seed-${conversation.id}`}>seed<span class="visually-hidden"> (pinned)</span></label>
       <input id={`seed-${conversation.id}`} ref={input} class="seed-input" data-testid="seed-input" inputMode="numeric"
-        spellcheck={false} autocomplete="off" value={text} aria-invalid={error ? 'true' : undefined}
+        spellcheck={false} autocomplete="off"
+        // Outside an edit the pinned seed shows as soon as it changes (not a render later).
+        value={editing || error ? text : pinned === null ? '' : formatSeed(pinned)} aria-invalid={error ? 'true' : undefined}
         aria-describedby={error ? `seed-error-${conversation.id}` : undefined}
         onInput={(e) => { setText(e.currentTarget.value); setError(null); }}
         onFocus={() => setEditing(true)}
