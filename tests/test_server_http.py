@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from conftest import BIN, DEFAULT_MODEL, serve_env, serving, start_server, wait_for
+from conftest import BIN, DEFAULT_MODEL, Seedbar, default_gguf, serve_env, serving, start_server, wait_for
 
 QUESTION = "What is the capital of France?"
 POEM = "Write a short poem about the sea."
@@ -516,3 +516,16 @@ def test_graceful_shutdown_during_a_stream(seedbar, sig):
         if srv.process.poll() is None:
             srv.process.kill()
             srv.process.wait()
+
+
+def test_serve_takes_a_model_path_outside_the_store(tmp_path):
+    """`--model PATH`: the GGUF is served under its file name from an empty store."""
+    gguf = default_gguf()
+    with serving(Seedbar(tmp_path / "empty-store"), model=str(gguf)) as srv:
+        assert srv.model == gguf.stem
+        with httpx.Client(base_url=srv.url, timeout=60) as client:
+            assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [gguf.stem]
+            body = {"model": gguf.stem, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+            reply = client.post("/v1/chat/completions", json=body)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["model"] == gguf.stem

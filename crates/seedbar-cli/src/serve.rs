@@ -7,7 +7,8 @@ use seedbar_server::{App, ServerConfig, DEFAULT_PORT};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// The model loaded at start (others installed are loaded on first use).
+    /// The model loaded at start: a store name, or a path to a GGUF file or model directory
+    /// (others in the store are loaded on first use).
     #[arg(long, short, default_value = DEFAULT_MODEL)]
     model: String,
     /// Address to listen on; anything but loopback needs an API key.

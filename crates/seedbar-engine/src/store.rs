@@ -90,6 +90,24 @@ impl ModelStore {
         Ok(models)
     }
 
+    /// A model outside the store: a GGUF file (named after the file) or a model directory
+    /// (named after the folder). `None` when the path holds no model.
+    pub fn describe_path(path: &Path) -> Option<StoredModel> {
+        if path.is_dir() {
+            return describe(path);
+        }
+        if path.extension().is_none_or(|x| x != "gguf") {
+            return None;
+        }
+        Some(StoredModel {
+            name: path.file_stem()?.to_str()?.to_string(),
+            path: path.to_path_buf(),
+            format: "gguf",
+            bytes: path.metadata().map_or(0, |m| m.len()),
+            quantization: gguf_type(path),
+        })
+    }
+
     /// A store name (case-insensitive) or a path to a GGUF file or model directory.
     pub fn resolve(&self, name_or_path: &str) -> Result<PathBuf> {
         let as_path = Path::new(name_or_path);

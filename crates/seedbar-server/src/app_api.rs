@@ -259,7 +259,7 @@ async fn reply(
     // Everything that can refuse the request runs before anything is stored.
     let model = app.models.get(&settings.model).await?;
     let chat: Vec<ChatMessage> = (!settings.system_prompt.is_empty())
-        .then(|| chat_message("system", &settings.system_prompt))
+        .then(|| ChatMessage::new("system", &settings.system_prompt))
         .into_iter()
         .chain(history)
         .collect();
@@ -286,16 +286,6 @@ async fn reply(
     let reply = db(&app, move |s| s.add_message(id, &row)).await?;
     let body = spawn_body(move |tx| stream_reply(app, generation, user, reply, tx));
     Ok(with_seed(seed, sse(body)))
-}
-
-fn chat_message(role: &str, content: &str) -> ChatMessage {
-    ChatMessage {
-        role: role.to_string(),
-        content: content.to_string(),
-        name: None,
-        tool_call_id: None,
-        tool_calls: None,
-    }
 }
 
 /// The chat a reply answers and what to store for it, from the request and the messages.
@@ -351,8 +341,8 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
     let history = kept
         .iter()
         .filter(|m| !m.content.is_empty())
-        .map(|m| chat_message(m.role.as_str(), &m.content))
-        .chain(new_text.map(|text| chat_message("user", text)))
+        .map(|m| ChatMessage::new(m.role.as_str(), &m.content))
+        .chain(new_text.map(|text| ChatMessage::new("user", text)))
         .collect();
     Ok((history, turn))
 }

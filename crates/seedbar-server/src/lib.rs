@@ -18,7 +18,7 @@ mod ui;
 use std::{
     future::Future,
     net::{IpAddr, SocketAddr},
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc, OnceLock,
@@ -35,7 +35,7 @@ use axum::{
     Json, Router,
 };
 use seedbar_chats::ChatStore;
-use seedbar_engine::store::ModelStore;
+use seedbar_engine::store::{ModelStore, StoredModel};
 use seedbar_scheduler::SchedulerConfig;
 use serde_json::{json, Value};
 use tokio::{net::TcpListener, sync::watch};
@@ -219,8 +219,15 @@ async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Nex
 
 impl App {
     /// Check the configuration, open the conversations database and load the served model.
-    pub async fn start(config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {
+    pub async fn start(mut config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {
         config.check().map_err(anyhow::Error::msg)?;
+        // `--model PATH`: served under its file or folder name, beside the store's models.
+        let outside: Vec<StoredModel> = ModelStore::describe_path(Path::new(&config.model))
+            .into_iter()
+            .collect();
+        if let Some(model) = outside.first() {
+            config.model = model.name.clone();
+        }
         let path = store.root().join("seedbar.db");
         let chats = tokio::task::spawn_blocking(move || ChatStore::open(&path)).await??;
         let settings = match chats.app_settings()? {
@@ -234,7 +241,7 @@ impl App {
             },
         };
         let app = Arc::new(App {
-            models: ModelHost::new(store, config.scheduler.clone()),
+            models: ModelHost::new(store, config.scheduler.clone(), outside),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),
             chats: Arc::new(chats),

@@ -10,7 +10,10 @@ use std::{
 
 use axum::http::StatusCode;
 use seedbar_engine::{
-    chat_template::ChatTemplate, config::ModelConfig, store::ModelStore, tokenizer::Tokenizer,
+    chat_template::ChatTemplate,
+    config::ModelConfig,
+    store::{ModelStore, StoredModel},
+    tokenizer::Tokenizer,
     ChatMessage, Model,
 };
 use seedbar_scheduler::{Scheduler, SchedulerConfig};
@@ -102,6 +105,7 @@ impl LoadedModel {
 /// Installed models, and the ones loaded.
 pub struct ModelHost {
     store: ModelStore,
+    outside: Vec<StoredModel>,
     config: SchedulerConfig,
     loaded: Mutex<HashMap<String, Arc<LoadedModel>>>,
     /// Serialises loads so two requests for a cold model load it once.
@@ -112,9 +116,11 @@ pub struct ModelHost {
 }
 
 impl ModelHost {
-    pub fn new(store: ModelStore, config: SchedulerConfig) -> Self {
+    /// `outside`: models served from paths outside the store (`seedbar serve --model PATH`).
+    pub fn new(store: ModelStore, config: SchedulerConfig, outside: Vec<StoredModel>) -> Self {
         ModelHost {
             store,
+            outside,
             config,
             loaded: Mutex::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
@@ -127,9 +133,10 @@ impl ModelHost {
         &self.store
     }
 
-    /// Every installed model.
+    /// Every installed model, and those served from outside the store.
     pub fn installed(&self) -> Result<Vec<ModelCard>, ApiError> {
-        let models = self.store.list().map_err(ApiError::internal)?;
+        let mut models = self.store.list().map_err(ApiError::internal)?;
+        models.extend(self.outside.iter().cloned());
         Ok(models
             .into_iter()
             .map(|m| ModelCard {
