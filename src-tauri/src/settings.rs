@@ -27,7 +27,7 @@ impl Saved {
     /// The settings saved in the data directory `root`; defaults when there are none or
     /// they cannot be read (the server reports a broken database itself).
     pub fn load(root: &Path) -> Saved {
-        let path = root.join("seedbar.db");
+        let path = root.join(seedbar_chats::DATABASE_FILE);
         if !path.exists() {
             return Saved::default();
         }

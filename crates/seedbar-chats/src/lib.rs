@@ -49,6 +49,9 @@ pub enum ChatError {
 
 pub type Result<T> = std::result::Result<T, ChatError>;
 
+/// The database's file name in the data directory.
+pub const DATABASE_FILE: &str = "seedbar.db";
+
 /// How long a write waits for another process's write to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 

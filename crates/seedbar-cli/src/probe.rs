@@ -7,7 +7,9 @@ use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
     models::{AttentionLayout, Logits},
-    sampling, ChatMessage, Model,
+    sampling,
+    tokenizer::StreamDecoder,
+    ChatMessage, Model,
 };
 use serde_json::{json, Value};
 
@@ -88,12 +90,12 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
         for text in &texts {
             let ids = model.tokenizer.encode(text)?;
             decoded.push(model.tokenizer.decode(&ids)?);
-            let mut stream = model.tokenizer.stream();
+            let mut stream = StreamDecoder::default();
             let mut pieces = Vec::new();
-            for &id in &ids {
-                pieces.push(stream.push(id)?);
+            for end in 1..=ids.len() {
+                pieces.push(stream.push(&model.tokenizer, &ids[..end])?);
             }
-            pieces.push(stream.finish()?);
+            pieces.push(stream.finish(&model.tokenizer, &ids)?);
             streamed.push(pieces);
             encoded.push(ids);
         }

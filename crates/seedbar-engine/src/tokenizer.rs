@@ -154,39 +154,31 @@ impl Tokenizer {
             .save(path, false)
             .map_err(|e| EngineError::bad_file(path, format!("cannot write tokenizer: {e}")))
     }
-
-    pub fn stream(&self) -> StreamDecoder<'_> {
-        StreamDecoder {
-            tokenizer: self,
-            ids: Vec::new(),
-            emitted: 0,
-        }
-    }
 }
 
-/// Turns a stream of token ids into text deltas whose concatenation equals
+/// Turns a growing list of token ids into text deltas whose concatenation equals
 /// `decode(all ids)`. A delta is held back while it ends in an incomplete character.
-pub struct StreamDecoder<'t> {
-    tokenizer: &'t Tokenizer,
-    ids: Vec<u32>,
+/// The caller keeps the ids (a reply already has them) and passes them all each time.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
     /// Bytes of the decoded text already handed out.
     emitted: usize,
 }
 
-impl StreamDecoder<'_> {
-    /// Add one token; returns the new text, if any is complete.
-    pub fn push(&mut self, id: u32) -> Result<String> {
-        self.ids.push(id);
-        let text = self.tokenizer.decode(&self.ids)?;
+impl StreamDecoder {
+    /// The new text once `ids` (every token so far) gained one; empty while a character
+    /// is incomplete.
+    pub fn push(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+        let text = tokenizer.decode(ids)?;
         if text.ends_with('\u{FFFD}') || !text.is_char_boundary(self.emitted.min(text.len())) {
             return Ok(String::new());
         }
         Ok(self.take_from(text))
     }
 
-    /// Everything not yet emitted (call once the stream ends).
-    pub fn finish(&mut self) -> Result<String> {
-        let text = self.tokenizer.decode(&self.ids)?;
+    /// Everything not yet handed out (call once the stream ends).
+    pub fn finish(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+        let text = tokenizer.decode(ids)?;
         Ok(self.take_from(text))
     }
 

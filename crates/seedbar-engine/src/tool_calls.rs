@@ -88,6 +88,14 @@ impl ToolCallParser {
         self.drain(true)
     }
 
+    /// A whole reply at once (non-streamed responses).
+    pub fn parse(reply: &str) -> Vec<ToolOutput> {
+        let mut parser = Self::new();
+        let mut outputs = parser.push(reply);
+        outputs.extend(parser.finish());
+        outputs
+    }
+
     fn drain(&mut self, end: bool) -> Vec<ToolOutput> {
         let mut out = Vec::new();
         loop {

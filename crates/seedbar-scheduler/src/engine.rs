@@ -22,6 +22,7 @@ use seedbar_engine::{
     kv_cache::KvCache,
     models::{AttentionLayout, Logits},
     sampling::{self, log_softmax},
+    tokenizer::StreamDecoder,
     FinishReason, Model,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
@@ -229,8 +230,8 @@ struct Row {
     fed: Vec<u32>,
     generated: Vec<u32>,
     cached_tokens: usize,
-    decoder_ids: Vec<u32>,
-    decoded_len: usize,
+    /// Text of `generated` handed out so far.
+    decoder: StreamDecoder,
     stop: StopMatcher,
     finished: bool,
     /// False once a failed step may have left `caches` out of step with `fed`.
@@ -273,9 +274,8 @@ impl Row {
     fn finish(&mut self, reason: FinishReason, model: &Model, flush: bool) {
         let mut text = String::new();
         if flush {
-            if let Ok(all) = model.tokenizer.decode(&self.decoder_ids) {
-                let (Released::More(t) | Released::Stopped(t)) =
-                    self.stop.push(all.get(self.decoded_len..).unwrap_or(""));
+            if let Ok(rest) = self.decoder.finish(&model.tokenizer, &self.generated) {
+                let (Released::More(t) | Released::Stopped(t)) = self.stop.push(&rest);
                 text = t;
             }
             text.push_str(&self.stop.finish());
@@ -381,8 +381,7 @@ impl Worker {
                 caches,
                 generated: Vec::new(),
                 cached_tokens: cached,
-                decoder_ids: Vec::new(),
-                decoded_len: 0,
+                decoder: StreamDecoder::default(),
                 stop,
                 finished: false,
                 reusable: true,
@@ -480,15 +479,10 @@ fn sample_next(row: &mut Row, logits: &[f32], model: &Model) {
         return;
     }
     row.generated.push(token);
-    row.decoder_ids.push(token);
-    let text = match model.tokenizer.decode(&row.decoder_ids) {
-        Ok(t) if !t.ends_with('\u{FFFD}') && t.is_char_boundary(row.decoded_len.min(t.len())) => {
-            let delta = t.get(row.decoded_len..).unwrap_or("").to_string();
-            row.decoded_len = t.len();
-            delta
-        }
-        _ => String::new(),
-    };
+    let text = row
+        .decoder
+        .push(&model.tokenizer, &row.generated)
+        .unwrap_or_default();
     match row.stop.push(&text) {
         Released::Stopped(last) => {
             row.send(Event::Token {

@@ -228,7 +228,7 @@ impl App {
         if let Some(model) = outside.first() {
             config.model = model.name.clone();
         }
-        let path = store.root().join("seedbar.db");
+        let path = store.root().join(seedbar_chats::DATABASE_FILE);
         let chats = tokio::task::spawn_blocking(move || ChatStore::open(&path)).await??;
         let settings = match chats.app_settings()? {
             Some(saved) => saved,

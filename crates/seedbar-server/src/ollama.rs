@@ -303,12 +303,7 @@ async fn respond(
     let (name, prompt_tokens) = (generation.model.card.name.clone(), generation.prompt_tokens);
     let choice = generation.collect().await?.pop().unwrap_or_default();
     let (text, calls) = match kind {
-        Kind::Chat { tools: true } => {
-            let mut parser = ToolCallParser::new();
-            let mut outputs = parser.push(&choice.text);
-            outputs.extend(parser.finish());
-            split_tools(outputs)
-        }
+        Kind::Chat { tools: true } => split_tools(ToolCallParser::parse(&choice.text)),
         _ => (choice.text.clone(), Vec::new()),
     };
     let mut body = kind.piece(&text, &calls);

@@ -414,11 +414,8 @@ async fn chat_response(generation: Generation, reply: Reply) -> Result<Value, Ap
     whole_response(generation, reply.object, |index, choice, model| {
         let mut message = json!({"role": "assistant", "content": choice.text});
         if reply.tools {
-            let mut parser = ToolCallParser::new();
-            let mut outputs = parser.push(&choice.text);
-            outputs.extend(parser.finish());
             let (mut content, mut calls) = (String::new(), Vec::new());
-            for output in outputs {
+            for output in ToolCallParser::parse(&choice.text) {
                 match output {
                     ToolOutput::Text(text) => content.push_str(&text),
                     ToolOutput::Call(call) => calls.push(call_json(&call)),
