@@ -16,21 +16,27 @@ use std::{
 use rusqlite::{
     params,
     types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef},
-    Connection, OptionalExtension, Row, ToSql,
+    Connection, OptionalExtension, Row, ToSql, TransactionBehavior,
 };
 
 pub use types::{
-    AppSettings, Conversation, Message, NewMessage, Role, Sampling, Settings, SettingsPatch, Status,
+    AppSettings, Conversation, Message, NewMessage, Role, Sampling, Settings, SettingsPatch,
+    Status, Turn,
 };
 
+/// What the store refuses or fails at.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     #[error("conversation {0} does not exist")]
     NoConversation(i64),
+    /// The message does not exist (or, where a conversation is named, is not one of its).
     #[error("message {0} does not exist")]
     NoMessage(i64),
     #[error("message {message} is not a user message of conversation {conversation}")]
     NotEditable { conversation: i64, message: i64 },
+    /// A reply of the conversation is still streaming, so another cannot start.
+    #[error("conversation {0} is already writing a reply; wait for it or stop it")]
+    Busy(i64),
     #[error("{0}")]
     Invalid(String),
     #[error(
@@ -47,6 +53,7 @@ pub enum ChatError {
     Sqlite(#[from] rusqlite::Error),
 }
 
+/// The store's results.
 pub type Result<T> = std::result::Result<T, ChatError>;
 
 /// The database's file name in the data directory.
@@ -121,6 +128,7 @@ impl ChatStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Start an empty conversation.
     pub fn create(&self, title: &str, settings: &Settings) -> Result<Conversation> {
         let conn = self.lock();
         conn.execute(
@@ -142,6 +150,7 @@ impl ChatStore {
         get_conversation(&conn, conn.last_insert_rowid())
     }
 
+    /// One conversation, without its messages.
     pub fn get(&self, id: i64) -> Result<Conversation> {
         get_conversation(&self.lock(), id)
     }
@@ -199,31 +208,74 @@ impl ChatStore {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         get_conversation(&tx, conversation)?;
-        let sampling = new.sampling.as_ref();
-        tx.execute(
-            &format!(
-                "INSERT INTO messages (conversation_id, role, content, status, seed, model,
-                     temperature, top_p, max_tokens, system_prompt, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
-            ),
-            params![
-                conversation,
-                new.role,
-                new.content,
-                new.status,
-                seed_value(new.seed)?,
-                sampling.map(|s| &s.model),
-                sampling.map(|s| s.temperature),
-                sampling.map(|s| s.top_p),
-                sampling.map(|s| s.max_tokens),
-                sampling.map(|s| &s.system_prompt),
-            ],
-        )?;
-        let id = tx.last_insert_rowid();
+        let message = insert_message(&tx, conversation, new)?;
         touch(&tx, conversation)?;
-        let message = get_message(&tx, id)?;
         tx.commit()?;
         Ok(message)
+    }
+
+    /// Store what a reply request changes, in one transaction: apply `turn` to
+    /// `conversation` and add the `reply` row (status `Streaming`) the answer streams into.
+    /// Refused with [`ChatError::Busy`], changing nothing, while a reply of the conversation
+    /// is still streaming: a conversation writes one reply at a time. Returns the user
+    /// message the turn stored or edited (none when regenerating) and the reply row;
+    /// durable once this returns.
+    pub fn begin_reply(
+        &self,
+        conversation: i64,
+        turn: &Turn,
+        reply: &NewMessage,
+    ) -> Result<(Option<Message>, Message)> {
+        if reply.status != Status::Streaming {
+            return Err(ChatError::Invalid(format!(
+                "a reply row starts out streaming, not {}",
+                reply.status.as_str()
+            )));
+        }
+        let mut conn = self.lock();
+        // Immediate: take the write lock before the check, so that another process's reply
+        // cannot start between the check and the insert.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        get_conversation(&tx, conversation)?;
+        let streaming: bool = tx.query_row(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE conversation_id = ?1 AND status = ?2)",
+            params![conversation, Status::Streaming],
+            |row| row.get(0),
+        )?;
+        if streaming {
+            return Err(ChatError::Busy(conversation));
+        }
+        let user = match turn {
+            Turn::Send(content) => Some(insert_message(
+                &tx,
+                conversation,
+                &NewMessage::user(content.as_str()),
+            )?),
+            Turn::Edit {
+                message_id,
+                content,
+            } => Some(edit_user_message(&tx, conversation, *message_id, content)?),
+            Turn::Regenerate { after } => {
+                check_message_of(&tx, conversation, *after)?;
+                delete_after(&tx, conversation, *after)?;
+                None
+            }
+        };
+        let reply = insert_message(&tx, conversation, reply)?;
+        touch(&tx, conversation)?;
+        tx.commit()?;
+        Ok((user, reply))
+    }
+
+    /// Save the text a reply has so far while it streams, so that a process killed
+    /// mid-reply leaves it behind (the next [`open`](Self::open) marks the row stopped).
+    /// Does nothing to a reply that is no longer streaming.
+    pub fn checkpoint_reply(&self, id: i64, content: &str) -> Result<()> {
+        self.lock().execute(
+            "UPDATE messages SET content = ?2 WHERE id = ?1 AND status = ?3",
+            params![id, content, Status::Streaming],
+        )?;
+        Ok(())
     }
 
     /// Set a reply's final text and status; durable once this returns.
@@ -238,42 +290,6 @@ impl ChatStore {
         touch(&tx, message.conversation_id)?;
         tx.commit()?;
         Ok(message)
-    }
-
-    /// Replace the text of a user message and drop every message after it.
-    pub fn edit_message(&self, conversation: i64, id: i64, content: &str) -> Result<Message> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        let changed = tx.execute(
-            "UPDATE messages SET content = ?3
-             WHERE id = ?2 AND conversation_id = ?1 AND role = 'user'",
-            params![conversation, id, content],
-        )?;
-        if changed == 0 {
-            get_conversation(&tx, conversation)?;
-            return Err(ChatError::NotEditable {
-                conversation,
-                message: id,
-            });
-        }
-        delete_after(&tx, conversation, id)?;
-        touch(&tx, conversation)?;
-        let message = get_message(&tx, id)?;
-        tx.commit()?;
-        Ok(message)
-    }
-
-    /// Drop every message of `conversation` after `message_id`; returns how many.
-    pub fn truncate_after(&self, conversation: i64, message_id: i64) -> Result<usize> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        get_conversation(&tx, conversation)?;
-        let dropped = delete_after(&tx, conversation, message_id)?;
-        if dropped > 0 {
-            touch(&tx, conversation)?;
-        }
-        tx.commit()?;
-        Ok(dropped)
     }
 
     /// The saved app settings; `None` until some are saved.
@@ -291,6 +307,7 @@ impl ChatStore {
         .transpose()
     }
 
+    /// Save the app settings, replacing any saved before.
     pub fn set_app_settings(&self, settings: &AppSettings) -> Result<()> {
         let json = serde_json::to_string(settings)
             .map_err(|e| ChatError::Invalid(format!("cannot save the app settings: {e}")))?;
@@ -323,11 +340,73 @@ fn get_message(conn: &Connection, id: i64) -> Result<Message> {
     .ok_or(ChatError::NoMessage(id))
 }
 
-fn delete_after(conn: &Connection, conversation: i64, message_id: i64) -> Result<usize> {
-    Ok(conn.execute(
+/// Refuse `id` unless it names a message of `conversation`.
+fn check_message_of(conn: &Connection, conversation: i64, id: i64) -> Result<()> {
+    let found: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE id = ?1 AND conversation_id = ?2)",
+        [id, conversation],
+        |row| row.get(0),
+    )?;
+    if !found {
+        return Err(ChatError::NoMessage(id));
+    }
+    Ok(())
+}
+
+/// Add `new` to `conversation` (which the caller has checked exists).
+fn insert_message(conn: &Connection, conversation: i64, new: &NewMessage) -> Result<Message> {
+    let sampling = new.sampling.as_ref();
+    conn.execute(
+        &format!(
+            "INSERT INTO messages (conversation_id, role, content, status, seed, model,
+                 temperature, top_p, max_tokens, system_prompt, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+        ),
+        params![
+            conversation,
+            new.role,
+            new.content,
+            new.status,
+            seed_value(new.seed)?,
+            sampling.map(|s| &s.model),
+            sampling.map(|s| s.temperature),
+            sampling.map(|s| s.top_p),
+            sampling.map(|s| s.max_tokens),
+            sampling.map(|s| &s.system_prompt),
+        ],
+    )?;
+    get_message(conn, conn.last_insert_rowid())
+}
+
+/// Replace the text of user message `id` of `conversation` and drop every message after it.
+fn edit_user_message(
+    conn: &Connection,
+    conversation: i64,
+    id: i64,
+    content: &str,
+) -> Result<Message> {
+    let changed = conn.execute(
+        "UPDATE messages SET content = ?3
+         WHERE id = ?2 AND conversation_id = ?1 AND role = ?4",
+        params![conversation, id, content, Role::User],
+    )?;
+    if changed == 0 {
+        return Err(ChatError::NotEditable {
+            conversation,
+            message: id,
+        });
+    }
+    delete_after(conn, conversation, id)?;
+    get_message(conn, id)
+}
+
+/// Drop every message of `conversation` after `message_id`.
+fn delete_after(conn: &Connection, conversation: i64, message_id: i64) -> Result<()> {
+    conn.execute(
         "DELETE FROM messages WHERE conversation_id = ?1 AND id > ?2",
         [conversation, message_id],
-    )?)
+    )?;
+    Ok(())
 }
 
 /// Mark a conversation as just updated.

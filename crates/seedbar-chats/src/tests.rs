@@ -53,6 +53,11 @@ fn app_settings() -> AppSettings {
     }
 }
 
+/// A streaming reply row for a conversation with `settings()`.
+fn reply_row() -> NewMessage {
+    NewMessage::reply(42, settings().sampling())
+}
+
 /// A conversation with a question and a finished reply.
 fn conversation_with_reply(
     store: &ChatStore,
@@ -60,20 +65,31 @@ fn conversation_with_reply(
     reply: &str,
 ) -> (Conversation, Vec<Message>) {
     let conversation = store.create(title, &settings()).unwrap();
-    let question = store
-        .add_message(conversation.id, &NewMessage::user("What is 2+2?"))
-        .unwrap();
-    let row = store
-        .add_message(
+    let (question, row) = store
+        .begin_reply(
             conversation.id,
-            &NewMessage::reply(42, settings().sampling()),
+            &Turn::Send("What is 2+2?".into()),
+            &reply_row(),
         )
         .unwrap();
     assert_eq!(row.status, Status::Streaming);
     let answer = store
         .finish_message(row.id, reply, Status::Complete)
         .unwrap();
-    (store.get(conversation.id).unwrap(), vec![question, answer])
+    (
+        store.get(conversation.id).unwrap(),
+        vec![question.unwrap(), answer],
+    )
+}
+
+/// `(role, content, status)` of each message of `conversation`, oldest first.
+fn summary(store: &ChatStore, conversation: i64) -> Vec<(Role, String, Status)> {
+    store
+        .messages(conversation)
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.role, m.content, m.status))
+        .collect()
 }
 
 #[test]
@@ -112,7 +128,8 @@ fn new_database_has_no_app_settings() {
 /// Set in the child process `writes_survive_a_killed_process` starts.
 const CHILD_DB: &str = "SEEDBAR_CHATS_TEST_CHILD_DB";
 
-/// In the child: write, then die without unwinding or closing anything.
+/// In the child: write, start a reply and checkpoint part of it, then die without
+/// unwinding or closing anything.
 #[test]
 fn child_writes_then_aborts() {
     let Some(path) = std::env::var_os(CHILD_DB) else {
@@ -121,12 +138,10 @@ fn child_writes_then_aborts() {
     let store = ChatStore::open(std::path::Path::new(&path)).unwrap();
     conversation_with_reply(&store, "Before the kill", "4");
     let conversation = store.list("").unwrap()[0].id;
-    store
-        .add_message(conversation, &NewMessage::user("And 3+3?"))
+    let (_, reply) = store
+        .begin_reply(conversation, &Turn::Send("And 3+3?".into()), &reply_row())
         .unwrap();
-    store
-        .add_message(conversation, &NewMessage::reply(7, settings().sampling()))
-        .unwrap();
+    store.checkpoint_reply(reply.id, "It is").unwrap();
     std::process::abort();
 }
 
@@ -146,19 +161,14 @@ fn writes_survive_a_killed_process() {
     let conversations = store.list("").unwrap();
     assert_eq!(conversations.len(), 1);
     assert_eq!(conversations[0].title, "Before the kill");
-    let messages = store.messages(conversations[0].id).unwrap();
-    let summary: Vec<(Role, &str, Status)> = messages
-        .iter()
-        .map(|m| (m.role, m.content.as_str(), m.status))
-        .collect();
     assert_eq!(
-        summary,
+        summary(&store, conversations[0].id),
         [
-            (Role::User, "What is 2+2?", Status::Complete),
-            (Role::Assistant, "4", Status::Complete),
-            (Role::User, "And 3+3?", Status::Complete),
-            // The reply that was streaming when the process died.
-            (Role::Assistant, "", Status::Stopped),
+            (Role::User, "What is 2+2?".into(), Status::Complete),
+            (Role::Assistant, "4".into(), Status::Complete),
+            (Role::User, "And 3+3?".into(), Status::Complete),
+            // The reply that was streaming when the process died, with its checkpoint.
+            (Role::Assistant, "It is".into(), Status::Stopped),
         ]
     );
 }
@@ -298,6 +308,44 @@ fn the_most_recently_updated_conversation_comes_first() {
 }
 
 #[test]
+fn sending_stores_the_question_and_a_streaming_reply() {
+    let dir = TempDir::new();
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let conversation = store.create("Send", &settings()).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let (question, reply) = store
+        .begin_reply(conversation.id, &Turn::Send("hi".into()), &reply_row())
+        .unwrap();
+    let question = question.unwrap();
+    assert_eq!(
+        (question.role, question.content.as_str(), question.status),
+        (Role::User, "hi", Status::Complete)
+    );
+    assert_eq!(
+        (reply.role, reply.seed, reply.status),
+        (Role::Assistant, Some(42), Status::Streaming)
+    );
+    assert_eq!(reply.sampling, Some(settings().sampling()));
+    assert_eq!(
+        store.messages(conversation.id).unwrap(),
+        vec![question, reply]
+    );
+    assert!(store.get(conversation.id).unwrap().updated_at > conversation.updated_at);
+    assert!(matches!(
+        store.begin_reply(999, &Turn::Send("hi".into()), &reply_row()),
+        Err(ChatError::NoConversation(999))
+    ));
+    let finished_row = NewMessage {
+        status: Status::Complete,
+        ..reply_row()
+    };
+    assert!(matches!(
+        store.begin_reply(conversation.id, &Turn::Send("hi".into()), &finished_row),
+        Err(ChatError::Invalid(_))
+    ));
+}
+
+#[test]
 fn editing_a_user_message_drops_what_follows() {
     let dir = TempDir::new();
     let store = ChatStore::open(&dir.db()).unwrap();
@@ -306,54 +354,136 @@ fn editing_a_user_message_drops_what_follows() {
     store
         .add_message(conversation.id, &NewMessage::user("And 3+3?"))
         .unwrap();
+    let before = store.messages(conversation.id).unwrap();
+    let edit = |message_id: i64| Turn::Edit {
+        message_id,
+        content: "What is 5+5?".into(),
+    };
 
+    // Refused turns change nothing: no edit, nothing dropped, no reply row.
     assert!(matches!(
-        store.edit_message(conversation.id, answer.id, "no"),
-        Err(ChatError::NotEditable { .. })
+        store.begin_reply(conversation.id, &edit(answer.id), &reply_row()),
+        Err(ChatError::NotEditable { message, .. }) if message == answer.id
     ));
     let other = store.create("Other", &settings()).unwrap();
     assert!(matches!(
-        store.edit_message(other.id, question.id, "no"),
+        store.begin_reply(other.id, &edit(question.id), &reply_row()),
         Err(ChatError::NotEditable { .. })
     ));
+    assert_eq!(store.messages(conversation.id).unwrap(), before);
+    assert!(store.messages(other.id).unwrap().is_empty());
 
-    let edited = store
-        .edit_message(conversation.id, question.id, "What is 5+5?")
+    let (edited, reply) = store
+        .begin_reply(conversation.id, &edit(question.id), &reply_row())
         .unwrap();
+    let edited = edited.unwrap();
     assert_eq!(edited.id, question.id);
     assert_eq!(edited.content, "What is 5+5?");
-    assert_eq!(store.messages(conversation.id).unwrap(), vec![edited]);
+    assert!(reply.id > before.last().unwrap().id, "ids are never reused");
+    assert_eq!(
+        store.messages(conversation.id).unwrap(),
+        vec![edited, reply]
+    );
 }
 
 #[test]
-fn truncating_keeps_messages_up_to_the_one_named() {
+fn regenerating_keeps_messages_up_to_the_one_named() {
     let dir = TempDir::new();
     let store = ChatStore::open(&dir.db()).unwrap();
     let (conversation, messages) = conversation_with_reply(&store, "Redo", "4");
-    assert_eq!(
-        store
-            .truncate_after(conversation.id, messages[0].id)
-            .unwrap(),
-        1
-    );
-    assert_eq!(store.messages(conversation.id).unwrap(), messages[..1]);
-    assert_eq!(
-        store
-            .truncate_after(conversation.id, messages[0].id)
-            .unwrap(),
-        0
-    );
-    let redone = store
-        .add_message(
-            conversation.id,
-            &NewMessage::reply(42, settings().sampling()),
-        )
+    let redo = Turn::Regenerate {
+        after: messages[0].id,
+    };
+    let (user, redone) = store
+        .begin_reply(conversation.id, &redo, &reply_row())
         .unwrap();
+    assert_eq!(user, None);
     assert!(redone.id > messages[1].id, "ids are never reused");
+    assert_eq!(
+        store.messages(conversation.id).unwrap(),
+        vec![messages[0].clone(), redone]
+    );
+
+    let other = store.create("Other", &settings()).unwrap();
     assert!(matches!(
-        store.truncate_after(999, 1),
-        Err(ChatError::NoConversation(999))
+        store.begin_reply(other.id, &redo, &reply_row()),
+        Err(ChatError::NoMessage(id)) if id == messages[0].id
     ));
+    assert!(store.messages(other.id).unwrap().is_empty());
+}
+
+#[test]
+fn a_conversation_streams_one_reply_at_a_time() {
+    let dir = TempDir::new();
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let conversation = store.create("Busy", &settings()).unwrap();
+    let (question, reply) = store
+        .begin_reply(conversation.id, &Turn::Send("hi".into()), &reply_row())
+        .unwrap();
+    let question = question.unwrap();
+
+    let turns = [
+        Turn::Send("again".into()),
+        Turn::Edit {
+            message_id: question.id,
+            content: "hello".into(),
+        },
+        Turn::Regenerate { after: question.id },
+    ];
+    for turn in &turns {
+        let refused = store.begin_reply(conversation.id, turn, &reply_row());
+        assert!(
+            matches!(refused, Err(ChatError::Busy(id)) if id == conversation.id),
+            "{turn:?}"
+        );
+    }
+    assert_eq!(
+        ChatError::Busy(conversation.id).to_string(),
+        format!(
+            "conversation {} is already writing a reply; wait for it or stop it",
+            conversation.id
+        )
+    );
+    assert_eq!(
+        store.messages(conversation.id).unwrap(),
+        vec![question.clone(), reply.clone()]
+    );
+    // Other conversations are not held up.
+    let other = store.create("Other", &settings()).unwrap();
+    store
+        .begin_reply(other.id, &Turn::Send("hi".into()), &reply_row())
+        .unwrap();
+
+    store
+        .finish_message(reply.id, "Hello!", Status::Stopped)
+        .unwrap();
+    store
+        .begin_reply(conversation.id, &turns[2], &reply_row())
+        .unwrap();
+}
+
+#[test]
+fn checkpoints_write_a_streaming_reply_only() {
+    let dir = TempDir::new();
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let conversation = store.create("Checkpoints", &settings()).unwrap();
+    let (_, reply) = store
+        .begin_reply(conversation.id, &Turn::Send("hi".into()), &reply_row())
+        .unwrap();
+    store.checkpoint_reply(reply.id, "Hel").unwrap();
+    store.checkpoint_reply(reply.id, "Hello").unwrap();
+    let streaming = &store.messages(conversation.id).unwrap()[1];
+    assert_eq!(
+        (streaming.content.as_str(), streaming.status),
+        ("Hello", Status::Streaming)
+    );
+
+    let finished = store
+        .finish_message(reply.id, "Hello!", Status::Complete)
+        .unwrap();
+    store.checkpoint_reply(reply.id, "late").unwrap();
+    store.checkpoint_reply(12345, "nowhere").unwrap();
+    assert_eq!(store.messages(conversation.id).unwrap()[1], finished);
 }
 
 #[test]
@@ -361,12 +491,7 @@ fn finishing_records_the_status() {
     let dir = TempDir::new();
     let store = ChatStore::open(&dir.db()).unwrap();
     let conversation = store.create("Stops", &settings()).unwrap();
-    let row = store
-        .add_message(
-            conversation.id,
-            &NewMessage::reply(9, settings().sampling()),
-        )
-        .unwrap();
+    let row = store.add_message(conversation.id, &reply_row()).unwrap();
     let stopped = store
         .finish_message(row.id, "Once upon", Status::Stopped)
         .unwrap();

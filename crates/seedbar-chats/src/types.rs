@@ -76,6 +76,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(de: D) -> Result<Opti
     T::deserialize(de).map(Some)
 }
 
+/// A conversation as listed: its settings, without its messages.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Conversation {
     pub id: i64,
@@ -86,6 +87,7 @@ pub struct Conversation {
     pub settings: Settings,
 }
 
+/// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -94,6 +96,7 @@ pub enum Role {
 }
 
 impl Role {
+    /// The API (and database) name.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::User => "user",
@@ -117,6 +120,7 @@ pub enum Status {
 }
 
 impl Status {
+    /// The API (and database) name.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Streaming => "streaming",
@@ -137,6 +141,7 @@ pub struct Sampling {
     pub system_prompt: String,
 }
 
+/// A stored message.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Message {
     pub id: i64,
@@ -162,6 +167,7 @@ pub struct NewMessage {
 }
 
 impl NewMessage {
+    /// A user message (complete from the start).
     pub fn user(content: impl Into<String>) -> Self {
         NewMessage {
             role: Role::User,
@@ -182,6 +188,18 @@ impl NewMessage {
             sampling: Some(sampling),
         }
     }
+}
+
+/// What a reply request does to a conversation before its reply starts
+/// ([`ChatStore::begin_reply`](crate::ChatStore::begin_reply)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// Append a user message with this text.
+    Send(String),
+    /// Replace the text of a user message of the conversation and drop everything after it.
+    Edit { message_id: i64, content: String },
+    /// Answer again: drop every message after message `after`.
+    Regenerate { after: i64 },
 }
 
 /// The app's own settings (the menu-bar app applies them; port, key and origins on the

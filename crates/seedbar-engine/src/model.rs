@@ -16,7 +16,7 @@ use crate::{
     gguf,
     models::{self, Transformer},
     tokenizer::Tokenizer,
-    weights::{LoadOptions, WeightMap},
+    weights::{self, LoadOptions, WeightMap},
 };
 
 /// Where a model's weights came from.
@@ -127,14 +127,15 @@ impl Model {
     }
 
     /// The prompt tokens for a chat, ending where the assistant's reply begins; `tools` are
-    /// the functions (OpenAI-style JSON schemas) the model may call.
+    /// the functions (OpenAI-style JSON schemas) the model may call. Message text is
+    /// encoded as text (see [`ChatTemplate::prompt_tokens`]).
     pub fn chat_prompt(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[Value]>,
     ) -> Result<Vec<u32>> {
-        let text = self.template.render(messages, tools, true)?;
-        self.tokenizer.encode(&text)
+        self.template
+            .prompt_tokens(&self.tokenizer, messages, tools)
     }
 }
 
@@ -185,13 +186,7 @@ fn chat_template_source(dir: &Path, tokenizer_config: &Value) -> Result<Option<S
 fn read_safetensors(dir: &Path) -> Result<HashMap<String, Array>> {
     let index = dir.join("model.safetensors.index.json");
     let files: BTreeSet<PathBuf> = match read_json(&index)? {
-        Some(json) => json["weight_map"]
-            .as_object()
-            .ok_or_else(|| EngineError::bad_file(&index, "no `weight_map`"))?
-            .values()
-            .filter_map(Value::as_str)
-            .map(|f| dir.join(f))
-            .collect(),
+        Some(json) => weights::index_shards(dir, &index, &json)?,
         None => std::fs::read_dir(dir)
             .map_err(|e| EngineError::io(dir, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))

@@ -1,7 +1,7 @@
 //! Text <-> token ids through the `tokenizers` crate, built from `tokenizer.json` or from a
 //! GGUF file's vocabulary, plus a streaming decoder that only ever emits whole characters.
 
-use std::path::Path;
+use std::{collections::HashSet, ops::Range, path::Path};
 
 use tokenizers::{
     decoders::byte_level::ByteLevel as ByteLevelDecoder,
@@ -138,6 +138,62 @@ impl Tokenizer {
             .map_err(tok_err)?
             .get_ids()
             .to_vec())
+    }
+
+    /// The texts of the special (control) tokens, e.g. `<|im_end|>`: the strings that
+    /// [`encode`](Self::encode) turns into control ids.
+    pub(crate) fn special_tokens(&self) -> Vec<String> {
+        self.inner
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|token| token.special)
+            .map(|token| token.content)
+            .collect()
+    }
+
+    /// Encode `text` as [`encode`](Self::encode) does, except that a special token
+    /// overlapping one of the `literal` byte ranges becomes the ordinary tokens that spell
+    /// its text: that text is something written, not a control token.
+    pub(crate) fn encode_with_literals(
+        &self,
+        text: &str,
+        literal: &[Range<usize>],
+    ) -> Result<Vec<u32>> {
+        let special_ids: HashSet<u32> = self
+            .inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, token)| token.special)
+            .map(|(id, _)| id)
+            .collect();
+        // With byte offsets (`encode_fast` leaves them out); the ids are the same.
+        let encoding = self.inner.encode(text, false).map_err(tok_err)?;
+        let mut spelling: Option<tokenizers::Tokenizer> = None;
+        let mut ids = Vec::with_capacity(encoding.len());
+        for (&id, &(start, end)) in encoding.get_ids().iter().zip(encoding.get_offsets()) {
+            if !special_ids.contains(&id) || !literal.iter().any(|r| r.start < end && start < r.end)
+            {
+                ids.push(id);
+                continue;
+            }
+            let written = text.get(start..end).ok_or_else(|| {
+                EngineError::Tokenizer(format!(
+                    "token {id} has offsets {start}..{end} off the text"
+                ))
+            })?;
+            let spelling = spelling.get_or_insert_with(|| {
+                let mut plain = self.inner.clone();
+                plain.set_encode_special_tokens(true);
+                plain
+            });
+            ids.extend(
+                spelling
+                    .encode_fast(written, false)
+                    .map_err(tok_err)?
+                    .get_ids(),
+            );
+        }
+        Ok(ids)
     }
 
     /// Decode ids to text, leaving out special tokens.

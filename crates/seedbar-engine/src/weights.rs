@@ -1,11 +1,53 @@
 //! Named tensors of a checkpoint and the two layer kinds built from them: linear projections
-//! and embeddings, dense or MLX affine-quantized (bits and group size read off the shapes).
+//! and embeddings, dense or MLX affine-quantized (bits and group size read off the shapes);
+//! and the shard files a safetensors index names, which must lie inside the model folder.
 
-use std::collections::HashMap;
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::{Component, Path, PathBuf},
+};
 
 use mlx_rs::{ops, Array, Dtype};
+use serde_json::Value;
 
 use crate::error::{EngineError, Result};
+
+/// The shard files the `weight_map` of `index` (a parsed `model.safetensors.index.json` in
+/// the model folder `dir`) names. Each must be a relative path of plain names, so an index
+/// cannot make the loader read files elsewhere. Symlinks the folder itself holds are
+/// followed (a Hugging Face cache snapshot links its files into the cache's blobs).
+pub(crate) fn index_shards(dir: &Path, index: &Path, json: &Value) -> Result<BTreeSet<PathBuf>> {
+    let names: BTreeSet<&str> = json["weight_map"]
+        .as_object()
+        .ok_or_else(|| EngineError::bad_file(index, "no `weight_map`"))?
+        .values()
+        .filter_map(Value::as_str)
+        .collect();
+    names
+        .into_iter()
+        .map(|name| {
+            let relative = Path::new(name);
+            if name.is_empty()
+                || !relative
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_)))
+            {
+                return Err(EngineError::bad_file(
+                    index,
+                    format!(
+                        "`weight_map` names `{name}`, which is not a plain relative path; \
+                         shards must be files inside the model folder"
+                    ),
+                ));
+            }
+            let path = dir.join(relative);
+            if !path.is_file() {
+                return Err(EngineError::MissingFile { path });
+            }
+            Ok(path)
+        })
+        .collect()
+}
 
 /// How weights are held in memory once loaded.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -253,6 +295,98 @@ impl Embedding {
         Linear {
             weight: self.table.clone(),
             bias: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A model folder inside a scratch folder, both removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let root =
+                std::env::temp_dir().join(format!("seedbar-weights-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(root.join("model/shards")).unwrap();
+            for file in ["model/shards/a.safetensors", "outside.safetensors"] {
+                std::fs::write(root.join(file), b"").unwrap();
+            }
+            Scratch(root)
+        }
+
+        fn model(&self) -> PathBuf {
+            self.0.join("model")
+        }
+
+        /// `index_shards` for an index whose weight map names `files`.
+        fn shards(&self, files: &[&str]) -> Result<BTreeSet<PathBuf>> {
+            let weight_map: serde_json::Map<String, Value> = files
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (format!("tensor{i}"), Value::from(*f)))
+                .collect();
+            let json = serde_json::json!({ "weight_map": weight_map });
+            let model = self.model();
+            index_shards(&model, &model.join("model.safetensors.index.json"), &json)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn shards_inside_the_model_folder_are_found_once_each() {
+        let scratch = Scratch::new("inside");
+        let shards = scratch
+            .shards(&["shards/a.safetensors", "shards/a.safetensors"])
+            .unwrap();
+        let expected = scratch.model().join("shards/a.safetensors");
+        assert_eq!(shards.into_iter().collect::<Vec<_>>(), [expected]);
+        assert!(matches!(
+            scratch.shards(&["b.safetensors"]),
+            Err(EngineError::MissingFile { path }) if path == scratch.model().join("b.safetensors")
+        ));
+    }
+
+    #[test]
+    fn the_folders_own_symlinks_are_followed() {
+        let scratch = Scratch::new("linked");
+        // As in a Hugging Face cache snapshot (Seedbar runs on Unix: macOS, Linux).
+        std::os::unix::fs::symlink(
+            scratch.0.join("outside.safetensors"),
+            scratch.model().join("link.safetensors"),
+        )
+        .unwrap();
+        assert_eq!(scratch.shards(&["link.safetensors"]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn shards_outside_the_model_folder_are_refused_by_name() {
+        let scratch = Scratch::new("outside");
+        let bad = [
+            "../outside.safetensors",
+            "/etc/passwd",
+            "shards/../../x",
+            "./a",
+            "",
+        ];
+        for name in bad {
+            let err = scratch
+                .shards(&["shards/a.safetensors", name])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("`weight_map` names `{name}`"))
+                    && err.contains("model.safetensors.index.json"),
+                "{name}: {err}"
+            );
         }
     }
 }

@@ -8,10 +8,12 @@
 //! sampling keys come from (seed, position).
 
 use std::{
+    any::Any,
     collections::VecDeque,
     hash::{BuildHasher, RandomState},
+    panic::{self, AssertUnwindSafe},
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc, Arc,
     },
     thread,
@@ -80,6 +82,8 @@ pub struct SchedulerStats {
     pub queued: AtomicUsize,
     pub steps: AtomicU64,
     pub generated_tokens: AtomicU64,
+    /// Set once the engine thread has ended (shut down, or failed).
+    pub stopped: AtomicBool,
 }
 
 enum Command {
@@ -143,6 +147,17 @@ impl Scheduler {
         &self.config
     }
 
+    /// False once the engine thread has ended: after `stop`, or after a failure that
+    /// ended every request (a fresh scheduler is needed to serve again).
+    pub fn is_running(&self) -> bool {
+        !self.stats.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Rows running or waiting for one.
+    pub fn busy(&self) -> bool {
+        self.stats.running.load(Ordering::SeqCst) + self.stats.queued.load(Ordering::SeqCst) > 0
+    }
+
     /// End every running and queued request with `Event::Failed` and stop taking new ones
     /// (graceful shutdown); the thread itself is joined when the scheduler is dropped.
     pub fn stop(&self) {
@@ -190,13 +205,15 @@ impl Scheduler {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (events, receiver) = unbounded_channel();
         self.stats.queued.fetch_add(1, Ordering::SeqCst);
-        self.commands
-            .send(Command::Submit(Box::new(Pending {
-                id,
-                request,
-                events,
-            })))
-            .map_err(|_| SubmitError::Stopped)?;
+        let submitted = self.commands.send(Command::Submit(Box::new(Pending {
+            id,
+            request,
+            events,
+        })));
+        if submitted.is_err() || !self.is_running() {
+            self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::Stopped);
+        }
         let commands = self.commands.clone();
         Ok(RequestStream {
             id,
@@ -205,20 +222,41 @@ impl Scheduler {
             cancel: Box::new(move || {
                 let _ = commands.send(Command::Cancel(id));
             }),
+            ended: false,
         })
     }
 }
 
 /// Stops the engine thread: running and queued requests end with `Event::Failed`, and
-/// the model is freed on the engine thread before this returns (MLX state must not be torn
-/// down under a running thread at process exit).
+/// the model is freed on the engine thread. Outside an async runtime (process exit) this
+/// waits for that (MLX state must not be torn down under a running thread); on a runtime
+/// thread the join moves to a thread of its own, so no async worker blocks on a step.
 impl Drop for Scheduler {
     fn drop(&mut self) {
         let _ = self.commands.send(Command::Shutdown);
-        if let Some(worker) = self.worker.take() {
+        let Some(worker) = self.worker.take() else {
+            return;
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
             let _ = worker.join();
+            return;
+        }
+        let joiner = thread::Builder::new()
+            .name("seedbar-engine-join".into())
+            .spawn(move || worker.join());
+        if let Err(e) = joiner {
+            tracing::warn!(error = %e, "cannot join the engine thread off the runtime");
         }
     }
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 struct Row {
@@ -234,8 +272,6 @@ struct Row {
     decoder: StreamDecoder,
     stop: StopMatcher,
     finished: bool,
-    /// False once a failed step may have left `caches` out of step with `fed`.
-    reusable: bool,
 }
 
 impl Row {
@@ -305,17 +341,34 @@ struct Worker {
 }
 
 impl Worker {
+    /// Serve until shut down or until the engine fails (an MLX error or a panic): then
+    /// every running, queued and submitted request ends with `Failed`, and the scheduler
+    /// reports it is no longer running so its owner can start a fresh one.
     fn run(mut self) {
+        let failure = match panic::catch_unwind(AssertUnwindSafe(|| self.serve())) {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("generation failed: {e}")),
+            Err(panic) => Some(format!("the engine failed: {}", panic_message(&*panic))),
+        };
+        if let Some(reason) = &failure {
+            tracing::error!(error = %reason, "engine thread stopped");
+        }
+        let reason = failure.unwrap_or_else(|| "the engine is shutting down".to_string());
+        self.stats.stopped.store(true, Ordering::SeqCst);
+        self.fail_all(&reason);
+    }
+
+    fn serve(&mut self) -> seedbar_engine::Result<()> {
         loop {
             if self.rows.is_empty() && self.queue.is_empty() {
                 match self.commands.recv() {
-                    Ok(Command::Shutdown) | Err(_) => return self.shut_down(),
+                    Ok(Command::Shutdown) | Err(_) => return Ok(()),
                     Ok(c) => self.apply(c),
                 }
             }
             while let Ok(c) = self.commands.try_recv() {
                 if matches!(c, Command::Shutdown) {
-                    return self.shut_down();
+                    return Ok(());
                 }
                 self.apply(c);
             }
@@ -323,27 +376,30 @@ impl Worker {
             if self.rows.is_empty() {
                 continue;
             }
-            if let Err(e) = self.step() {
-                tracing::error!(error = %e, "engine step failed");
-                for row in &mut self.rows {
-                    row.send(Event::Failed(format!("generation failed: {e}")));
-                    row.finished = true;
-                    row.reusable = false;
-                }
-            }
+            #[cfg(debug_assertions)]
+            crate::fault::inject(&self.model, self.rows.iter().map(|r| &r.request.prompt));
+            self.step()?;
             self.retire();
         }
     }
 
-    fn shut_down(&mut self) {
-        let message = || Event::Failed("the engine is shutting down".into());
+    /// End every row, queued request and request still in the command channel with
+    /// `Failed(reason)`.
+    fn fail_all(&mut self, reason: &str) {
         for row in &mut self.rows {
-            row.send(message());
-        }
-        for pending in self.queue.drain(..) {
-            let _ = pending.events.send(message());
+            row.send(Event::Failed(reason.to_string()));
         }
         self.rows.clear();
+        let submitted = self.commands.try_iter().filter_map(|c| match c {
+            Command::Submit(p) => Some(*p),
+            _ => None,
+        });
+        let pending: Vec<Pending> = self.queue.drain(..).chain(submitted).collect();
+        for p in pending {
+            let _ = p.events.send(Event::Failed(reason.to_string()));
+        }
+        self.stats.running.store(0, Ordering::SeqCst);
+        self.stats.queued.store(0, Ordering::SeqCst);
     }
 
     fn apply(&mut self, command: Command) {
@@ -384,7 +440,6 @@ impl Worker {
                 decoder: StreamDecoder::default(),
                 stop,
                 finished: false,
-                reusable: true,
             });
         }
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);
@@ -454,9 +509,7 @@ impl Worker {
         self.rows = running;
         for row in done {
             // Finished, stopped or cancelled alike: `caches` hold exactly `fed`.
-            if row.reusable {
-                self.prefix_cache.insert(row.fed, row.caches);
-            }
+            self.prefix_cache.insert(row.fed, row.caches);
         }
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);
     }

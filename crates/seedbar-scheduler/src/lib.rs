@@ -2,6 +2,8 @@
 //! engine thread, with per-row seeded sampling whose results do not depend on the batch.
 
 mod engine;
+#[cfg(debug_assertions)]
+mod fault;
 mod prefix_cache;
 mod request;
 mod stop;

@@ -76,22 +76,47 @@ pub enum SubmitError {
     Stopped,
 }
 
-/// Events of one request. Dropping it cancels the request and frees its row.
+impl Event {
+    /// `Finished` and `Failed` end a request's events.
+    pub fn ends(&self) -> bool {
+        !matches!(self, Event::Token { .. })
+    }
+}
+
+/// What a stream reports when its events stop without `Finished` or `Failed` (the engine
+/// thread died): a request never ends as if it had succeeded.
+const ENGINE_LOST: &str = "the engine stopped before the reply finished";
+
+/// Events of one request, always ending with `Finished` or `Failed`. Dropping it cancels
+/// the request and frees its row.
 pub struct RequestStream {
     pub id: u64,
     pub seed: u64,
     pub(crate) events: UnboundedReceiver<Event>,
     pub(crate) cancel: Box<dyn Fn() + Send + Sync>,
+    pub(crate) ended: bool,
 }
 
 impl RequestStream {
     pub async fn next(&mut self) -> Option<Event> {
-        self.events.recv().await
+        let event = self.events.recv().await;
+        self.track(event)
     }
 
     /// For synchronous callers (the CLI, tests); never call from inside an async runtime.
     pub fn blocking_next(&mut self) -> Option<Event> {
-        self.events.blocking_recv()
+        let event = self.events.blocking_recv();
+        self.track(event)
+    }
+
+    /// Turn a channel that closed before the last event into `Failed`.
+    fn track(&mut self, event: Option<Event>) -> Option<Event> {
+        if self.ended {
+            return None;
+        }
+        let event = event.unwrap_or_else(|| Event::Failed(ENGINE_LOST.into()));
+        self.ended = event.ends();
+        Some(event)
     }
 
     pub fn cancel(&self) {

@@ -17,7 +17,7 @@ use axum::{
 };
 use seedbar_chats::{
     AppSettings, ChatError, ChatStore, Conversation, Message, NewMessage, Role, Settings,
-    SettingsPatch, Status,
+    SettingsPatch, Status, Turn,
 };
 use seedbar_engine::{ChatMessage, SamplingParams};
 use seedbar_scheduler::{draw_seed, Event};
@@ -35,6 +35,10 @@ use crate::{
 
 /// Seeds stay below 2^53 so that JavaScript numbers hold them exactly.
 const MAX_SEED: u64 = 1 << 53;
+
+/// How often a streaming reply's text is written to the store, so that a killed process
+/// keeps what the user saw.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -78,6 +82,10 @@ fn chat_error(error: ChatError) -> ApiError {
         }
         ChatError::NotEditable { .. } => ApiError::bad_param("edit.message_id", message),
         ChatError::Invalid(_) => ApiError::new(StatusCode::BAD_REQUEST, message),
+        ChatError::Busy(_) => ApiError {
+            code: Some("reply_in_progress"),
+            ..ApiError::new(StatusCode::CONFLICT, message)
+        },
         _ => ApiError::internal(message),
     }
 }
@@ -237,14 +245,6 @@ struct Edit {
     content: String,
 }
 
-/// What a reply request stores before the reply starts.
-enum Turn {
-    Send(String),
-    Edit(Edit),
-    /// Regenerate: drop what follows this (user) message.
-    Redo(i64),
-}
-
 async fn reply(
     State(app): State<Arc<App>>,
     id: Result<Path<i64>, PathRejection>,
@@ -276,14 +276,10 @@ async fn reply(
         "reply",
     )?;
 
-    let user = db(&app, move |s| match turn {
-        Turn::Send(content) => s.add_message(id, &NewMessage::user(content)).map(Some),
-        Turn::Edit(edit) => s.edit_message(id, edit.message_id, &edit.content).map(Some),
-        Turn::Redo(last_user) => s.truncate_after(id, last_user).map(|_| None),
-    })
-    .await?;
+    // The turn and the streaming reply row in one transaction, refused (409) while another
+    // reply streams into this conversation.
     let row = NewMessage::reply(seed, settings.sampling());
-    let reply = db(&app, move |s| s.add_message(id, &row)).await?;
+    let (user, reply) = db(&app, move |s| s.begin_reply(id, &turn, &row)).await?;
     let body = spawn_body(move |tx| stream_reply(app, generation, user, reply, tx));
     Ok(with_seed(seed, sse(body)))
 }
@@ -299,9 +295,21 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
                 .ok_or_else(|| {
                     ApiError::bad_param("regenerate", "there is no message to reply to yet")
                 })?;
-            Turn::Redo(messages[last_user].id)
+            Turn::Regenerate {
+                after: messages[last_user].id,
+            }
         }
-        (None, false, Some(edit)) => Turn::Edit(edit),
+        (
+            None,
+            false,
+            Some(Edit {
+                message_id,
+                content,
+            }),
+        ) => Turn::Edit {
+            message_id,
+            content,
+        },
         _ => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -311,25 +319,25 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
     };
     let (kept, new_text, param) = match &turn {
         Turn::Send(content) => (messages, Some(content), "content"),
-        Turn::Edit(edit) => {
+        Turn::Edit {
+            message_id,
+            content,
+        } => {
             let at = messages
                 .iter()
-                .position(|m| m.id == edit.message_id && m.role == Role::User)
+                .position(|m| m.id == *message_id && m.role == Role::User)
                 .ok_or_else(|| {
                     ApiError::bad_param(
                         "edit.message_id",
-                        format!(
-                            "message {} is not a user message of this conversation",
-                            edit.message_id
-                        ),
+                        format!("message {message_id} is not a user message of this conversation"),
                     )
                 })?;
-            (&messages[..at], Some(&edit.content), "edit.content")
+            (&messages[..at], Some(content), "edit.content")
         }
-        Turn::Redo(last_user) => {
+        Turn::Regenerate { after } => {
             let end = messages
                 .iter()
-                .position(|m| m.id == *last_user)
+                .position(|m| m.id == *after)
                 .map_or(0, |i| i + 1);
             (&messages[..end], None, "")
         }
@@ -373,7 +381,15 @@ async fn stream_reply(
             }
         }
         let mut events = generation.events();
+        let mut checkpointed = (std::time::Instant::now(), 0);
         loop {
+            if checkpointed.1 < text.len() && checkpointed.0.elapsed() >= CHECKPOINT_EVERY {
+                let (id, partial) = (reply.id, text.clone());
+                if let Err(e) = db(&app, move |s| s.checkpoint_reply(id, &partial)).await {
+                    tracing::warn!(error = %e.message, "cannot checkpoint a streaming reply");
+                }
+                checkpointed = (std::time::Instant::now(), text.len());
+            }
             let (piece, finished) = match next_or_gone(&mut events, &tx).await {
                 Some(ChoiceEvent {
                     event: Event::Token { text, .. },
@@ -503,7 +519,7 @@ async fn pull_model(
     seedbar_engine::store::check_repo_id(repo)
         .map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
     let root = app.models.store().root().to_path_buf();
-    Ok((StatusCode::ACCEPTED, Json(app.pulls.start(root, repo))))
+    Ok((StatusCode::ACCEPTED, Json(app.pulls.start(root, repo)?)))
 }
 
 async fn list_pulls(State(app): State<Arc<App>>) -> Json<Vec<Pull>> {
@@ -622,7 +638,7 @@ mod tests {
             texts(&history),
             ["user: Q1", "assistant: A1", "user: Q2", "user: Q3"]
         );
-        assert!(matches!(turn, Turn::Redo(5)));
+        assert!(matches!(turn, Turn::Regenerate { after: 5 }));
         let error = super::turn(body(r#"{"regenerate": true}"#), &[])
             .err()
             .unwrap();
@@ -637,7 +653,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(texts(&history), ["user: Q1", "assistant: A1", "user: Q2'"]);
-        assert!(matches!(turn, Turn::Edit(Edit { message_id: 3, .. })));
+        assert!(matches!(turn, Turn::Edit { message_id: 3, .. }));
         for bad in [
             r#"{"edit": {"message_id": 2, "content": "x"}}"#,
             r#"{"edit": {"message_id": 99, "content": "x"}}"#,

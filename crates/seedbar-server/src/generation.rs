@@ -14,6 +14,11 @@ use seedbar_scheduler::{draw_seed, Event, Request, RequestStream, TokenLogprob, 
 
 use crate::{error::ApiError, metrics::Metrics, models::LoadedModel};
 
+/// Stop strings a request may give (OpenAI allows 4; editors' autocomplete sends ~10).
+pub const MAX_STOP_STRINGS: usize = 16;
+/// Bytes in one stop string.
+pub const MAX_STOP_BYTES: usize = 256;
+
 /// Sampling settings as an API request gives them, before prompts are known.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -34,6 +39,17 @@ impl Settings {
             return Err(ApiError::bad_param(
                 &format!("{prefix}max_tokens"),
                 "max_tokens must be at least 1",
+            ));
+        }
+        if self.stop.len() > MAX_STOP_STRINGS
+            || self
+                .stop
+                .iter()
+                .any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+        {
+            return Err(ApiError::bad_param(
+                &format!("{prefix}stop"),
+                format!("up to {MAX_STOP_STRINGS} stop strings, each 1 to {MAX_STOP_BYTES} bytes"),
             ));
         }
         if self.logprobs.is_some_and(|n| n > 20) {

@@ -142,7 +142,11 @@ pub fn router(app: Arc<App>) -> Router {
             refuse_when_paused,
         ))
         .layer(middleware::from_fn_with_state(app.clone(), count_requests))
-        .layer(security::cors(&app.config.allowed_origins))
+        .layer(security::cors())
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            security::check_origin,
+        ))
         .layer(middleware::from_fn_with_state(
             app.clone(),
             security::check_host,
@@ -241,7 +245,7 @@ impl App {
             },
         };
         let app = Arc::new(App {
-            models: ModelHost::new(store, config.scheduler.clone(), outside),
+            models: ModelHost::new(store, config.scheduler.clone(), &config.model, outside),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),
             chats: Arc::new(chats),

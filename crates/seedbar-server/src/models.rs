@@ -1,11 +1,15 @@
 //! The models the server answers for: every model installed in the store, loaded on first
-//! use (the served model at start), each running behind its own scheduler.
+//! use (the served model at start), each running behind its own scheduler; which stay in
+//! memory, and the reload of one whose engine failed.
 
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{Arc, Mutex},
-    time::{SystemTime, UNIX_EPOCH},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
 use axum::http::StatusCode;
@@ -14,9 +18,9 @@ use seedbar_engine::{
     config::ModelConfig,
     store::{ModelStore, StoredModel},
     tokenizer::Tokenizer,
-    ChatMessage, Model,
+    ChatMessage, EngineError, Model,
 };
-use seedbar_scheduler::{Scheduler, SchedulerConfig};
+use seedbar_scheduler::{Scheduler, SchedulerConfig, SubmitError};
 
 use crate::error::ApiError;
 
@@ -44,17 +48,19 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    /// Prompt tokens for a chat, ending where the assistant's reply begins.
+    /// Prompt tokens for a chat, ending where the assistant's reply begins; special-token
+    /// strings in the messages' text stay text.
     pub fn chat_prompt(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
     ) -> Result<Vec<u32>, ApiError> {
-        let text = self
-            .template
-            .render(messages, tools, true)
-            .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
-        self.encode(&text)
+        self.template
+            .prompt_tokens(&self.tokenizer, messages, tools)
+            .map_err(|e| match e {
+                EngineError::ChatTemplate(_) => ApiError::bad_param("messages", e.to_string()),
+                e => ApiError::internal(e),
+            })
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, ApiError> {
@@ -102,30 +108,54 @@ impl LoadedModel {
     }
 }
 
-/// Installed models, and the ones loaded.
+/// A loaded model and when a request last asked for it.
+struct Entry {
+    model: Arc<LoadedModel>,
+    last_used: Instant,
+}
+
+/// Installed models, and the ones loaded. The served model stays loaded; others are loaded
+/// on first use and evicted, least recently used first, when a new one needs room in the
+/// memory budget, never while they run or queue requests. A model whose engine failed is
+/// dropped, and the next request for it loads it afresh.
 pub struct ModelHost {
     store: ModelStore,
     outside: Vec<StoredModel>,
     config: SchedulerConfig,
-    loaded: Mutex<HashMap<String, Arc<LoadedModel>>>,
+    /// The served model's key: never evicted.
+    served: String,
+    /// Bytes of model files kept in memory at once.
+    memory_budget: u64,
+    loaded: Mutex<HashMap<String, Entry>>,
     /// Serialises loads so two requests for a cold model load it once.
     loading: tokio::sync::Mutex<()>,
-    /// Models kept in memory at once; the least recently loaded goes first.
-    max_loaded: usize,
-    order: Mutex<Vec<String>>,
+    /// Set by `stop_all`: nothing is loaded any more.
+    stopping: AtomicBool,
+}
+
+/// The key of a model name: case-insensitive, Ollama's `:latest` tag dropped.
+fn key(name: &str) -> String {
+    name.strip_suffix(":latest").unwrap_or(name).to_lowercase()
 }
 
 impl ModelHost {
-    /// `outside`: models served from paths outside the store (`seedbar serve --model PATH`).
-    pub fn new(store: ModelStore, config: SchedulerConfig, outside: Vec<StoredModel>) -> Self {
+    /// `served`: the model that is never evicted; `outside`: models served from paths
+    /// outside the store (`seedbar serve --model PATH`).
+    pub fn new(
+        store: ModelStore,
+        config: SchedulerConfig,
+        served: &str,
+        outside: Vec<StoredModel>,
+    ) -> Self {
         ModelHost {
             store,
             outside,
             config,
+            served: key(served),
+            memory_budget: default_memory_budget(),
             loaded: Mutex::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
-            max_loaded: 2,
-            order: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
         }
     }
 
@@ -157,26 +187,42 @@ impl ModelHost {
     }
 
     pub fn loaded(&self) -> Vec<Arc<LoadedModel>> {
-        self.lock().values().cloned().collect()
+        self.lock().values().map(|e| e.model.clone()).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LoadedModel>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The loaded model under `key` if its engine still runs (one that failed is dropped).
+    fn running(&self, key: &str) -> Option<Arc<LoadedModel>> {
+        let mut models = self.lock();
+        let entry = models.get_mut(key)?;
+        if !entry.model.scheduler.is_running() {
+            tracing::warn!(model = key, "dropping a model whose engine stopped");
+            models.remove(key);
+            return None;
+        }
+        entry.last_used = Instant::now();
+        Some(entry.model.clone())
     }
 
     /// The model called `name` (case-insensitive; Ollama's `:latest` tag allowed), loading
     /// it if needed.
     pub async fn get(&self, name: &str) -> Result<Arc<LoadedModel>, ApiError> {
-        let key = name.strip_suffix(":latest").unwrap_or(name).to_lowercase();
+        let key = key(name);
         if key.is_empty() {
             return Err(ApiError::bad_param("model", "`model` is required"));
         }
-        if let Some(model) = self.lock().get(&key) {
-            return Ok(model.clone());
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(ApiError::from(SubmitError::Stopped));
+        }
+        if let Some(model) = self.running(&key) {
+            return Ok(model);
         }
         let _loading = self.loading.lock().await;
-        if let Some(model) = self.lock().get(&key) {
-            return Ok(model.clone());
+        if let Some(model) = self.running(&key) {
+            return Ok(model);
         }
         let installed = self.installed()?;
         let card = installed
@@ -187,36 +233,83 @@ impl ModelHost {
                 let names: Vec<String> = installed.iter().map(|m| m.name.clone()).collect();
                 ApiError::unknown_model(name, &names)
             })?;
+        self.make_room(&card)?;
         let config = self.config.clone();
         let loaded = tokio::task::spawn_blocking(move || load(card, config))
             .await
             .map_err(ApiError::internal)??;
         let loaded = Arc::new(loaded);
-        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        self.lock().insert(
+            key,
+            Entry {
+                model: loaded.clone(),
+                last_used: Instant::now(),
+            },
+        );
+        Ok(loaded)
+    }
+
+    /// Evict idle models, least recently used first, until `card` fits in the budget. When
+    /// it still does not fit it loads only beside the served model, never beside another
+    /// model that is busy.
+    fn make_room(&self, card: &ModelCard) -> Result<(), ApiError> {
         let mut models = self.lock();
-        while models.len() >= self.max_loaded && !order.is_empty() {
-            let oldest = order.remove(0);
+        loop {
+            let used: u64 = models.values().map(|e| e.model.card.bytes).sum();
+            if used + card.bytes <= self.memory_budget {
+                return Ok(());
+            }
+            let idle = models
+                .iter()
+                .filter(|(k, e)| **k != self.served && !e.model.scheduler.busy())
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone());
+            let Some(oldest) = idle else { break };
+            tracing::info!(model = oldest, "evicting a model to make room");
             models.remove(&oldest);
         }
-        models.insert(key.clone(), loaded.clone());
-        order.push(key);
-        Ok(loaded)
+        match models.keys().find(|k| **k != self.served) {
+            None => Ok(()),
+            Some(busy) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "{} does not fit in memory beside {busy}, which is still generating; \
+                     try again when it is done",
+                    card.name
+                ),
+            )),
+        }
     }
 
     /// Drop the model called `name` from memory, if loaded (requests it runs go on until
     /// they end).
     pub fn unload(&self, name: &str) {
-        let key = name.to_lowercase();
-        let mut order = self.order.lock().unwrap_or_else(|e| e.into_inner());
-        order.retain(|k| *k != key);
-        self.lock().remove(&key);
+        self.lock().remove(&key(name));
     }
 
-    /// End every running and queued request (shutdown): their streams finish with an error.
+    /// End every running and queued request (shutdown): their streams finish with an error,
+    /// and no model is loaded any more.
     pub fn stop_all(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         for model in self.loaded() {
             model.scheduler.stop();
         }
+    }
+}
+
+/// Model bytes kept in memory: 60% of the machine's memory (8 GiB where it cannot be read).
+fn default_memory_budget() -> u64 {
+    // SAFETY: sysconf only reads system configuration values.
+    let (pages, page_size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && page_size > 0 {
+        (pages as u64 * page_size as u64) / 10 * 6
+    } else {
+        8 << 30
     }
 }
 

@@ -74,8 +74,12 @@ fn yes() -> bool {
     true
 }
 
+/// The Ollama API version whose routes and fields these follow. Clients gate on it (VS Code
+/// Copilot's Ollama provider needs at least 0.6.4); Seedbar's own version is in `/health`.
+const OLLAMA_API_VERSION: &str = "0.12.0";
+
 pub async fn version() -> Json<Value> {
-    Json(json!({"version": env!("CARGO_PKG_VERSION")}))
+    Json(json!({"version": OLLAMA_API_VERSION}))
 }
 
 fn details(card: &ModelCard, model: Option<&LoadedModel>) -> Value {

@@ -111,12 +111,6 @@ impl CommonFields {
                 ),
             ));
         }
-        if settings.stop.len() > 4 || settings.stop.iter().any(String::is_empty) {
-            return Err(ApiError::bad_param(
-                "stop",
-                "up to 4 non-empty stop strings",
-            ));
-        }
         settings.validate("")?;
         Ok(settings)
     }

@@ -1,6 +1,7 @@
 //! Model downloads started from the app: each runs `ModelStore::pull` on its own thread
 //! and reports its progress here, for `GET /app/models/pulls`. Cancelling sets the flag
-//! the download checks between chunks; it then removes what it wrote.
+//! the download checks between chunks; it then removes what it wrote. At most
+//! `MAX_RUNNING` run at once and the last `MAX_KEPT` are listed.
 
 use std::{
     path::PathBuf,
@@ -11,12 +12,15 @@ use std::{
     time::Duration,
 };
 
+use axum::http::StatusCode;
 use seedbar_engine::{
     store::{ModelStore, Progress},
     EngineError,
 };
 use serde::Serialize;
 use tokio::sync::watch;
+
+use crate::error::ApiError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -36,6 +40,11 @@ pub struct Pull {
     pub total_bytes: u64,
     pub error: Option<String>,
 }
+
+/// Downloads running at once; another one waits for one of them (429).
+const MAX_RUNNING: usize = 2;
+/// Downloads listed; the oldest that ended go first.
+const MAX_KEPT: usize = 16;
 
 /// How long cancelling waits for the download to stop and clean up.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
@@ -93,11 +102,23 @@ impl Pulls {
 
     /// Start downloading `repo` into the store at `root`, or return the download of it
     /// still running.
-    pub fn start(&self, root: PathBuf, repo: &str) -> Pull {
+    pub fn start(&self, root: PathBuf, repo: &str) -> Result<Pull, ApiError> {
         let mut pulls = self.lock();
         let index = Self::find(&pulls, repo);
         if let Some(running) = index.map(|i| &pulls[i]).filter(|p| !*p.ended.borrow()) {
-            return running.lock().clone();
+            return Ok(running.lock().clone());
+        }
+        if pulls.iter().filter(|p| !*p.ended.borrow()).count() >= MAX_RUNNING {
+            return Err(ApiError {
+                code: Some("too_many_downloads"),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "{MAX_RUNNING} downloads are running; wait for one to finish or \
+                         cancel one"
+                    ),
+                )
+            });
         }
         let tracked = Arc::new(Tracked {
             pull: Mutex::new(Pull {
@@ -112,7 +133,14 @@ impl Pulls {
         });
         match index {
             Some(i) => pulls[i] = tracked.clone(),
-            None => pulls.push(tracked.clone()),
+            None => {
+                if pulls.len() >= MAX_KEPT {
+                    if let Some(oldest) = pulls.iter().position(|p| *p.ended.borrow()) {
+                        pulls.remove(oldest);
+                    }
+                }
+                pulls.push(tracked.clone());
+            }
         }
         // A plain thread, not the runtime's blocking pool: shutting down must not wait for
         // a download (the next pull resumes what it wrote).
@@ -138,7 +166,7 @@ impl Pulls {
             );
         }
         let pull = tracked.lock().clone();
-        pull
+        Ok(pull)
     }
 
     pub fn list(&self) -> Vec<Pull> {

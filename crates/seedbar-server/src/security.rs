@@ -1,16 +1,18 @@
 //! What keeps a localhost server safe on a laptop: a Host-header allowlist (against DNS
-//! rebinding), an optional bearer API key, and CORS closed except for configured origins
-//! and the app's own window.
+//! rebinding), an origin policy (web pages the user opens cannot drive the server: a
+//! cross-site request is refused before any handler runs, including the "simple" requests
+//! browsers send without a preflight), an optional bearer API key, and CORS for the origins
+//! the policy allows.
 
 use std::sync::Arc;
 
 use axum::{
     extract::{Request, State},
-    http::{header, HeaderValue, Method, StatusCode},
+    http::{header, Method, StatusCode},
     middleware::Next,
-    response::Response,
+    response::{IntoResponse, Response},
 };
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::{error::ApiError, App};
 
@@ -45,12 +47,82 @@ pub async fn check_host(State(app): State<Arc<App>>, request: Request, next: Nex
             .iter()
             .any(|h| h.eq_ignore_ascii_case(&name));
     if !allowed {
-        return axum::response::IntoResponse::into_response(ApiError::new(
+        return ApiError::new(
             StatusCode::FORBIDDEN,
             format!("the Host header '{host}' is not allowed; add it with --allow-host"),
-        ));
+        )
+        .into_response();
     }
     next.run(request).await
+}
+
+/// Whether a browser page of `origin` may call this server, reached as `host`: the app's
+/// window, the server's own pages (the chat UI it serves), or an origin the user allowed
+/// (`--allow-origin`, or the app's settings).
+fn origin_allowed(app: &App, origin: &str, host: &str) -> bool {
+    let origin = origin.trim_end_matches('/');
+    let same = |allowed: &str| allowed.trim_end_matches('/').eq_ignore_ascii_case(origin);
+    APP_ORIGINS.iter().any(|o| same(o))
+        || same(&format!("http://{host}"))
+        || app.config.allowed_origins.iter().any(|o| same(o))
+        || app.app_settings().allowed_origins.iter().any(|o| same(o))
+}
+
+/// Refuse what a web page can make a browser send: a request with an `Origin` the policy
+/// does not allow, or marked `Sec-Fetch-Site: cross-site` (a no-cors fetch, an image, a
+/// form), except navigations to the chat UI's pages. Browsers' bodies must be declared
+/// JSON, so a "simple" `text/plain` POST never reaches a handler. Clients that are not
+/// browsers (curl, SDKs, editors) send neither header and pass.
+pub async fn check_origin(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let text = |name: &str| headers.get(name).and_then(|h| h.to_str().ok());
+    let host = text(header::HOST.as_str()).unwrap_or("");
+    let refused = match text(header::ORIGIN.as_str()) {
+        Some(origin) => !origin_allowed(&app, origin, host),
+        None => {
+            text(SEC_FETCH_SITE) == Some("cross-site")
+                && !(crate::ui::serves(&request) && text(SEC_FETCH_MODE) == Some("navigate"))
+        }
+    };
+    if refused {
+        return ApiError {
+            code: Some("origin_not_allowed"),
+            ..ApiError::new(
+                StatusCode::FORBIDDEN,
+                "requests from other web sites are refused; allow this origin with \
+                 --allow-origin (or in Seedbar's settings) to call the API from a page",
+            )
+        }
+        .into_response();
+    }
+    let sends_body = matches!(
+        *request.method(),
+        Method::POST | Method::PUT | Method::PATCH
+    );
+    if sends_body
+        && headers.contains_key(header::ORIGIN)
+        && !is_json(text(header::CONTENT_TYPE.as_str()))
+    {
+        return ApiError {
+            code: Some("unsupported_media_type"),
+            ..ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "send the request body as JSON, with `Content-Type: application/json`",
+            )
+        }
+        .into_response();
+    }
+    next.run(request).await
+}
+
+const SEC_FETCH_SITE: &str = "sec-fetch-site";
+const SEC_FETCH_MODE: &str = "sec-fetch-mode";
+
+/// Whether a Content-Type names JSON (`application/json`, parameters allowed).
+fn is_json(content_type: Option<&str>) -> bool {
+    content_type
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// With an API key configured, every route but `/health` and the chat UI's static files
@@ -77,10 +149,11 @@ pub async fn check_api_key(State(app): State<Arc<App>>, request: Request, next: 
         } else {
             "the API key is not valid"
         };
-        return axum::response::IntoResponse::into_response(ApiError {
+        return ApiError {
             code: Some("invalid_api_key"),
             ..ApiError::new(StatusCode::UNAUTHORIZED, message)
-        });
+        }
+        .into_response();
     }
     next.run(request).await
 }
@@ -89,16 +162,13 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// CORS for the app's window and the configured origins; everything else is refused.
-pub fn cors(origins: &[String]) -> CorsLayer {
-    let allowed: Vec<HeaderValue> = APP_ORIGINS
-        .iter()
-        .map(|o| o.to_string())
-        .chain(origins.iter().cloned())
-        .filter_map(|o| HeaderValue::from_str(&o).ok())
-        .collect();
+/// CORS for the origins `check_origin` lets through (it runs first, so every origin seen
+/// here is allowed), with whatever headers their SDKs send (the OpenAI JS SDK's
+/// `x-stainless-*`).
+pub fn cors() -> CorsLayer {
     CorsLayer::new()
-        .allow_origin(AllowOrigin::list(allowed))
+        .allow_origin(AllowOrigin::mirror_request())
+        .allow_headers(AllowHeaders::mirror_request())
         .allow_methods([
             Method::GET,
             Method::POST,
@@ -107,7 +177,6 @@ pub fn cors(origins: &[String]) -> CorsLayer {
             Method::DELETE,
             Method::OPTIONS,
         ])
-        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
         .expose_headers([header::HeaderName::from_static(crate::SEED_HEADER)])
 }
 
@@ -120,6 +189,20 @@ mod tests {
         assert_eq!(host_name("localhost:7337"), "localhost");
         assert_eq!(host_name("[::1]:7337"), "[::1]");
         assert_eq!(host_name("evil.example"), "evil.example");
+    }
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json(Some("application/json")));
+        assert!(is_json(Some("Application/JSON; charset=utf-8")));
+        for other in [
+            None,
+            Some("text/plain"),
+            Some("application/jsonx"),
+            Some(""),
+        ] {
+            assert!(!is_json(other), "{other:?}");
+        }
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! The chat UI, served as static files from `ServerConfig::ui_dir` for GET requests outside
 //! the API's paths (which keep their JSON 404). The files need no API key: the page has to
-//! load before it can ask for one. Without a UI folder, `/` says how to build it.
+//! load before it can ask for one. Without a UI folder, `/` says how to build it. Every UI
+//! response carries a Content-Security-Policy that keeps the page to its own server, so a
+//! reply a prompt injected with `<img src=https://…>` cannot send anything out.
 
 use std::sync::Arc;
 
 use axum::{
     extract::{Request, State},
-    http::{Method, StatusCode},
+    http::{header, HeaderValue, Method, StatusCode},
     response::{Html, IntoResponse, Response},
 };
 use tower_http::services::{ServeDir, ServeFile};
@@ -27,6 +29,12 @@ it at the files with <code>--ui-dir DIR</code> or <code>SEEDBAR_UI_DIR</code>.</
 </body></html>
 ";
 
+/// The page may load and call only its own server; no remote images, scripts, frames or
+/// form targets (the same rules as the app window's, in `tauri.conf.json`).
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; connect-src 'self'; \
+     img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; font-src 'self' data:; \
+     object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
 /// Whether the UI answers this request: a GET or HEAD outside the API's paths.
 pub fn serves(request: &Request) -> bool {
     let path = request.uri().path();
@@ -43,6 +51,20 @@ pub async fn fallback(State(app): State<Arc<App>>, request: Request) -> Response
     if !serves(&request) {
         return crate::not_found(request).await.into_response();
     }
+    let mut response = ui_file(&app, request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+async fn ui_file(app: &App, request: Request) -> Response {
     let Some(dir) = &app.config.ui_dir else {
         return match request.uri().path() {
             "/" | "/index.html" => Html(NOT_BUILT).into_response(),
