@@ -10,7 +10,7 @@ APP := target/debug/seedbar-app
 PORT ?= 7337
 PROMPT ?= What is the capital of France?
 
-.PHONY: run ask test lint bench build setup ui app bundle default-model test-app
+.PHONY: run ask test lint bench build setup ui app bundle default-model test-app soak
 
 # The app where there is a display (macOS, or $DISPLAY / $WAYLAND_DISPLAY); without one,
 # the same server and chat UI in the foreground for a browser.
@@ -50,6 +50,14 @@ lint: ui
 bench: build default-model
 	scripts/setup.sh --tests
 	scripts/bench.sh
+
+# A long soak (tests/soak.py): 64 concurrent clients for 10 minutes against a server of its own
+# (seeded replies checked against their solo references, cancels, disconnects, bad and oversize
+# requests; then no rows left, RSS bounded). `make test` runs a short one (tests/test_soak.py).
+soak:
+	scripts/setup.sh --tests
+	cargo build -p seedbar-cli
+	$(CACHE)/venv/bin/python tests/soak.py --concurrency 64 --seconds 600
 
 setup:
 	scripts/setup.sh

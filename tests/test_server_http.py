@@ -256,16 +256,28 @@ def configured(seedbar):
 
 def test_cors_allowed_for_a_configured_origin(configured):
     _, client = configured
-    resp = preflight(client, "http://good.example")
+    good = "http://good.example"
+    resp = preflight(client, good)
     assert resp.status_code in (200, 204), (resp.status_code, resp.text)
-    assert resp.headers.get("access-control-allow-origin") == "http://good.example", dict(resp.headers)
+    assert resp.headers.get("access-control-allow-origin") == good, dict(resp.headers)
     assert "POST" in resp.headers.get("access-control-allow-methods", "").upper(), dict(resp.headers)
-    resp = client.get("/v1/models", headers={"Origin": "http://good.example"})
-    assert resp.status_code == 200
-    assert resp.headers.get("access-control-allow-origin") == "http://good.example", dict(resp.headers)
-    # Other origins stay refused.
+    # The actual requests, as the browser sends them after the preflight.
+    resp = client.get("/v1/models", headers={"Origin": good})
+    assert resp.status_code == 200, resp.text
+    assert resp.headers.get("access-control-allow-origin") == good, dict(resp.headers)
+    resp = client.post("/v1/chat/completions", json=chat_body(max_tokens=2), headers={"Origin": good})
+    assert resp.status_code == 200, resp.text
+    assert resp.headers.get("access-control-allow-origin") == good, dict(resp.headers)
+    # Other origins stay refused: no allow header, and a 403 before any handler.
     resp = preflight(client, "http://evil.example")
     assert "access-control-allow-origin" not in resp.headers, dict(resp.headers)
+    assert_openai_error(resp, 403)
+    for resp in (
+        client.get("/v1/models", headers={"Origin": "http://evil.example"}),
+        client.post("/v1/chat/completions", json=chat_body(max_tokens=2), headers={"Origin": "http://evil.example"}),
+    ):
+        assert "access-control-allow-origin" not in resp.headers, dict(resp.headers)
+        assert_openai_error(resp, 403)
 
 
 def test_allow_host_adds_a_host_name(configured):

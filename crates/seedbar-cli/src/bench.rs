@@ -200,33 +200,63 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
     Ok(())
 }
 
-/// A seeded target request, the siblings it runs with, and how many sibling tokens pass
-/// before it joins.
-type Mix = (Request, Vec<Request>, usize);
+/// One determinism mix: a seeded target, the siblings running when it joins (after
+/// `join_after` tokens of the first), the siblings arriving after it (prefilling while it
+/// decodes), and whether its alone run comes first (so the batched run is a prefix-cache
+/// hit) or last (the batched run is a miss).
+struct Mix {
+    target: Request,
+    siblings: Vec<Request>,
+    late: Vec<Request>,
+    join_after: usize,
+    alone_first: bool,
+}
 
 /// Same mixes on the batch-invariant scheduler and on the fastest non-invariant one.
 fn determinism(models: [Model; 2], mixes: usize, tokens: usize) -> Result<()> {
     let prompts = prompts();
     let mut rng = SmallRng::seed_from_u64(2026);
+    // Up to the scheduler's rows (32 on a GPU, 8 on the CPU), so mixes fill a step.
+    let rows = SchedulerConfig::default().max_rows;
+    let random_request = |rng: &mut SmallRng, tokens: usize| {
+        let prompt = &prompts[rng.random_range(0..prompts.len())];
+        seeded(&models[0], prompt, rng.random(), tokens)
+    };
+    // Half the targets are long enough (several prompts, over one prefill chunk) for the
+    // prefix cache to keep their prompt: their second run is a hit.
+    let long_prompt = |rng: &mut SmallRng| {
+        (0..12)
+            .map(|_| prompts[rng.random_range(0..prompts.len())].as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    };
     let mut plans = Vec::new();
     for _ in 0..mixes {
-        let target = seeded(
-            &models[0],
-            &prompts[rng.random_range(0..prompts.len())],
-            rng.random(),
-            tokens,
-        )?;
-        let siblings = (0..rng.random_range(1..8))
+        let target = if rng.random() {
+            let prompt = long_prompt(&mut rng);
+            seeded(&models[0], &prompt, rng.random(), tokens)?
+        } else {
+            random_request(&mut rng, tokens)?
+        };
+        let siblings = (0..rng.random_range(1..rows))
             .map(|_| {
-                seeded(
-                    &models[0],
-                    &prompts[rng.random_range(0..prompts.len())],
-                    rng.random(),
-                    rng.random_range(8..2 * tokens),
-                )
+                let n = rng.random_range(8..2 * tokens);
+                random_request(&mut rng, n)
             })
             .collect::<Result<Vec<_>>>()?;
-        plans.push((target, siblings, rng.random_range(0..tokens / 2)));
+        let late = (0..rng.random_range(0..=rows / 4))
+            .map(|_| {
+                let n = rng.random_range(8..2 * tokens);
+                random_request(&mut rng, n)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        plans.push(Mix {
+            target,
+            siblings,
+            late,
+            join_after: rng.random_range(0..tokens / 2),
+            alone_first: rng.random(),
+        });
     }
     let mut results = Vec::new();
     for (model, batch_invariant) in models.into_iter().zip([true, false]) {
@@ -257,26 +287,39 @@ fn determinism(models: [Model; 2], mixes: usize, tokens: usize) -> Result<()> {
     Ok(())
 }
 
-/// Each mix: the target alone, then batched with its siblings. Returns how many targets
-/// matched their alone reply, and the aggregate tokens/s of the batched runs.
+/// Each mix: the target alone and batched with its siblings, in the mix's order. Returns
+/// how many targets matched their alone reply, and the aggregate tokens/s of the batched
+/// runs.
 fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
     let (mut identical, mut total_tokens, mut batched_time) = (0, 0usize, Duration::ZERO);
-    for (target, siblings, join_after) in plans {
-        let alone = drain(scheduler.submit(target.clone())?, Instant::now()).tokens;
-        // Siblings start first; the target joins once they have produced `join_after` tokens.
+    for mix in plans {
+        let alone = || -> Result<Vec<u32>> {
+            Ok(drain(scheduler.submit(mix.target.clone())?, Instant::now()).tokens)
+        };
+        let first = if mix.alone_first {
+            Some(alone()?)
+        } else {
+            None
+        };
+        // Siblings start first; the target joins once they have produced `join_after`
+        // tokens, and the late ones arrive right after it.
         let started = Instant::now();
-        let mut sibling_streams = siblings
+        let mut streams = mix
+            .siblings
             .iter()
             .map(|s| scheduler.submit(s.clone()))
             .collect::<Result<Vec<_>, _>>()?;
-        for _ in 0..*join_after {
-            if let Some(first) = sibling_streams.first_mut() {
+        for _ in 0..mix.join_after {
+            if let Some(first) = streams.first_mut() {
                 first.blocking_next();
             }
         }
-        let target_stream = scheduler.submit(target.clone())?;
+        let target_stream = scheduler.submit(mix.target.clone())?;
+        for late in &mix.late {
+            streams.push(scheduler.submit(late.clone())?);
+        }
         let (batched, others) = std::thread::scope(|s| {
-            let others: Vec<_> = sibling_streams
+            let others: Vec<_> = streams
                 .into_iter()
                 .map(|st| s.spawn(move || drain(st, started)))
                 .collect();
@@ -291,6 +334,10 @@ fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
         });
         batched_time += started.elapsed();
         total_tokens += batched.tokens.len() + others.iter().map(|o| o.tokens.len()).sum::<usize>();
+        let alone = match first {
+            Some(tokens) => tokens,
+            None => alone()?,
+        };
         identical += usize::from(batched.tokens == alone);
     }
     Ok((identical, total_tokens as f64 / batched_time.as_secs_f64()))

@@ -6,10 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
-    models::{AttentionLayout, Logits},
-    sampling,
-    tokenizer::StreamDecoder,
-    ChatMessage, Model,
+    models::Logits, sampling, step_plan::StepPlan, tokenizer::StreamDecoder, ChatMessage, Model,
 };
 use serde_json::{json, Value};
 
@@ -60,14 +57,11 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
     if !args.ids.is_empty() {
         if let Some(path) = &args.logits_out {
             let mut caches = model.transformer.new_caches();
-            let len = args.ids.len() as i32;
-            let logits = model.transformer.forward(
-                &args.ids,
-                &[len],
-                &mut [&mut caches],
-                Logits::All,
-                AttentionLayout::PerRow,
-            )?;
+            let plan = StepPlan::new(&model.layout(), &[args.ids.len() as i32]);
+            let logits =
+                model
+                    .transformer
+                    .forward(&args.ids, &plan, &mut [&mut caches], Logits::All)?;
             Array::save_safetensors([("logits", &logits)], None, path)?;
         }
         let mut caches = model.transformer.new_caches();

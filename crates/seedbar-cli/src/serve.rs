@@ -3,6 +3,7 @@
 use std::{io::Write, net::IpAddr, path::PathBuf, process::ExitCode};
 
 use seedbar_engine::store::{ModelStore, DEFAULT_MODEL};
+use seedbar_scheduler::SchedulerConfig;
 use seedbar_server::{App, ServerConfig, DEFAULT_PORT};
 
 #[derive(clap::Args)]
@@ -26,6 +27,10 @@ pub struct ServeArgs {
     /// A web origin allowed to call the API from a browser (CORS).
     #[arg(long = "allow-origin")]
     allowed_origins: Vec<String>,
+    /// Tokens of prompt plus reply per request (the model's own limit, if smaller, wins); a
+    /// request without `max_tokens` generates until the model stops or this is reached.
+    #[arg(long, default_value_t = SchedulerConfig::default().max_context)]
+    max_context: usize,
     /// Largest request body accepted.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
@@ -52,7 +57,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
         max_body_bytes: args.max_body_bytes,
         model: args.model,
         ui_dir,
-        ..ServerConfig::default()
+        scheduler: SchedulerConfig {
+            max_context: args.max_context,
+            ..SchedulerConfig::default()
+        },
     };
     if let Err(message) = config.check() {
         eprintln!("seedbar: {message}");

@@ -5,7 +5,8 @@ use crate::{
     error::{EngineError, Result},
     kv_cache::KvCache,
     model::Model,
-    models::{AttentionLayout, Logits},
+    models::Logits,
+    step_plan::{Layout, StepPlan},
 };
 
 /// Prompts are prefilled in chunks that start at multiples of this absolute position, so a
@@ -30,6 +31,11 @@ impl FinishReason {
 }
 
 impl Model {
+    /// The batch-invariant layout of this model's steps on this process's backend.
+    pub fn layout(&self) -> Layout {
+        Layout::invariant(self.transformer.weight_kind())
+    }
+
     /// Run `tokens` through the model in aligned chunks; returns the last position's logits.
     pub fn prefill(&self, tokens: &[u32], caches: &mut [KvCache]) -> Result<Vec<f32>> {
         let mut start = caches.first().map_or(0, |c| c.len() as usize);
@@ -47,14 +53,10 @@ impl Model {
 
     /// One forward pass over `tokens` appended to the cache; last position's logits.
     pub fn step(&self, tokens: &[u32], caches: &mut [KvCache]) -> Result<Vec<f32>> {
-        let len = tokens.len() as i32;
-        let logits = self.transformer.forward(
-            tokens,
-            &[len],
-            &mut [caches],
-            Logits::Last,
-            AttentionLayout::PerRow,
-        )?;
+        let plan = StepPlan::new(&self.layout(), &[tokens.len() as i32]);
+        let logits = self
+            .transformer
+            .forward(tokens, &plan, &mut [caches], Logits::Last)?;
         logits.eval()?;
         Ok(logits.as_slice::<f32>().to_vec())
     }

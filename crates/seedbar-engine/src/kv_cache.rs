@@ -57,6 +57,20 @@ impl KvCache {
         Ok((k.index((.., .., ..end, ..)), v.index((.., .., ..end, ..))))
     }
 
+    /// Append like [`append`](Self::append), but return the buffers up to the capacity a
+    /// cache of this length has (`len` rounded up to a whole `KV_BLOCK`), whatever this
+    /// buffer's own size: the positions past `len` are to be masked. The shape is a
+    /// function of the length alone, also for a cache cloned from a longer one.
+    pub fn append_at_capacity(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
+        self.append(keys, values)?;
+        let capacity = (self.len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+        let (k, v) = (self.keys.as_ref().unwrap(), self.values.as_ref().unwrap());
+        Ok((
+            k.index((.., .., ..capacity, ..)),
+            v.index((.., .., ..capacity, ..)),
+        ))
+    }
+
     /// Keep only the first `len` positions (prefix reuse).
     pub fn truncate(&mut self, len: i32) {
         self.len = self.len.min(len.max(0));

@@ -13,6 +13,7 @@ pub mod model;
 pub mod models;
 pub mod runtime;
 pub mod sampling;
+pub mod step_plan;
 pub mod store;
 pub mod tokenizer;
 pub mod tool_calls;

@@ -2,9 +2,9 @@
 //! prefill chunk or one decode token), runs it as one batched forward pass, samples each row
 //! with its own seed, streams events, and frees rows that finish or are cancelled.
 //!
-//! Batch invariance: a row's numbers never depend on its neighbours. Projections see rows
-//! laid end to end (row-independent on the CPU backend), attention runs per row on the row's
-//! own cache, prefill chunks start at multiples of `PREFILL_CHUNK` whatever else runs, and
+//! Batch invariance: a row's numbers never depend on its neighbours. The model's layout
+//! (`seedbar_engine::step_plan`) gives every matmul and attention call a shape fixed by the
+//! row alone, prefill chunks start at multiples of `PREFILL_CHUNK` whatever else runs, and
 //! sampling keys come from (seed, position).
 
 use std::{
@@ -22,8 +22,10 @@ use std::{
 use seedbar_engine::{
     generate::PREFILL_CHUNK,
     kv_cache::KvCache,
-    models::{AttentionLayout, Logits},
+    models::Logits,
+    runtime,
     sampling::{self, log_softmax},
+    step_plan::{Layout, StepPlan},
     tokenizer::StreamDecoder,
     FinishReason, Model,
 };
@@ -49,17 +51,23 @@ pub struct SchedulerConfig {
     pub prefill_tokens_per_step: usize,
     /// Bytes of KV of finished sequences kept for prefix reuse.
     pub prefix_cache_bytes: usize,
-    /// `true` (the product): per-row attention and prefill chunks aligned to absolute
-    /// positions, so seeded replies do not depend on the batch. `false` is the fastest
-    /// layout without that promise (padded batched decode attention, prefill chunks as long
-    /// as the budget allows), kept to measure what invariance costs.
+    /// `true` (the product): the model's batch-invariant layout (`Model::layout`) and
+    /// prefill chunks aligned to absolute positions, so seeded replies do not depend on the
+    /// batch. `false` is the fastest layout without that promise (`Layout::REFERENCE`:
+    /// padded batched decode attention, prefill chunks as long as the budget allows), kept
+    /// to measure what invariance costs.
     pub batch_invariant: bool,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
-            max_rows: 8,
+            // A GPU's matmuls cost the same for a few rows as for one: more rows pay.
+            max_rows: if runtime::default_device_is_gpu() {
+                32
+            } else {
+                8
+            },
             max_queue: 64,
             max_context: 8192,
             prefill_tokens_per_step: 2 * PREFILL_CHUNK,
@@ -116,8 +124,14 @@ impl Scheduler {
         let vocab_size = model.config().vocab_size as usize;
         let (commands, receiver) = mpsc::channel();
         let stats = Arc::new(SchedulerStats::default());
+        let layout = if config.batch_invariant {
+            model.layout()
+        } else {
+            Layout::REFERENCE
+        };
         let worker = Worker {
             model,
+            layout,
             config: config.clone(),
             stats: stats.clone(),
             commands: receiver,
@@ -204,13 +218,18 @@ impl Scheduler {
             .min(self.config.max_context - request.prompt.len());
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (events, receiver) = unbounded_channel();
+        if !self.is_running() {
+            return Err(SubmitError::Stopped);
+        }
         self.stats.queued.fetch_add(1, Ordering::SeqCst);
+        // Sent while the engine runs, the request's stream tells how it ends: `Failed` if
+        // the engine fails before or while running it.
         let submitted = self.commands.send(Command::Submit(Box::new(Pending {
             id,
             request,
             events,
         })));
-        if submitted.is_err() || !self.is_running() {
+        if submitted.is_err() {
             self.stats.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(SubmitError::Stopped);
         }
@@ -227,25 +246,22 @@ impl Scheduler {
     }
 }
 
-/// Stops the engine thread: running and queued requests end with `Event::Failed`, and
-/// the model is freed on the engine thread. Outside an async runtime (process exit) this
-/// waits for that (MLX state must not be torn down under a running thread); on a runtime
-/// thread the join moves to a thread of its own, so no async worker blocks on a step.
+/// Stops the engine thread: running and queued requests end with `Event::Failed`, and the
+/// model is freed on the engine thread before this returns (MLX and BLAS state must not be
+/// torn down under a running step at process exit). On an async runtime's worker the wait
+/// runs in `block_in_place`, so the runtime moves its other tasks elsewhere meanwhile.
 impl Drop for Scheduler {
     fn drop(&mut self) {
         let _ = self.commands.send(Command::Shutdown);
         let Some(worker) = self.worker.take() else {
             return;
         };
-        if tokio::runtime::Handle::try_current().is_err() {
+        let join = move || {
             let _ = worker.join();
-            return;
-        }
-        let joiner = thread::Builder::new()
-            .name("seedbar-engine-join".into())
-            .spawn(move || worker.join());
-        if let Err(e) = joiner {
-            tracing::warn!(error = %e, "cannot join the engine thread off the runtime");
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(join),
+            _ => join(),
         }
     }
 }
@@ -332,6 +348,8 @@ impl Row {
 
 struct Worker {
     model: Model,
+    /// How each step's rows become matmuls and attention calls.
+    layout: Layout,
     config: SchedulerConfig,
     stats: Arc<SchedulerStats>,
     commands: mpsc::Receiver<Command>,
@@ -464,11 +482,6 @@ impl Worker {
             }
             chosen.push((i, input));
         }
-        let layout = if self.config.batch_invariant {
-            AttentionLayout::PerRow
-        } else {
-            AttentionLayout::Padded
-        };
         let tokens: Vec<u32> = chosen.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let logits = {
@@ -482,9 +495,10 @@ impl Worker {
                 rest = after;
                 base = i + 1;
             }
+            let plan = StepPlan::new(&self.layout, &lens);
             self.model
                 .transformer
-                .forward(&tokens, &lens, &mut picked, Logits::Last, layout)?
+                .forward(&tokens, &plan, &mut picked, Logits::Last)?
         };
         logits.eval()?;
         let all = logits.as_slice::<f32>();
@@ -507,8 +521,16 @@ impl Worker {
             .into_iter()
             .partition(|r| r.finished);
         self.rows = running;
-        for row in done {
-            // Finished, stopped or cancelled alike: `caches` hold exactly `fed`.
+        for mut row in done {
+            // Finished, stopped or cancelled alike: `caches` hold exactly `fed`. Where a
+            // decode step's KV differs from a prefill's, only the prompt's is reused.
+            if !self.layout.decode_kv_is_prefill_kv {
+                let prompt = row.request.prompt.len().min(row.fed.len());
+                row.fed.truncate(prompt);
+                for cache in &mut row.caches {
+                    cache.truncate(prompt as i32);
+                }
+            }
             self.prefix_cache.insert(row.fed, row.caches);
         }
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);

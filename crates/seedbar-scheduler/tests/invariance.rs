@@ -153,9 +153,13 @@ fn prefix_cache_hit_equals_miss() {
         .chat_prompt(&[ChatMessage::new("user", &long_question)], None)
         .unwrap();
     assert!(first_turn.len() > 2 * seedbar_engine::generate::PREFILL_CHUNK);
-    let mut turn1 = Request::new(first_turn, 24);
+    // A reply longer than a prefill chunk: the next turn's prompt holds decoded positions
+    // across a chunk boundary, which reuse must not cross where decode KV is not prefill KV.
+    let mut turn1 = Request::new(first_turn.clone(), 160);
     turn1.seed = Some(7);
     turn1.sampling.temperature = 0.8;
+    turn1.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
+    let reuses_decoded_kv = model.layout().decode_kv_is_prefill_kv;
     let warm = Scheduler::start(model, SchedulerConfig::default());
     let answer = alone(&warm, turn1.clone());
 
@@ -181,6 +185,13 @@ fn prefix_cache_hit_equals_miss() {
         "cached {}",
         hit.cached
     );
+    if !reuses_decoded_kv {
+        assert!(
+            hit.cached <= first_turn.len(),
+            "reused decoded KV: cached {}",
+            hit.cached
+        );
+    }
     assert_eq!(hit.tokens, miss.tokens);
 }
 

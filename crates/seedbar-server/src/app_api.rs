@@ -92,8 +92,17 @@ fn chat_error(error: ChatError) -> ApiError {
 
 /// A numeric id from the path, or a JSON 400.
 fn path_id(path: Result<Path<i64>, PathRejection>) -> Result<i64, ApiError> {
-    path.map(|Path(id)| id)
-        .map_err(|e| ApiError::bad_param("id", format!("not a conversation id: {e}")))
+    path_param(path, "id", "not a conversation id")
+}
+
+/// A path parameter, or a JSON 400 naming it.
+fn path_param<T>(
+    path: Result<Path<T>, PathRejection>,
+    param: &str,
+    what: &str,
+) -> Result<T, ApiError> {
+    path.map(|Path(value)| value)
+        .map_err(|e| ApiError::bad_param(param, format!("{what}: {e}")))
 }
 
 // ---- Conversations ---------------------------------------------------------------------
@@ -470,8 +479,9 @@ async fn list_models(State(app): State<Arc<App>>) -> Result<Json<Vec<ModelInfo>>
 
 async fn delete_model(
     State(app): State<Arc<App>>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
+    let name = path_param(name, "name", "not a model name")?;
     let installed = app.models.installed()?;
     let Some(model) = installed
         .iter()
@@ -528,8 +538,9 @@ async fn list_pulls(State(app): State<Arc<App>>) -> Json<Vec<Pull>> {
 
 async fn cancel_pull(
     State(app): State<Arc<App>>,
-    Path((org, name)): Path<(String, String)>,
+    repo: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Pull>, ApiError> {
+    let (org, name) = path_param(repo, "repo", "not a repository id")?;
     let repo = format!("{org}/{name}");
     app.pulls
         .cancel(&repo)

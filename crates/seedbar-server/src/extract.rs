@@ -8,10 +8,22 @@ use axum::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, OllamaError};
 
 /// A JSON body parsed as `T`.
 pub struct ApiJson<T>(pub T);
+
+/// The same, for the Ollama routes: its errors come in Ollama's shape.
+pub struct OllamaJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OllamaJson<T> {
+    type Rejection = OllamaError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let ApiJson(value) = ApiJson::from_request(req, state).await?;
+        Ok(OllamaJson(value))
+    }
+}
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -55,7 +67,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 /// Parse a JSON body; a type error names the field's path as `param`.
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let message = inner.to_string();
@@ -71,12 +83,19 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             return ApiError::bad_param(&param, format!("missing required parameter '{param}'"));
         }
         if inner.is_syntax() || inner.is_eof() || path == "." {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("the request body is not valid JSON for this route: {inner}"),
-            )
+            not_json(inner)
         } else {
             ApiError::bad_param(&path, format!("'{path}': {inner}"))
         }
-    })
+    })?;
+    // Nothing but whitespace may follow the value.
+    de.end().map_err(not_json)?;
+    Ok(value)
+}
+
+fn not_json(error: serde_json::Error) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        format!("the request body is not valid JSON for this route: {error}"),
+    )
 }

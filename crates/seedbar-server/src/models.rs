@@ -198,13 +198,15 @@ impl ModelHost {
     fn running(&self, key: &str) -> Option<Arc<LoadedModel>> {
         let mut models = self.lock();
         let entry = models.get_mut(key)?;
-        if !entry.model.scheduler.is_running() {
-            tracing::warn!(model = key, "dropping a model whose engine stopped");
-            models.remove(key);
-            return None;
+        if entry.model.scheduler.is_running() {
+            entry.last_used = Instant::now();
+            return Some(entry.model.clone());
         }
-        entry.last_used = Instant::now();
-        Some(entry.model.clone())
+        tracing::warn!(model = key, "dropping a model whose engine stopped");
+        let dead = models.remove(key);
+        drop(models);
+        retire(dead.into_iter().collect());
+        None
     }
 
     /// The model called `name` (case-insensitive; Ollama's `:latest` tag allowed), loading
@@ -233,7 +235,7 @@ impl ModelHost {
                 let names: Vec<String> = installed.iter().map(|m| m.name.clone()).collect();
                 ApiError::unknown_model(name, &names)
             })?;
-        self.make_room(&card)?;
+        retire(self.make_room(&card)?);
         let config = self.config.clone();
         let loaded = tokio::task::spawn_blocking(move || load(card, config))
             .await
@@ -249,15 +251,16 @@ impl ModelHost {
         Ok(loaded)
     }
 
-    /// Evict idle models, least recently used first, until `card` fits in the budget. When
-    /// it still does not fit it loads only beside the served model, never beside another
-    /// model that is busy.
-    fn make_room(&self, card: &ModelCard) -> Result<(), ApiError> {
+    /// Evict idle models, least recently used first, until `card` fits in the budget (they
+    /// are returned, to be dropped outside the lock). When it still does not fit it loads
+    /// only beside the served model, never beside another model that is busy.
+    fn make_room(&self, card: &ModelCard) -> Result<Vec<Entry>, ApiError> {
         let mut models = self.lock();
+        let mut evicted = Vec::new();
         loop {
             let used: u64 = models.values().map(|e| e.model.card.bytes).sum();
             if used + card.bytes <= self.memory_budget {
-                return Ok(());
+                return Ok(evicted);
             }
             let idle = models
                 .iter()
@@ -266,10 +269,10 @@ impl ModelHost {
                 .map(|(k, _)| k.clone());
             let Some(oldest) = idle else { break };
             tracing::info!(model = oldest, "evicting a model to make room");
-            models.remove(&oldest);
+            evicted.extend(models.remove(&oldest));
         }
         match models.keys().find(|k| **k != self.served) {
-            None => Ok(()),
+            None => Ok(evicted),
             Some(busy) => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
@@ -284,7 +287,8 @@ impl ModelHost {
     /// Drop the model called `name` from memory, if loaded (requests it runs go on until
     /// they end).
     pub fn unload(&self, name: &str) {
-        self.lock().remove(&key(name));
+        let unloaded = self.lock().remove(&key(name));
+        retire(unloaded.into_iter().collect());
     }
 
     /// End every running and queued request (shutdown): their streams finish with an error,
@@ -294,6 +298,14 @@ impl ModelHost {
         for model in self.loaded() {
             model.scheduler.stop();
         }
+    }
+}
+
+/// Drop models taken out of the host on a blocking thread: the last reference joins the
+/// engine thread, which may be finishing a step.
+fn retire(models: Vec<Entry>) {
+    if !models.is_empty() {
+        tokio::task::spawn_blocking(move || drop(models));
     }
 }
 

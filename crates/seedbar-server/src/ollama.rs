@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::{
     error::{ApiError, OllamaError},
-    extract::ApiJson,
+    extract::OllamaJson,
     generation::{next_or_gone, spawn_body, ChoiceEvent, Generation, Settings},
     models::{LoadedModel, ModelCard},
     openai::{seed_value, with_seed},
@@ -113,7 +113,7 @@ pub struct ShowRequest {
 
 pub async fn show(
     State(app): State<Arc<App>>,
-    ApiJson(req): ApiJson<ShowRequest>,
+    OllamaJson(req): OllamaJson<ShowRequest>,
 ) -> Result<Json<Value>> {
     let name = req.model.or(req.name).unwrap_or_default();
     let model = app.models.get(&name).await?;
@@ -158,7 +158,7 @@ struct OllamaMessage {
 
 pub async fn chat(
     State(app): State<Arc<App>>,
-    ApiJson(req): ApiJson<ChatRequest>,
+    OllamaJson(req): OllamaJson<ChatRequest>,
 ) -> Result<Response> {
     let model = app.models.get(&req.model).await?;
     let mut messages = Vec::with_capacity(req.messages.len());
@@ -219,7 +219,7 @@ pub struct GenerateRequest {
 
 pub async fn generate(
     State(app): State<Arc<App>>,
-    ApiJson(req): ApiJson<GenerateRequest>,
+    OllamaJson(req): OllamaJson<GenerateRequest>,
 ) -> Result<Response> {
     let model = app.models.get(&req.model).await?;
     if req.prompt.is_empty() && req.suffix.is_none() {

@@ -1,6 +1,9 @@
 //! The decoder-only transformer every supported architecture is an instance of:
 //! embeddings, pre-norm attention + SwiGLU blocks, final norm, output head. Architectures
-//! differ only in the switches of [`Variant`], set by their own files.
+//! differ only in the switches of [`Variant`], set by their own files. How a step's rows
+//! are laid out into matmuls and attention calls comes from a [`StepPlan`].
+
+use std::collections::BTreeMap;
 
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
@@ -12,7 +15,8 @@ use crate::{
     config::ModelConfig,
     error::Result,
     kv_cache::KvCache,
-    weights::{Embedding, Linear, WeightMap},
+    step_plan::{AttentionLayout, Slot, StepPlan, WeightKind},
+    weights::{Embedding, Linear, Matrix, WeightMap},
 };
 
 /// What one architecture changes in the shared block.
@@ -22,18 +26,6 @@ pub struct Variant {
     pub qkv_bias: bool,
     /// RMS norms on each head's queries and keys before RoPE (Qwen3).
     pub qk_norm: bool,
-}
-
-/// How attention runs over the rows of one step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AttentionLayout {
-    /// Each row against its own unpadded cache: a row's numbers never depend on its
-    /// neighbours (batch-invariant).
-    #[default]
-    PerRow,
-    /// Decode steps stack every row's cache, zero-padded to the longest, into one masked
-    /// attention call: the usual batched layout, whose reductions depend on the batch.
-    Padded,
 }
 
 /// Rotary position embedding settings.
@@ -125,81 +117,181 @@ impl Attention {
         Ok(x.transpose_axes(&[0, 2, 1, 3])?)
     }
 
-    /// Attention for a step holding several sequences: `x` is `[1, N, D]` with the rows'
-    /// tokens laid end to end (`lens`). Projections run on all rows at once; attention runs
-    /// per row against that row's own cache, so a row never sees its neighbours' padding
-    /// (unless `layout` asks for the padded decode path).
+    /// Attention over a step's matmul groups (`xs[g]` is group `g`'s `[1, W, D]` input):
+    /// projections run per group, attention per row or in batches as `plan` says, and the
+    /// rows' outputs are laid back into their groups (zero rows where the group is padded).
     fn forward(
         &self,
-        x: &Array,
-        lens: &[i32],
+        xs: &[Array],
+        plan: &StepPlan,
         caches: &mut [&mut KvCache],
         rope: &Rope,
-        layout: AttentionLayout,
-    ) -> Result<Array> {
-        let q_all = self.q_proj.forward(x)?;
-        let k_all = self.k_proj.forward(x)?;
-        let v_all = self.v_proj.forward(x)?;
-        let scale = (self.head_dim as f32).powf(-0.5);
-        if layout == AttentionLayout::Padded && lens.len() > 1 && lens.iter().all(|&l| l == 1) {
-            let out = self.padded_decode(&q_all, &k_all, &v_all, caches, rope, scale)?;
-            return self.o_proj.forward(&out);
-        }
-        let mut outs = Vec::with_capacity(lens.len());
-        let mut start = 0;
-        for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
-            let rows = |a: &Array| a.index((.., start..start + len, ..));
-            let q = self.split_heads(rows(&q_all), self.heads, &self.q_norm)?;
-            let k = self.split_heads(rows(&k_all), self.kv_heads, &self.k_norm)?;
-            let v = self.split_heads(rows(&v_all), self.kv_heads, &None)?;
-            let offset = cache.len();
-            let q = rope.apply(&q, offset)?;
-            let k = rope.apply(&k, offset)?;
-            let (k, v) = cache.append(k, v)?;
-            let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
-            let out = fast::scaled_dot_product_attention(q, k, v, scale, mask, None)?;
-            outs.push(out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[
-                1,
-                len,
-                self.heads * self.head_dim,
-            ])?);
-            start += len;
-        }
-        let out = if outs.len() == 1 {
-            outs.pop().expect("one row")
-        } else {
-            ops::concatenate(&outs, 1)?
+    ) -> Result<Vec<Array>> {
+        let project = |proj: &Linear| {
+            xs.iter()
+                .map(|x| proj.forward(x))
+                .collect::<Result<Vec<_>>>()
         };
-        self.o_proj.forward(&out)
-    }
-
-    /// One decode token per row, attended in a single call over `[B, H, T_max, hd]` caches
-    /// padded with masked zeros. Returns `[1, B, H*hd]`.
-    fn padded_decode(
-        &self,
-        q_all: &Array,
-        k_all: &Array,
-        v_all: &Array,
-        caches: &mut [&mut KvCache],
-        rope: &Rope,
-        scale: f32,
-    ) -> Result<Array> {
-        let rows = caches.len() as i32;
-        let lens: Vec<i32> = caches.iter().map(|c| c.len() + 1).collect();
-        let longest = lens.iter().copied().max().unwrap_or(1);
-        let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, cache) in caches.iter_mut().enumerate() {
-            let row = |a: &Array| a.index((.., i as i32..i as i32 + 1, ..));
+        let (q_all, k_all, v_all) = (
+            project(&self.q_proj)?,
+            project(&self.k_proj)?,
+            project(&self.v_proj)?,
+        );
+        let scale = (self.head_dim as f32).powf(-0.5);
+        // Each row's queries, keys and values as `[1, H, len, hd]`, RoPE applied.
+        let mut rows = Vec::with_capacity(plan.slots.len());
+        for (slot, cache) in plan.slots.iter().zip(caches.iter()) {
+            let span =
+                |a: &[Array]| a[slot.group].index((.., slot.offset..slot.offset + slot.len, ..));
             let offset = cache.len();
             let q = rope.apply(
-                &self.split_heads(row(q_all), self.heads, &self.q_norm)?,
+                &self.split_heads(span(&q_all), self.heads, &self.q_norm)?,
                 offset,
             )?;
             let k = rope.apply(
-                &self.split_heads(row(k_all), self.kv_heads, &self.k_norm)?,
+                &self.split_heads(span(&k_all), self.kv_heads, &self.k_norm)?,
                 offset,
             )?;
-            let v = self.split_heads(row(v_all), self.kv_heads, &None)?;
+            let v = self.split_heads(span(&v_all), self.kv_heads, &None)?;
+            rows.push((q, k, v));
+        }
+        let decoding = plan.slots.len() > 1 && plan.slots.iter().all(|s| s.len == 1);
+        let outs = match plan.attention {
+            AttentionLayout::Padded if decoding => self.padded_decode(rows, caches, scale)?,
+            AttentionLayout::Capacity { batch } => self.at_capacity(rows, caches, scale, batch)?,
+            _ => rows
+                .into_iter()
+                .zip(caches.iter_mut())
+                .map(|(row, cache)| self.own_cache(row, cache, scale))
+                .collect::<Result<Vec<_>>>()?,
+        };
+        // `[1, len, H*hd]` per row, laid into each group with zero padding.
+        let width = self.heads * self.head_dim;
+        let flat = |out: &Array, len: i32| -> Result<Array> {
+            Ok(out
+                .transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[1, len, width])?)
+        };
+        let mut grouped = Vec::with_capacity(plan.widths.len());
+        for (g, (&w, &filled)) in plan.widths.iter().zip(&plan.filled).enumerate() {
+            let mut parts = plan
+                .rows_of(g)
+                .map(|i| flat(&outs[i], plan.slots[i].len))
+                .collect::<Result<Vec<_>>>()?;
+            if filled < w {
+                parts.push(ops::zeros_dtype(&[1, w - filled, width], parts[0].dtype())?);
+            }
+            let out = if parts.len() == 1 {
+                parts.pop().expect("one part")
+            } else {
+                ops::concatenate(&parts, 1)?
+            };
+            grouped.push(self.o_proj.forward(&out)?);
+        }
+        Ok(grouped)
+    }
+
+    /// One row against its own unpadded cache (causal within a prefill chunk).
+    fn own_cache(
+        &self,
+        (q, k, v): (Array, Array, Array),
+        cache: &mut KvCache,
+        scale: f32,
+    ) -> Result<Array> {
+        let len = q.shape()[2];
+        let (k, v) = cache.append(k, v)?;
+        let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
+        Ok(fast::scaled_dot_product_attention(
+            q, k, v, scale, mask, None,
+        )?)
+    }
+
+    /// Decode rows at their caches' capacity, `batch` rows of one capacity per call (zero
+    /// rows fill the last), positions past each row's length masked; prefill rows on their
+    /// own caches. Every call's shape is a function of the row alone.
+    fn at_capacity(
+        &self,
+        rows: Vec<(Array, Array, Array)>,
+        caches: &mut [&mut KvCache],
+        scale: f32,
+        batch: usize,
+    ) -> Result<Vec<Array>> {
+        let mut outs: Vec<Option<Array>> = vec![None; rows.len()];
+        let mut classes: BTreeMap<i32, Vec<AtCapacity>> = BTreeMap::new();
+        for (row, (qkv, cache)) in rows.into_iter().zip(caches.iter_mut()).enumerate() {
+            if qkv.0.shape()[2] > 1 {
+                outs[row] = Some(self.own_cache(qkv, cache, scale)?);
+                continue;
+            }
+            let (query, k, v) = qkv;
+            let (keys, values) = cache.append_at_capacity(k, v)?;
+            classes
+                .entry(keys.shape()[2])
+                .or_default()
+                .push(AtCapacity {
+                    row,
+                    query,
+                    keys,
+                    values,
+                    len: cache.len(),
+                });
+        }
+        for (capacity, members) in classes {
+            for call in members.chunks(batch) {
+                let pad = batch - call.len();
+                let stack = |pick: fn(&AtCapacity) -> &Array| -> Result<Array> {
+                    let first = pick(&call[0]);
+                    let filler = ops::zeros_dtype(first.shape(), first.dtype())?;
+                    let parts: Vec<&Array> = call
+                        .iter()
+                        .map(pick)
+                        .chain(std::iter::repeat_n(&filler, pad))
+                        .collect();
+                    Ok(ops::concatenate(&parts, 0)?)
+                };
+                let q = stack(|m| &m.query)?;
+                let mask: Vec<f32> = call
+                    .iter()
+                    .map(|m| m.len)
+                    .chain(std::iter::repeat_n(capacity, pad))
+                    .flat_map(|len| {
+                        (0..capacity).map(move |t| if t < len { 0.0 } else { f32::NEG_INFINITY })
+                    })
+                    .collect();
+                let mask = Array::from_slice(&mask, &[batch as i32, 1, 1, capacity])
+                    .as_dtype(q.dtype())?;
+                let out = fast::scaled_dot_product_attention(
+                    q,
+                    stack(|m| &m.keys)?,
+                    stack(|m| &m.values)?,
+                    scale,
+                    ScaledDotProductAttentionMask::Array(&mask),
+                    None,
+                )?;
+                for (j, m) in call.iter().enumerate() {
+                    outs[m.row] = Some(out.index(j as i32..j as i32 + 1));
+                }
+            }
+        }
+        Ok(outs
+            .into_iter()
+            .map(|o| o.expect("every row attended"))
+            .collect())
+    }
+
+    /// One decode token per row, attended in a single call over the caches padded with
+    /// masked zeros to the longest (the non-invariant reference layout).
+    fn padded_decode(
+        &self,
+        rows: Vec<(Array, Array, Array)>,
+        caches: &mut [&mut KvCache],
+        scale: f32,
+    ) -> Result<Vec<Array>> {
+        let count = rows.len() as i32;
+        let lens: Vec<i32> = caches.iter().map(|c| c.len() + 1).collect();
+        let longest = lens.iter().copied().max().unwrap_or(1);
+        let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+        for ((q, k, v), cache) in rows.into_iter().zip(caches.iter_mut()) {
             let (k, v) = cache.append(k, v)?;
             let pad = [(0, 0), (0, 0), (0, longest - cache.len()), (0, 0)];
             ks.push(ops::pad(&k, &pad, None, None)?);
@@ -213,7 +305,7 @@ impl Attention {
             })
             .collect();
         let q = ops::concatenate(&qs, 0)?;
-        let mask = Array::from_slice(&mask, &[rows, 1, 1, longest]).as_dtype(q.dtype())?;
+        let mask = Array::from_slice(&mask, &[count, 1, 1, longest]).as_dtype(q.dtype())?;
         let out = fast::scaled_dot_product_attention(
             q,
             ops::concatenate(&ks, 0)?,
@@ -222,10 +314,17 @@ impl Attention {
             ScaledDotProductAttentionMask::Array(&mask),
             None,
         )?;
-        Ok(out
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[1, rows, self.heads * self.head_dim])?)
+        Ok((0..count).map(|i| out.index(i..i + 1)).collect())
     }
+}
+
+/// A decode row's query and its cache at capacity, waiting for a batched attention call.
+struct AtCapacity {
+    row: usize,
+    query: Array,
+    keys: Array,
+    values: Array,
+    len: i32,
 }
 
 struct Mlp {
@@ -347,40 +446,100 @@ impl Transformer {
         self.layers.len()
     }
 
-    /// Run one step over several sequences: `tokens` holds each row's new tokens end to end
-    /// (`lens[i]` of them for row `i`), `caches[i]` is row `i`'s per-layer cache. Returns
-    /// float32 logits: `[1, rows, V]` for each row's last position, or `[1, N, V]` for all.
+    /// Whether the projections hold quantized or dense weights (the layout depends on it).
+    pub fn weight_kind(&self) -> WeightKind {
+        match self.layers.first().map(|b| &b.self_attn.q_proj.weight) {
+            Some(Matrix::Quantized(_)) => WeightKind::Quantized,
+            _ => WeightKind::Dense,
+        }
+    }
+
+    /// Run one step over several sequences laid out by `plan`: `tokens` holds each row's
+    /// new tokens end to end (`plan.slots[i].len` of them for row `i`), `caches[i]` is row
+    /// `i`'s per-layer cache. Returns float32 logits: `[1, rows, V]` for each row's last
+    /// position, or `[1, N, V]` for every position.
     pub fn forward(
         &self,
         tokens: &[u32],
-        lens: &[i32],
+        plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
         logits: Logits,
-        layout: AttentionLayout,
     ) -> Result<Array> {
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let input = Array::from_slice(&ids, &[1, ids.len() as i32]);
-        let mut h = self.embed_tokens.forward(&input, self.dtype)?;
+        // Each group's token ids; padding rows embed token 0 (their outputs are unused).
+        let mut ids: Vec<Vec<i32>> = plan.widths.iter().map(|&w| vec![0; w as usize]).collect();
+        let mut start = 0;
+        for slot in &plan.slots {
+            let at = slot.offset as usize;
+            for (k, &t) in tokens[start..start + slot.len as usize].iter().enumerate() {
+                ids[slot.group][at + k] = t as i32;
+            }
+            start += slot.len as usize;
+        }
+        let mut h = ids
+            .iter()
+            .map(|ids| {
+                let input = Array::from_slice(ids, &[1, ids.len() as i32]);
+                self.embed_tokens.forward(&input, self.dtype)
+            })
+            .collect::<Result<Vec<_>>>()?;
         for (layer, block) in self.layers.iter().enumerate() {
             let mut layer_caches: Vec<&mut KvCache> =
                 caches.iter_mut().map(|c| &mut c[layer]).collect();
-            let r = block.self_attn.forward(
-                &block.input_layernorm.forward(&h)?,
-                lens,
-                &mut layer_caches,
-                &self.rope,
-                layout,
-            )?;
-            h = h.add(r)?;
-            let r = block
-                .mlp
-                .forward(&block.post_attention_layernorm.forward(&h)?)?;
-            h = h.add(r)?;
+            let normed = h
+                .iter()
+                .map(|x| block.input_layernorm.forward(x))
+                .collect::<Result<Vec<_>>>()?;
+            let attended = block
+                .self_attn
+                .forward(&normed, plan, &mut layer_caches, &self.rope)?;
+            for (x, r) in h.iter_mut().zip(attended) {
+                let x1 = x.add(r)?;
+                let r = block
+                    .mlp
+                    .forward(&block.post_attention_layernorm.forward(&x1)?)?;
+                *x = x1.add(r)?;
+            }
         }
-        if logits == Logits::Last {
-            h = last_positions(&h, lens)?;
-        }
-        let out = self.lm_head.forward(&self.norm.forward(&h)?)?;
+        let positions = |slot: &Slot, from: i32| {
+            h[slot.group].index((.., slot.offset + from..slot.offset + slot.len, ..))
+        };
+        let head = |x: &Array| self.lm_head.forward(&self.norm.forward(x)?);
+        let out = match logits {
+            Logits::All => {
+                let all = plan
+                    .slots
+                    .iter()
+                    .map(|s| positions(s, 0))
+                    .collect::<Vec<_>>();
+                head(&ops::concatenate(&all, 1)?)?
+            }
+            Logits::Last => {
+                // The rows' last positions, in output-head groups of fixed width.
+                let mut last = plan.slots.iter().map(|s| positions(s, s.len - 1));
+                let mut outs = Vec::with_capacity(plan.head_widths.len());
+                let mut remaining = plan.slots.len() as i32;
+                for &w in &plan.head_widths {
+                    let n = remaining.min(w);
+                    let mut parts: Vec<Array> = last.by_ref().take(n as usize).collect();
+                    if n < w {
+                        let d = parts[0].shape()[2];
+                        parts.push(ops::zeros_dtype(&[1, w - n, d], parts[0].dtype())?);
+                    }
+                    let group = head(&ops::concatenate(&parts, 1)?)?;
+                    outs.push(if n < w {
+                        group.index((.., ..n, ..))
+                    } else {
+                        group
+                    });
+                    remaining -= n;
+                }
+                if outs.len() == 1 {
+                    outs.pop().expect("one group")
+                } else {
+                    ops::concatenate(&outs, 1)?
+                }
+            }
+        };
         Ok(out.as_dtype(Dtype::Float32)?)
     }
 
@@ -405,18 +564,4 @@ impl Rope {
             freqs: None,
         }
     }
-}
-
-/// `[1, rows, D]`: the hidden state at the end of each row of a `[1, N, D]` step.
-fn last_positions(hidden: &Array, lens: &[i32]) -> Result<Array> {
-    let mut end = 0;
-    let ends: Vec<i32> = lens
-        .iter()
-        .map(|len| {
-            end += len;
-            end - 1
-        })
-        .collect();
-    let ends = Array::from_slice(&ends, &[ends.len() as i32]);
-    Ok(hidden.take_axis(&ends, 1)?)
 }

@@ -6,7 +6,7 @@ mod mistral;
 mod qwen2;
 mod qwen3;
 
-pub use base::{AttentionLayout, Logits, Transformer};
+pub use base::{Logits, Transformer};
 
 use crate::{
     config::{Architecture, ModelConfig},

@@ -1,0 +1,258 @@
+//! The batch layout of one engine step: which matmul groups the rows' tokens form and how
+//! their attention runs. Model files stay architecture math; this module owns the layout,
+//! chosen once per model by backend, dtype and quantization (docs/batch-layout.md has the
+//! table and the MLX kernel rule behind each choice).
+//!
+//! Batch invariance rests on one rule (shared/gpu-invariance.md §0): every MLX kernel
+//! reduces a row over its own data only, and picks its algorithm from the matmul's shape.
+//! So a row's numbers cannot depend on its neighbours when every matmul it takes part in
+//! has a shape fixed by that row alone: a decode row always sits in a zero-padded group of
+//! exactly `decode_width` rows, a prefill chunk (aligned to absolute positions by the
+//! scheduler) is a matmul of its own, and attention runs at a capacity that is a function
+//! of the row's own length.
+
+use crate::runtime;
+
+/// How attention runs over the rows of one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionLayout {
+    /// Each row against its own unpadded cache, one call per row (invariant; the CPU's
+    /// layout, where the per-call cost is small).
+    PerRow,
+    /// Decode rows attend at their cache's capacity (a multiple of the KV block, a function
+    /// of the row's own length) with the positions beyond their length masked, in calls of
+    /// exactly `batch` rows that share a capacity (zero rows fill the last call). The
+    /// call's shape is fixed by the row, so it is invariant, and rows batch. Prefill chunks
+    /// attend per row.
+    Capacity { batch: usize },
+    /// Decode steps stack every row's cache, zero-padded to the longest, into one masked
+    /// attention call: the usual batched layout, whose reductions depend on the batch. Kept
+    /// only to measure what invariance costs.
+    Padded,
+}
+
+const CPU_DECODE_WIDTH: usize = 4;
+
+/// A backend's layout for every step of one model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Rows of every decode matmul group (zero rows pad the last one); `None` puts all of
+    /// a step's tokens into one matmul, as on the CPU, where every row's result is the same
+    /// for any row count (OpenBLAS sgemm; measured 1..1000 rows).
+    pub decode_width: Option<usize>,
+    pub attention: AttentionLayout,
+    /// Whether the KV a decode step wrote equals what a prefill of the same tokens writes,
+    /// so the prefix cache may reuse it. Only where the decode and prefill matmuls are the
+    /// same kernel for each row (the CPU); elsewhere reuse stops where the prompt ended.
+    pub decode_kv_is_prefill_kv: bool,
+}
+
+/// The weights' format, as far as the layout cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightKind {
+    Dense,
+    Quantized,
+}
+
+impl Layout {
+    /// The fastest layout without the invariance promise (bench reference only).
+    pub const REFERENCE: Layout = Layout {
+        decode_width: None,
+        attention: AttentionLayout::Padded,
+        decode_kv_is_prefill_kv: false,
+    };
+
+    /// The invariant layout for this process's MLX backend and the model's weights.
+    pub fn invariant(weights: WeightKind) -> Layout {
+        let backend = if !runtime::default_device_is_gpu() {
+            Backend::Cpu
+        } else if cfg!(target_os = "macos") {
+            Backend::Metal
+        } else {
+            Backend::Cuda
+        };
+        Layout::for_backend(backend, weights)
+    }
+
+    /// The invariant layout of `backend` for `weights` (tests run a GPU's layout on the CPU).
+    pub fn for_backend(backend: Backend, weights: WeightKind) -> Layout {
+        let gpu = |decode_width| Layout {
+            decode_width: Some(decode_width),
+            attention: AttentionLayout::Capacity { batch: 8 },
+            decode_kv_is_prefill_kv: false,
+        };
+        match (backend, weights) {
+            // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
+            // past the last whole microkernel tile take tail kernels that sum differently.
+            (Backend::Cpu, _) => Layout {
+                decode_width: Some(CPU_DECODE_WIDTH),
+                attention: AttentionLayout::PerRow,
+                decode_kv_is_prefill_kv: false,
+            },
+            // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M: fix M. Still
+            // bandwidth-bound at 32 rows on an H200 for 1B-class models.
+            (Backend::Cuda, WeightKind::Dense) => gpu(32),
+            // qmv for M < 8 (a per-row grid), qmm_sm80 above with tile_m from M: 16 is
+            // qmm_sm80's smallest tile.
+            (Backend::Cuda, WeightKind::Quantized) => gpu(16),
+            // gemv_wide uses 16 K-lanes for M in 6..=15 (M3+); steel split-K above.
+            (Backend::Metal, WeightKind::Dense) => gpu(8),
+            // qmv_wide is identical for 2 <= M < the chip's vector limit (>= 6): one
+            // 5-vector tile per weight pass.
+            (Backend::Metal, WeightKind::Quantized) => gpu(5),
+        }
+    }
+}
+
+/// The MLX backends, whose kernels choose differently by shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+    Cuda,
+    Metal,
+}
+
+/// Where one row's tokens sit in the step's matmul groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub group: usize,
+    /// First position of the row inside its group.
+    pub offset: i32,
+    pub len: i32,
+}
+
+/// One step's layout: the matmul groups (each a `[1, width, D]` activation), where each
+/// row sits in them, and the groups the rows' last positions form for the output head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepPlan {
+    /// Rows of each matmul group, padding included.
+    pub widths: Vec<i32>,
+    /// Tokens of each group that belong to rows (the rest is padding).
+    pub filled: Vec<i32>,
+    pub slots: Vec<Slot>,
+    /// Rows of each output-head group (one position per row of the step, in row order).
+    pub head_widths: Vec<i32>,
+    pub attention: AttentionLayout,
+}
+
+impl StepPlan {
+    /// The plan for rows running `lens[i]` new tokens each.
+    pub fn new(layout: &Layout, lens: &[i32]) -> StepPlan {
+        let mut plan = StepPlan {
+            widths: Vec::new(),
+            filled: Vec::new(),
+            slots: Vec::with_capacity(lens.len()),
+            head_widths: Vec::new(),
+            attention: layout.attention,
+        };
+        let Some(width) = layout.decode_width.map(|w| w as i32) else {
+            let mut offset = 0;
+            for &len in lens {
+                plan.slots.push(Slot {
+                    group: 0,
+                    offset,
+                    len,
+                });
+                offset += len;
+            }
+            plan.widths.push(offset);
+            plan.filled.push(offset);
+            plan.head_widths.push(lens.len() as i32);
+            return plan;
+        };
+        // Single tokens share fixed-width groups; longer chunks are matmuls of their own.
+        let mut open: Option<usize> = None;
+        for &len in lens {
+            let group = match open.filter(|_| len == 1) {
+                Some(g) if plan.filled[g] < width => g,
+                _ => {
+                    plan.widths.push(if len == 1 { width } else { len });
+                    plan.filled.push(0);
+                    let g = plan.widths.len() - 1;
+                    if len == 1 {
+                        open = Some(g);
+                    }
+                    g
+                }
+            };
+            plan.slots.push(Slot {
+                group,
+                offset: plan.filled[group],
+                len,
+            });
+            plan.filled[group] += len;
+        }
+        let rows = lens.len() as i32;
+        plan.head_widths = vec![width; (rows as usize).div_ceil(width as usize)];
+        plan
+    }
+
+    /// The rows of group `g`, in position order.
+    pub fn rows_of(&self, group: usize) -> impl Iterator<Item = usize> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(move |(_, s)| s.group == group)
+            .map(|(i, _)| i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_runs_every_token_in_one_matmul() {
+        let cpu = Layout::for_backend(Backend::Cpu, WeightKind::Quantized);
+        let plan = StepPlan::new(&cpu, &[128, 1, 1, 5]);
+        assert_eq!(plan.widths, [135]);
+        assert_eq!(plan.head_widths, [4]);
+        assert_eq!(
+            plan.slots[3],
+            Slot {
+                group: 0,
+                offset: 130,
+                len: 5
+            }
+        );
+    }
+
+    #[test]
+    fn gpu_decode_rows_fill_fixed_width_groups_and_chunks_stand_alone() {
+        let cuda = Layout::for_backend(Backend::Cuda, WeightKind::Quantized);
+        let mut lens = vec![1; 20];
+        lens.insert(3, 128);
+        lens.push(7);
+        let plan = StepPlan::new(&cuda, &lens);
+        assert_eq!(plan.widths, [16, 128, 16, 7]);
+        assert_eq!(plan.filled, [16, 128, 4, 7]);
+        assert_eq!(
+            plan.slots[3],
+            Slot {
+                group: 1,
+                offset: 0,
+                len: 128
+            }
+        );
+        assert_eq!(
+            plan.slots[16],
+            Slot {
+                group: 0,
+                offset: 15,
+                len: 1
+            }
+        );
+        assert_eq!(
+            plan.slots[17],
+            Slot {
+                group: 2,
+                offset: 0,
+                len: 1
+            }
+        );
+        assert_eq!(plan.head_widths, [16, 16]);
+        // A row alone gets the same shapes as in a crowd.
+        let alone = StepPlan::new(&cuda, &[1]);
+        assert_eq!((alone.widths, alone.head_widths), (vec![16], vec![16]));
+    }
+}

@@ -1,0 +1,109 @@
+//! The layouts on the real SmolLM2 model: on this machine's backend, a decode row's logits
+//! are the same bits alone and among other rows at any position of its group; and every
+//! backend's layout, run here, computes the same model as one row alone in a one-row
+//! matmul with unpadded attention (within float noise).
+
+use std::path::{Path, PathBuf};
+
+use seedbar_engine::{
+    kv_cache::KvCache,
+    models::Logits,
+    step_plan::{AttentionLayout, Backend, Layout, StepPlan, WeightKind},
+    ChatMessage, Model,
+};
+
+fn model() -> Model {
+    let cache = std::env::var_os("SEEDBAR_DEV_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/seedbar-dev")
+        });
+    let path = std::fs::read_to_string(cache.join("default-model.path"))
+        .expect("run scripts/setup.sh first: it fetches the default model");
+    Model::load(Path::new(path.trim())).unwrap()
+}
+
+/// Caches holding `prompt`, prefilled in aligned chunks, and the token to decode next.
+fn prefilled(model: &Model, prompt: &str) -> (Vec<KvCache>, u32) {
+    let tokens = model
+        .chat_prompt(&[ChatMessage::new("user", prompt)], None)
+        .unwrap();
+    let mut caches = model.transformer.new_caches();
+    let logits = model.prefill(&tokens, &mut caches).unwrap();
+    (caches, seedbar_engine::sampling::argmax(&logits))
+}
+
+/// One decode step of `rows` (caches and next tokens) under `layout`: each row's logits.
+fn decode(model: &Model, layout: &Layout, rows: &[(Vec<KvCache>, u32)]) -> Vec<Vec<f32>> {
+    let mut caches: Vec<Vec<KvCache>> = rows.iter().map(|(c, _)| c.clone()).collect();
+    let tokens: Vec<u32> = rows.iter().map(|(_, t)| *t).collect();
+    let plan = StepPlan::new(layout, &vec![1; rows.len()]);
+    let mut picked: Vec<&mut [KvCache]> = caches.iter_mut().map(|c| c.as_mut_slice()).collect();
+    let logits = model
+        .transformer
+        .forward(&tokens, &plan, &mut picked, Logits::Last)
+        .unwrap();
+    logits.eval().unwrap();
+    let all = logits.as_slice::<f32>();
+    let vocab = all.len() / rows.len();
+    all.chunks(vocab).map(<[f32]>::to_vec).collect()
+}
+
+#[test]
+fn every_layout_is_invariant_and_computes_the_same_model() {
+    let model = model();
+    let prompts = [
+        "Write a short poem about the sea.",
+        "hi",
+        "List five facts about the Moon, with a sentence on each one of them.",
+    ];
+    let rows: Vec<(Vec<KvCache>, u32)> = prompts.iter().map(|p| prefilled(&model, p)).collect();
+    let plain = Layout {
+        decode_width: None,
+        attention: AttentionLayout::PerRow,
+        decode_kv_is_prefill_kv: true,
+    };
+    let reference = decode(&model, &plain, &rows[..1]).remove(0);
+    let here = model.layout();
+    let layouts = [Backend::Cpu, Backend::Cuda, Backend::Metal]
+        .into_iter()
+        .flat_map(|b| {
+            [WeightKind::Dense, WeightKind::Quantized].map(|w| Layout::for_backend(b, w))
+        });
+    for layout in layouts.chain([here]) {
+        let alone = decode(&model, &layout, &rows[..1]).remove(0);
+        let drift = alone
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(drift < 1e-3, "{layout:?}: logits differ by {drift}");
+    }
+    let alone = decode(&model, &here, &rows[..1]).remove(0);
+    // The target (row 0) first, last, and in the middle of a crowd.
+    let crowds = [
+        vec![0, 1, 2],
+        vec![2, 1, 0],
+        vec![1, 2, 1, 0, 2, 1, 2],
+        vec![1, 2, 1, 2, 1, 0, 2],
+        vec![2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 0, 1, 2],
+    ];
+    for crowd in crowds {
+        let at = crowd.iter().position(|&i| i == 0).unwrap();
+        let members: Vec<_> = crowd.iter().map(|&i| rows[i].clone()).collect();
+        let batched = decode(&model, &here, &members);
+        assert!(
+            batched[at] == alone,
+            "{here:?}: the row changed with its neighbours {crowd:?}"
+        );
+    }
+    // The plain layout (all rows in one matmul) is not invariant inside OpenBLAS: the
+    // test can tell.
+    if !seedbar_engine::runtime::default_device_is_gpu() {
+        let members: Vec<_> = [1, 2, 1, 0, 2, 1, 2]
+            .iter()
+            .map(|&i| rows[i].clone())
+            .collect();
+        assert!(decode(&model, &plain, &members)[3] != reference);
+    }
+}
