@@ -62,6 +62,7 @@ pub fn instance_id(identifier: &str, seedbar_home: Option<&std::ffi::OsStr>) -> 
 
 /// The app.
 pub fn run() -> ExitCode {
+    seedbar_engine::runtime::prepare();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

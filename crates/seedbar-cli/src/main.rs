@@ -85,6 +85,7 @@ enum ModelsAction {
 }
 
 fn main() -> ExitCode {
+    seedbar_engine::runtime::prepare();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("SEEDBAR_LOG"))
         .with_writer(std::io::stderr)

@@ -3,7 +3,7 @@
 //! differ only in the switches of [`Variant`], set by their own files. How a step's rows
 //! are laid out into matmuls and attention calls comes from a [`StepPlan`].
 
-use std::collections::BTreeMap;
+use std::collections::{hash_map::Entry, BTreeMap, HashMap};
 
 use mlx_rs::{
     fast::{self, ScaledDotProductAttentionMask},
@@ -126,6 +126,7 @@ impl Attention {
         plan: &StepPlan,
         caches: &mut [&mut KvCache],
         rope: &Rope,
+        masks: &mut Masks,
     ) -> Result<Vec<Array>> {
         let project = |proj: &Linear| {
             xs.iter()
@@ -158,7 +159,9 @@ impl Attention {
         let decoding = plan.slots.len() > 1 && plan.slots.iter().all(|s| s.len == 1);
         let outs = match plan.attention {
             AttentionLayout::Padded if decoding => self.padded_decode(rows, caches, scale)?,
-            AttentionLayout::Capacity { batch } => self.at_capacity(rows, caches, scale, batch)?,
+            AttentionLayout::Capacity { batch } => {
+                self.at_capacity(rows, caches, scale, batch, masks)?
+            }
             _ => rows
                 .into_iter()
                 .zip(caches.iter_mut())
@@ -215,6 +218,7 @@ impl Attention {
         caches: &mut [&mut KvCache],
         scale: f32,
         batch: usize,
+        masks: &mut Masks,
     ) -> Result<Vec<Array>> {
         let mut outs: Vec<Option<Array>> = vec![None; rows.len()];
         let mut classes: BTreeMap<i32, Vec<AtCapacity>> = BTreeMap::new();
@@ -250,22 +254,18 @@ impl Attention {
                     Ok(ops::concatenate(&parts, 0)?)
                 };
                 let q = stack(|m| &m.query)?;
-                let mask: Vec<f32> = call
+                let lens: Vec<i32> = call
                     .iter()
                     .map(|m| m.len)
                     .chain(std::iter::repeat_n(capacity, pad))
-                    .flat_map(|len| {
-                        (0..capacity).map(move |t| if t < len { 0.0 } else { f32::NEG_INFINITY })
-                    })
                     .collect();
-                let mask = Array::from_slice(&mask, &[batch as i32, 1, 1, capacity])
-                    .as_dtype(q.dtype())?;
+                let mask = masks.get(capacity, lens, q.dtype())?;
                 let out = fast::scaled_dot_product_attention(
                     q,
                     stack(|m| &m.keys)?,
                     stack(|m| &m.values)?,
                     scale,
-                    ScaledDotProductAttentionMask::Array(&mask),
+                    ScaledDotProductAttentionMask::Array(mask),
                     None,
                 )?;
                 for (j, m) in call.iter().enumerate() {
@@ -315,6 +315,33 @@ impl Attention {
             None,
         )?;
         Ok((0..count).map(|i| out.index(i..i + 1)).collect())
+    }
+}
+
+/// The masks of a step's batched decode-attention calls, built once and used by every layer
+/// (all layers hold the same lengths).
+#[derive(Default)]
+struct Masks(HashMap<(i32, Vec<i32>), Array>);
+
+impl Masks {
+    /// `[rows, 1, 1, capacity]`: 0 before each row's length, -inf after.
+    fn get(&mut self, capacity: i32, lens: Vec<i32>, dtype: Dtype) -> Result<&Array> {
+        let rows = lens.len() as i32;
+        match self.0.entry((capacity, lens)) {
+            Entry::Occupied(mask) => Ok(mask.into_mut()),
+            Entry::Vacant(slot) => {
+                let values: Vec<f32> = slot
+                    .key()
+                    .1
+                    .iter()
+                    .flat_map(|&len| {
+                        (0..capacity).map(move |t| if t < len { 0.0 } else { f32::NEG_INFINITY })
+                    })
+                    .collect();
+                let mask = Array::from_slice(&values, &[rows, 1, 1, capacity]).as_dtype(dtype)?;
+                Ok(slot.insert(mask))
+            }
+        }
     }
 }
 
@@ -482,6 +509,7 @@ impl Transformer {
                 self.embed_tokens.forward(&input, self.dtype)
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut masks = Masks::default();
         for (layer, block) in self.layers.iter().enumerate() {
             let mut layer_caches: Vec<&mut KvCache> =
                 caches.iter_mut().map(|c| &mut c[layer]).collect();
@@ -489,9 +517,13 @@ impl Transformer {
                 .iter()
                 .map(|x| block.input_layernorm.forward(x))
                 .collect::<Result<Vec<_>>>()?;
-            let attended = block
-                .self_attn
-                .forward(&normed, plan, &mut layer_caches, &self.rope)?;
+            let attended = block.self_attn.forward(
+                &normed,
+                plan,
+                &mut layer_caches,
+                &self.rope,
+                &mut masks,
+            )?;
             for (x, r) in h.iter_mut().zip(attended) {
                 let x1 = x.add(r)?;
                 let r = block

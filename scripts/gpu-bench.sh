@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Seedbar's figures on a GPU (MLX CUDA or Metal) for one model folder, as JSON lines:
+# the determinism mixes on the invariant and the reference layout, throughput at 1, 8, 16
+# and 32 seeded streams, prefill and batch-1 decode. Usage:
+#   scripts/gpu-bench.sh MODEL_DIR [MIXES] [STREAMS]
+# SEEDBAR (the binary, default target/debug/seedbar) and SEEDBAR_HOME are read from the
+# environment. mlx-lm's figures on the same weights come from its own script beside it.
+set -euo pipefail
+model=$1 mixes=${2:-24} streams=${3:-1,8,16,32}
+seedbar=${SEEDBAR:-target/debug/seedbar}
+export SEEDBAR_HOME=${SEEDBAR_HOME:-$(mktemp -d)}
+"$seedbar" bench speed --model "$model" --repeat 2
+"$seedbar" bench throughput --model "$model" --streams "$streams" --tokens 64
+"$seedbar" bench determinism --model "$model" --mixes "$mixes" --tokens 32
