@@ -37,13 +37,13 @@ const CPU_DECODE_WIDTH: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// Rows of every decode matmul group (zero rows pad the last one); `None` puts all of
-    /// a step's tokens into one matmul, as on the CPU, where every row's result is the same
-    /// for any row count (OpenBLAS sgemm; measured 1..1000 rows).
+    /// a step's tokens into one matmul (the reference layout: a row's numbers then follow
+    /// the step's row count).
     pub decode_width: Option<usize>,
     pub attention: AttentionLayout,
     /// Whether the KV a decode step wrote equals what a prefill of the same tokens writes,
-    /// so the prefix cache may reuse it. Only where the decode and prefill matmuls are the
-    /// same kernel for each row (the CPU); elsewhere reuse stops where the prompt ended.
+    /// so the prefix cache may reuse it; otherwise reuse stops where the prompt ended. No
+    /// backend's decode groups are its prefill chunks, so none claims it.
     pub decode_kv_is_prefill_kv: bool,
 }
 
