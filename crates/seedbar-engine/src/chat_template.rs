@@ -378,10 +378,7 @@ fn write_python_json(v: &serde_json::Value, indent: Option<usize>, depth: usize,
 
 #[cfg(test)]
 mod tests {
-    use std::{
-        path::{Path, PathBuf},
-        sync::OnceLock,
-    };
+    use std::sync::OnceLock;
 
     use super::*;
 
@@ -508,14 +505,7 @@ mod tests {
     fn smollm2() -> &'static (Tokenizer, ChatTemplate) {
         static MODEL: OnceLock<(Tokenizer, ChatTemplate)> = OnceLock::new();
         MODEL.get_or_init(|| {
-            let cache = std::env::var_os("SEEDBAR_DEV_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/seedbar-dev")
-                });
-            let path = std::fs::read_to_string(cache.join("default-model.path"))
-                .expect("run scripts/setup.sh first: it fetches the default model");
-            let gguf = crate::gguf::read(Path::new(path.trim())).unwrap();
+            let gguf = crate::gguf::read(&crate::dev::default_model_path()).unwrap();
             let template = ChatTemplate::new(
                 gguf.chat_template.as_deref().unwrap_or(CHATML_TEMPLATE),
                 &gguf.bos_token,

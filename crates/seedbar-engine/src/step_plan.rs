@@ -202,9 +202,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cpu_runs_every_token_in_one_matmul() {
-        let cpu = Layout::for_backend(Backend::Cpu, WeightKind::Quantized);
-        let plan = StepPlan::new(&cpu, &[128, 1, 1, 5]);
+    fn the_reference_runs_every_token_in_one_matmul() {
+        let plan = StepPlan::new(&Layout::REFERENCE, &[128, 1, 1, 5]);
         assert_eq!(plan.widths, [135]);
         assert_eq!(plan.head_widths, [4]);
         assert_eq!(
@@ -213,6 +212,23 @@ mod tests {
                 group: 0,
                 offset: 130,
                 len: 5
+            }
+        );
+    }
+
+    #[test]
+    fn the_cpu_decodes_in_groups_of_four() {
+        let cpu = Layout::for_backend(Backend::Cpu, WeightKind::Quantized);
+        let plan = StepPlan::new(&cpu, &[128, 1, 1, 5]);
+        assert_eq!(plan.widths, [128, 4, 5]);
+        assert_eq!(plan.filled, [128, 2, 5]);
+        assert_eq!(plan.head_widths, [4]);
+        assert_eq!(
+            plan.slots[2],
+            Slot {
+                group: 1,
+                offset: 1,
+                len: 1
             }
         );
     }

@@ -3,8 +3,6 @@
 //! backend's layout, run here, computes the same model as one row alone in a one-row
 //! matmul with unpadded attention (within float noise).
 
-use std::path::{Path, PathBuf};
-
 use seedbar_engine::{
     kv_cache::KvCache,
     models::Logits,
@@ -13,14 +11,7 @@ use seedbar_engine::{
 };
 
 fn model() -> Model {
-    let cache = std::env::var_os("SEEDBAR_DEV_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/seedbar-dev")
-        });
-    let path = std::fs::read_to_string(cache.join("default-model.path"))
-        .expect("run scripts/setup.sh first: it fetches the default model");
-    Model::load(Path::new(path.trim())).unwrap()
+    Model::load(&seedbar_engine::dev::default_model_path()).unwrap()
 }
 
 /// Caches holding `prompt`, prefilled in aligned chunks, and the token to decode next.

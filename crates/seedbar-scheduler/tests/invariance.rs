@@ -2,20 +2,11 @@
 //! whole reply is the same alone and batched with any neighbours, arriving at any step, and
 //! with its prefix cached or computed.
 
-use std::path::PathBuf;
-
 use seedbar_engine::{ChatMessage, FinishReason, Model, SamplingParams};
 use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError};
 
 fn model() -> Model {
-    let cache = std::env::var_os("SEEDBAR_DEV_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/seedbar-dev")
-        });
-    let path = std::fs::read_to_string(cache.join("default-model.path"))
-        .expect("run scripts/setup.sh first: it fetches the default model");
-    Model::load(std::path::Path::new(path.trim())).unwrap()
+    Model::load(&seedbar_engine::dev::default_model_path()).unwrap()
 }
 
 const PROMPTS: [&str; 8] = [
