@@ -105,7 +105,8 @@ fn speed(model: &Model, prompt_tokens: usize, decode_tokens: usize, repeat: usiz
     println!(
         "{}",
         json!({"prompt_tokens": prompt.len(), "decode_tokens": decode_tokens,
-               "prefill_tok_s": best_prefill, "decode_tok_s": best_decode})
+               "prefill_tok_s": best_prefill, "decode_tok_s": best_decode,
+               "blas_kernels": seedbar_engine::runtime::blas_kernels()})
     );
     Ok(())
 }

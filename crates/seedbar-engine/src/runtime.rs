@@ -3,14 +3,105 @@
 use mlx_rs::{Device, DeviceType};
 
 /// Settle MLX's environment before its first use; call at the start of `main`, while the
-/// process has one thread. MLX's CUDA caches (graphs, cuDNN attention plans) count misses
-/// over the process's lifetime and throw once the count passes twice their capacity, which
-/// a long-running server with ever-new step shapes reaches: that check is turned off
-/// (unless set), so a full cache evicts instead.
+/// process has one thread.
+///
+/// - MLX's CUDA caches (graphs, cuDNN attention plans) count misses over the process's
+///   lifetime and throw once the count passes twice their capacity, which a long-running
+///   server with ever-new step shapes reaches: that check is turned off (unless set), so a
+///   full cache evicts instead.
+/// - On Linux, an OpenBLAS older than the CPU runs its generic kernels (see
+///   [`openblas_core`]); the process then runs itself again with the right ones.
 pub fn prepare() {
     const THRASHING_CHECK: &str = "MLX_ENABLE_CACHE_THRASHING_CHECK";
     if std::env::var_os(THRASHING_CHECK).is_none() {
         std::env::set_var(THRASHING_CHECK, "0");
+    }
+    #[cfg(target_os = "linux")]
+    openblas_core::reexec_with_native_kernels();
+}
+
+/// The CPU BLAS kernel set in use, where the BLAS can say (OpenBLAS's core name).
+pub fn blas_kernels() -> Option<String> {
+    #[cfg(target_os = "linux")]
+    return openblas_core::current();
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// OpenBLAS (the CPU backend's BLAS on Linux) picks its kernels once, as it loads, from the
+/// CPU's model number. A build older than the CPU (Debian 12's 0.3.21 on Sapphire Rapids)
+/// does not know the model and falls back to its SSE3 `Prescott` kernels: half the prefill
+/// speed of its AVX-512 ones, and slower decode. Only `OPENBLAS_CORETYPE`, read at load
+/// time, overrides the choice, so the process replaces itself, once, with the same
+/// arguments and that variable set from the CPU's features. A caller's own
+/// `OPENBLAS_CORETYPE` is left alone.
+#[cfg(target_os = "linux")]
+pub mod openblas_core {
+    use std::ffi::CStr;
+
+    const CORETYPE: &str = "OPENBLAS_CORETYPE";
+
+    /// The kernel set OpenBLAS runs, or `None` without OpenBLAS in the process.
+    pub fn current() -> Option<String> {
+        // SAFETY: dlsym with a NUL-terminated name; the symbol, where present, is
+        // OpenBLAS's `char *openblas_get_corename(void)`, returning a static string.
+        unsafe {
+            let symbol = libc::dlsym(libc::RTLD_DEFAULT, c"openblas_get_corename".as_ptr());
+            if symbol.is_null() {
+                return None;
+            }
+            let corename: extern "C" fn() -> *const libc::c_char = std::mem::transmute(symbol);
+            let name = corename();
+            (!name.is_null()).then(|| CStr::from_ptr(name).to_string_lossy().into_owned())
+        }
+    }
+
+    /// The kernels this CPU should run when OpenBLAS fell back to generic ones.
+    pub fn native_for_fallback(current: &str) -> Option<&'static str> {
+        const GENERIC: [&str; 4] = ["Prescott", "Core2", "Penryn", "Nehalem"];
+        if !GENERIC.iter().any(|g| g.eq_ignore_ascii_case(current)) {
+            return None;
+        }
+        native()
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn native() -> Option<&'static str> {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512dq") {
+            Some("SkylakeX")
+        } else if has!("avx2") && has!("fma") {
+            Some("Haswell")
+        } else {
+            None
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn native() -> Option<&'static str> {
+        None
+    }
+
+    /// Run this program again with native kernels when OpenBLAS fell back (returns only
+    /// when nothing needs changing or the exec failed).
+    pub fn reexec_with_native_kernels() {
+        if std::env::var_os(CORETYPE).is_some() {
+            return;
+        }
+        let Some(core) = current().as_deref().and_then(native_for_fallback) else {
+            return;
+        };
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        use std::os::unix::process::CommandExt;
+        let mut args = std::env::args_os();
+        let mut command = std::process::Command::new(exe);
+        if let Some(arg0) = args.next() {
+            command.arg0(arg0);
+        }
+        let error = command.args(args).env(CORETYPE, core).exec();
+        eprintln!("could not restart with OpenBLAS's {core} kernels: {error}");
     }
 }
 
@@ -20,4 +111,22 @@ pub fn default_device_is_gpu() -> bool {
         .and_then(|d| d.get_type())
         .map(|t| matches!(t, DeviceType::Gpu))
         .unwrap_or(false)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::openblas_core::{current, native_for_fallback};
+
+    #[test]
+    fn only_generic_kernels_are_replaced() {
+        assert!(current().is_some(), "OpenBLAS is in the process");
+        for known in ["SkylakeX", "Haswell", "Zen", "Cooperlake"] {
+            assert_eq!(native_for_fallback(known), None);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            assert!(native_for_fallback("Prescott").is_some());
+        }
+    }
 }

@@ -187,13 +187,15 @@ pub fn sample(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
 }
 
 /// The tokens top-k, top-p and min-p leave in play, most likely first when filtered.
+/// Only the head that stays is sorted (a vocabulary-wide sort per token cost more than the
+/// forward pass of a small model); the order is total (ties by id), so that head is exactly
+/// the fully sorted order's.
 fn candidates(logits: &[f32], params: &SamplingParams) -> Vec<u32> {
-    let all = || (0..logits.len() as u32).collect::<Vec<_>>();
+    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
     let filtering = params.top_k > 0 || params.top_p < 1.0 || params.min_p > 0.0;
     if !filtering {
-        return all();
+        return order;
     }
-    let mut order = all();
     let by_logit = |a: &u32, b: &u32| {
         logits[*b as usize]
             .total_cmp(&logits[*a as usize])
@@ -203,32 +205,48 @@ fn candidates(logits: &[f32], params: &SamplingParams) -> Vec<u32> {
         order.select_nth_unstable_by(params.top_k - 1, by_logit);
         order.truncate(params.top_k);
     }
-    order.sort_unstable_by(by_logit);
     let inv_t = 1.0 / params.temperature as f64;
-    let top = logits[order[0] as usize] as f64 * inv_t;
-    let weights: Vec<f64> = order
+    let top = order
         .iter()
-        .map(|&i| (logits[i as usize] as f64 * inv_t - top).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
+        .map(|&i| logits[i as usize] as f64 * inv_t)
+        .fold(f64::NEG_INFINITY, f64::max);
+    // Relative to the most likely token's (which weighs 1).
+    let weight = |i: u32| (logits[i as usize] as f64 * inv_t - top).exp();
     let mut keep = order.len();
-    if params.top_p < 1.0 {
-        let mut cumulative = 0.0;
-        for (n, w) in weights.iter().enumerate() {
-            cumulative += w / total;
-            if cumulative >= params.top_p as f64 {
-                keep = n + 1;
-                break;
-            }
-        }
-    }
     if params.min_p > 0.0 {
-        // weights[0] is the top token's, i.e. 1.0.
         let floor = params.min_p as f64;
-        keep = keep.min(weights.iter().take_while(|w| **w >= floor).count().max(1));
+        keep = order.iter().filter(|&&i| weight(i) >= floor).count().max(1);
     }
+    if params.top_p < 1.0 {
+        let total: f64 = order.iter().map(|&i| weight(i)).sum();
+        // Sort ever longer heads until one reaches `top_p` of the mass.
+        let mut head = order.len().min(64);
+        let nucleus = loop {
+            sort_head(&mut order, head, by_logit);
+            let mut cumulative = 0.0;
+            let reached = order[..head].iter().position(|&i| {
+                cumulative += weight(i) / total;
+                cumulative >= params.top_p as f64
+            });
+            match reached {
+                Some(n) => break n + 1,
+                None if head == order.len() => break head,
+                None => head = order.len().min(head * 8),
+            }
+        };
+        keep = keep.min(nucleus);
+    }
+    sort_head(&mut order, keep, by_logit);
     order.truncate(keep);
     order
+}
+
+/// Put the `head` first elements of `order` under `cmp` first, sorted.
+fn sort_head(order: &mut [u32], head: usize, cmp: impl Fn(&u32, &u32) -> std::cmp::Ordering) {
+    if head < order.len() {
+        order.select_nth_unstable_by(head, &cmp);
+    }
+    order[..head].sort_unstable_by(&cmp);
 }
 
 #[cfg(test)]
@@ -309,6 +327,75 @@ mod tests {
             assert!(sample(&logits, &top_k, t) < 2);
             assert_eq!(sample(&logits, &top_p, t), 0);
             assert!(sample(&logits, &min_p, t) < 2);
+        }
+    }
+
+    /// The filters over a full sort of the vocabulary, as they were first written.
+    fn candidates_by_full_sort(logits: &[f32], params: &SamplingParams) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        let by_logit = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        order.sort_unstable_by(by_logit);
+        if params.top_k > 0 {
+            order.truncate(params.top_k);
+        }
+        let inv_t = 1.0 / params.temperature as f64;
+        let top = logits[order[0] as usize] as f64 * inv_t;
+        let weights: Vec<f64> = order
+            .iter()
+            .map(|&i| (logits[i as usize] as f64 * inv_t - top).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut keep = order.len();
+        let mut cumulative = 0.0;
+        for (n, w) in weights.iter().enumerate() {
+            cumulative += w / total;
+            if cumulative >= params.top_p as f64 {
+                keep = n + 1;
+                break;
+            }
+        }
+        let floor = params.min_p as f64;
+        keep = keep.min(weights.iter().take_while(|w| **w >= floor).count().max(1));
+        order.truncate(keep);
+        order
+    }
+
+    #[test]
+    fn sorting_only_the_head_keeps_the_full_sorts_candidates() {
+        let mut state = 7u64;
+        for peak in [0.5f32, 4.0, 12.0] {
+            // A peaked, Zipf-like row of 4096 logits with repeated values (ties).
+            let logits: Vec<f32> = (0..4096)
+                .map(|i| {
+                    state = mix(state);
+                    let noise = (state >> 40) as f32 / (1u64 << 24) as f32;
+                    -peak * ((i % 1000 + 1) as f32).ln() + (noise * 8.0).round() / 4.0
+                })
+                .collect();
+            for (top_p, top_k, min_p) in [
+                (0.9, 0, 0.0),
+                (0.5, 40, 0.0),
+                (1.0, 0, 0.05),
+                (0.95, 0, 0.01),
+                (0.999, 3000, 0.0),
+            ] {
+                let p = SamplingParams {
+                    temperature: 0.7,
+                    top_p,
+                    top_k,
+                    min_p,
+                    ..Default::default()
+                };
+                assert_eq!(
+                    candidates(&logits, &p),
+                    candidates_by_full_sort(&logits, &p),
+                    "peak {peak}, top_p {top_p}, top_k {top_k}, min_p {min_p}"
+                );
+            }
         }
     }
 }

@@ -10,7 +10,10 @@ use seedbar_engine::{
     ChatMessage, Model,
 };
 
+/// The model, on the kernels the product runs (`prepare` may restart this test binary with
+/// native OpenBLAS kernels before any test gets here).
 fn model() -> Model {
+    seedbar_engine::runtime::prepare();
     Model::load(&seedbar_engine::dev::default_model_path()).unwrap()
 }
 

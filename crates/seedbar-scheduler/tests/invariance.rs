@@ -5,7 +5,10 @@
 use seedbar_engine::{ChatMessage, FinishReason, Model, SamplingParams};
 use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError};
 
+/// The model, on the kernels the product runs (`prepare` may restart this test binary with
+/// native OpenBLAS kernels before any test gets here).
 fn model() -> Model {
+    seedbar_engine::runtime::prepare();
     Model::load(&seedbar_engine::dev::default_model_path()).unwrap()
 }
 
