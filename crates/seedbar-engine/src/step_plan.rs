@@ -189,6 +189,11 @@ impl StepPlan {
         plan
     }
 
+    /// Whether group `g` holds only decode rows (one token each), which run as a whole.
+    pub fn is_decode_group(&self, group: usize) -> bool {
+        self.rows_of(group).all(|i| self.slots[i].len == 1)
+    }
+
     /// The rows of group `g`, in position order.
     pub fn rows_of(&self, group: usize) -> impl Iterator<Item = usize> + '_ {
         self.slots

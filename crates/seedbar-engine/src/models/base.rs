@@ -40,6 +40,7 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// `x` (`[B, H, L, hd]`) rotated for positions `offset..offset + L`.
     fn apply(&self, x: &Array, offset: i32) -> Result<Array> {
         Ok(fast::rope(
             x,
@@ -48,6 +49,19 @@ impl Rope {
             self.base,
             self.scale,
             offset,
+            self.freqs.as_ref(),
+        )?)
+    }
+
+    /// `x` (`[B, H, 1, hd]`) with row `b` rotated for position `positions[b]`.
+    fn apply_at(&self, x: &Array, positions: &Array) -> Result<Array> {
+        Ok(fast::rope_dynamic(
+            x,
+            self.dims,
+            self.traditional,
+            self.base,
+            self.scale,
+            positions,
             self.freqs.as_ref(),
         )?)
     }
@@ -139,23 +153,53 @@ impl Attention {
             project(&self.v_proj)?,
         );
         let scale = (self.head_dim as f32).powf(-0.5);
-        // Each row's queries, keys and values as `[1, H, len, hd]`, RoPE applied.
-        let mut rows = Vec::with_capacity(plan.slots.len());
-        for (slot, cache) in plan.slots.iter().zip(caches.iter()) {
-            let span =
-                |a: &[Array]| a[slot.group].index((.., slot.offset..slot.offset + slot.len, ..));
-            let offset = cache.len();
-            let q = rope.apply(
-                &self.split_heads(span(&q_all), self.heads, &self.q_norm)?,
-                offset,
-            )?;
-            let k = rope.apply(
-                &self.split_heads(span(&k_all), self.kv_heads, &self.k_norm)?,
-                offset,
-            )?;
-            let v = self.split_heads(span(&v_all), self.kv_heads, &None)?;
-            rows.push((q, k, v));
+        // Each row's queries, keys and values as `[1, H, len, hd]`, RoPE applied. A decode
+        // group is split into heads and rotated as a whole (`[W, H, 1, hd]`, each row at its
+        // own position); a prefill chunk on its own.
+        let mut rows: Vec<Option<(Array, Array, Array)>> = vec![None; plan.slots.len()];
+        for g in 0..plan.widths.len() {
+            let members: Vec<usize> = plan.rows_of(g).collect();
+            if plan.is_decode_group(g) {
+                let width = plan.widths[g];
+                let mut positions = vec![0i32; width as usize];
+                for &i in &members {
+                    positions[plan.slots[i].offset as usize] = caches[i].len();
+                }
+                let positions = Array::from_slice(&positions, &[width]);
+                let heads = |x: &Array, n: i32, norm: &Option<RmsNorm>| -> Result<Array> {
+                    self.split_heads(x.reshape(&[width, 1, n * self.head_dim])?, n, norm)
+                };
+                let q = rope.apply_at(&heads(&q_all[g], self.heads, &self.q_norm)?, &positions)?;
+                let k =
+                    rope.apply_at(&heads(&k_all[g], self.kv_heads, &self.k_norm)?, &positions)?;
+                let v = heads(&v_all[g], self.kv_heads, &None)?;
+                for &i in &members {
+                    let at = plan.slots[i].offset;
+                    let row = |a: &Array| a.index(at..at + 1);
+                    rows[i] = Some((row(&q), row(&k), row(&v)));
+                }
+                continue;
+            }
+            for &i in &members {
+                let slot = &plan.slots[i];
+                let span = |a: &[Array]| a[g].index((.., slot.offset..slot.offset + slot.len, ..));
+                let offset = caches[i].len();
+                let q = rope.apply(
+                    &self.split_heads(span(&q_all), self.heads, &self.q_norm)?,
+                    offset,
+                )?;
+                let k = rope.apply(
+                    &self.split_heads(span(&k_all), self.kv_heads, &self.k_norm)?,
+                    offset,
+                )?;
+                let v = self.split_heads(span(&v_all), self.kv_heads, &None)?;
+                rows[i] = Some((q, k, v));
+            }
         }
+        let rows: Vec<(Array, Array, Array)> = rows
+            .into_iter()
+            .map(|r| r.expect("every row is in a group"))
+            .collect();
         let decoding = plan.slots.len() > 1 && plan.slots.iter().all(|s| s.len == 1);
         let outs = match plan.attention {
             AttentionLayout::Padded if decoding => self.padded_decode(rows, caches, scale)?,
@@ -168,26 +212,42 @@ impl Attention {
                 .map(|(row, cache)| self.own_cache(row, cache, scale))
                 .collect::<Result<Vec<_>>>()?,
         };
-        // `[1, len, H*hd]` per row, laid into each group with zero padding.
+        // Back into the groups' `[1, W, H*hd]` layout, zero rows where a group is padded.
         let width = self.heads * self.head_dim;
-        let flat = |out: &Array, len: i32| -> Result<Array> {
-            Ok(out
-                .transpose_axes(&[0, 2, 1, 3])?
-                .reshape(&[1, len, width])?)
-        };
         let mut grouped = Vec::with_capacity(plan.widths.len());
         for (g, (&w, &filled)) in plan.widths.iter().zip(&plan.filled).enumerate() {
+            let decode = plan.is_decode_group(g);
+            // Decode rows are `[1, H, 1, hd]`, stacked on the first axis; prefill rows are
+            // flattened to `[1, len, H*hd]` and joined on the second.
             let mut parts = plan
                 .rows_of(g)
-                .map(|i| flat(&outs[i], plan.slots[i].len))
+                .map(|i| {
+                    if decode {
+                        Ok(outs[i].clone())
+                    } else {
+                        let len = plan.slots[i].len;
+                        Ok(outs[i]
+                            .transpose_axes(&[0, 2, 1, 3])?
+                            .reshape(&[1, len, width])?)
+                    }
+                })
                 .collect::<Result<Vec<_>>>()?;
             if filled < w {
-                parts.push(ops::zeros_dtype(&[1, w - filled, width], parts[0].dtype())?);
+                let mut shape = parts[0].shape().to_vec();
+                shape[if decode { 0 } else { 1 }] = w - filled;
+                parts.push(ops::zeros_dtype(&shape, parts[0].dtype())?);
             }
-            let out = if parts.len() == 1 {
+            let joined = if parts.len() == 1 {
                 parts.pop().expect("one part")
             } else {
-                ops::concatenate(&parts, 1)?
+                ops::concatenate(&parts, if decode { 0 } else { 1 })?
+            };
+            let out = if decode {
+                joined
+                    .transpose_axes(&[0, 2, 1, 3])?
+                    .reshape(&[1, w, width])?
+            } else {
+                joined
             };
             grouped.push(self.o_proj.forward(&out)?);
         }
