@@ -24,7 +24,7 @@ use seedbar_engine::{
     kv_cache::KvCache,
     models::Logits,
     runtime,
-    sampling::{self, log_softmax},
+    sampling::{self, log_softmax, SamplingParams},
     step_plan::{Layout, StepPlan},
     tokenizer::StreamDecoder,
     FinishReason, Model,
@@ -504,13 +504,22 @@ impl Worker {
         let all = logits.as_slice::<f32>();
         let vocab = all.len() / chosen.len();
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        let mut sampled = Vec::with_capacity(chosen.len());
         for (n, (i, input)) in chosen.into_iter().enumerate() {
             let row = &mut self.rows[i];
             row.fed.extend_from_slice(&input);
-            if row.prefilling() {
-                continue;
+            if !row.prefilling() {
+                sampled.push((i, &all[n * vocab..(n + 1) * vocab]));
             }
-            sample_next(row, &all[n * vocab..(n + 1) * vocab], &self.model);
+        }
+        let draws = draw_all(&self.rows, &sampled);
+        for ((i, logits), token) in sampled.into_iter().zip(draws) {
+            let row = &mut self.rows[i];
+            let logprob = row
+                .request
+                .logprobs
+                .map(|top_n| token_logprob(logits, token, top_n));
+            emit(row, token, logprob, &self.model);
             self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -537,18 +546,56 @@ impl Worker {
     }
 }
 
-/// Sample the row's next token from its logits and stream what it completes.
-fn sample_next(row: &mut Row, logits: &[f32], model: &Model) {
-    let request = &row.request;
-    let mut adjusted = logits.to_vec();
-    request
-        .sampling
-        .adjust(&mut adjusted, &request.prompt, &row.generated);
-    let position = (request.prompt.len() + row.generated.len()) as u64;
-    let token = sampling::sample(&adjusted, &request.sampling, position);
-    let logprob = request
-        .logprobs
-        .map(|top_n| token_logprob(logits, token, top_n));
+/// What one row's draw reads.
+struct Draw<'a> {
+    sampling: &'a SamplingParams,
+    prompt: &'a [u32],
+    generated: &'a [u32],
+    logits: &'a [f32],
+}
+
+impl Draw<'_> {
+    fn token(&self) -> u32 {
+        let mut adjusted = self.logits.to_vec();
+        self.sampling
+            .adjust(&mut adjusted, self.prompt, self.generated);
+        let position = (self.prompt.len() + self.generated.len()) as u64;
+        sampling::sample(&adjusted, self.sampling, position)
+    }
+}
+
+/// Each row's next token from its logits (`rows[i]` with `logits`). Rows are independent,
+/// so they are drawn on several threads (a draw reads the whole vocabulary, and the device
+/// waits for all of them).
+fn draw_all(rows: &[Row], sampled: &[(usize, &[f32])]) -> Vec<u32> {
+    let draws: Vec<Draw> = sampled
+        .iter()
+        .map(|&(i, logits)| Draw {
+            sampling: &rows[i].request.sampling,
+            prompt: &rows[i].request.prompt,
+            generated: &rows[i].generated,
+            logits,
+        })
+        .collect();
+    let threads = thread::available_parallelism().map_or(1, |n| n.get());
+    if draws.len() < 2 || threads < 2 {
+        return draws.iter().map(Draw::token).collect();
+    }
+    let per_thread = draws.len().div_ceil(threads);
+    thread::scope(|scope| {
+        let parts: Vec<_> = draws
+            .chunks(per_thread)
+            .map(|part| scope.spawn(move || part.iter().map(Draw::token).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().expect("a draw does not panic"))
+            .collect()
+    })
+}
+
+/// Stream the row's new token (or finish it) and what the token completes.
+fn emit(row: &mut Row, token: u32, logprob: Option<TokenLogprob>, model: &Model) {
     if model.eos_ids.contains(&token) {
         row.finish(FinishReason::Stop, model, true);
         return;
