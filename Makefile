@@ -12,6 +12,11 @@ PROMPT ?= What is the capital of France?
 
 .PHONY: run ask test lint bench build setup ui app bundle default-model test-app soak
 
+# Every command builds the CLI and the app together: cargo resolves the dependencies'
+# features per build, so building either alone would compile them anew (minutes) after the
+# other, and `make run` after `make test` would not be fast.
+BINARIES := -p seedbar-cli -p seedbar-app
+
 # The app where there is a display (macOS, or $DISPLAY / $WAYLAND_DISPLAY); without one,
 # the same server and chat UI in the foreground for a browser.
 run: build app default-model
@@ -29,7 +34,7 @@ ask: build default-model
 
 test: lint
 	scripts/setup.sh --tests
-	cargo build -p seedbar-cli -p seedbar-app
+	cargo build $(BINARIES)
 	cargo test --workspace
 	cd ui && npm test
 	cd ui && npm run e2e
@@ -38,7 +43,6 @@ test: lint
 # The app's own tests: its Rust tests and the real window under Xvfb.
 test-app: app
 	scripts/setup.sh --tests
-	cargo build -p seedbar-cli
 	cargo test -p seedbar-app
 	$(CACHE)/venv/bin/python -m pytest -q tests/test_tauri_app.py
 
@@ -56,21 +60,21 @@ bench: build default-model
 # requests; then no rows left, RSS bounded). `make test` runs a short one (tests/test_soak.py).
 soak:
 	scripts/setup.sh --tests
-	cargo build -p seedbar-cli
+	cargo build $(BINARIES)
 	$(CACHE)/venv/bin/python tests/soak.py --concurrency 64 --seconds 600
 
 setup:
 	scripts/setup.sh
 
-build: setup
-	cargo build -p seedbar-cli
+# The app bundles ui/dist, so the UI is built first.
+build: ui
+	cargo build $(BINARIES)
 
 # The chat UI (ui/dist), bundled into the app and served by `seedbar serve --ui-dir`.
 ui: setup
 	cd ui && npm run build
 
-app: ui
-	cargo build -p seedbar-app
+app: build
 
 # macOS: Seedbar.app and a .dmg under target/release/bundle (signing: see the README).
 bundle: ui
