@@ -90,15 +90,15 @@ fn speed(model: &Model, prompt_tokens: usize, decode_tokens: usize, repeat: usiz
         .collect();
     let (mut best_prefill, mut best_decode) = (0.0f64, 0.0f64);
     for _ in 0..repeat.max(1) {
-        let mut caches = model.transformer.new_caches();
+        let mut sequence = model.sequence();
         let started = Instant::now();
-        let mut logits = model.prefill(&prompt, &mut caches)?;
+        let mut logits = model.prefill(&prompt, &mut sequence)?;
         best_prefill = best_prefill.max(prompt.len() as f64 / started.elapsed().as_secs_f64());
         // Decode continues from the prefilled prompt, as mlx_lm.generate measures it.
         let started = Instant::now();
         for _ in 0..decode_tokens {
             let token = sampling::argmax(&logits);
-            logits = model.step(&[token], &mut caches)?;
+            logits = model.step(&[token], &mut sequence)?;
         }
         best_decode = best_decode.max(decode_tokens as f64 / started.elapsed().as_secs_f64());
     }

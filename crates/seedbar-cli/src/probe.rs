@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
-    models::Logits, sampling, step_plan::StepPlan, tokenizer::StreamDecoder, ChatMessage, Model,
+    kv_cache::KvPool, models::Logits, sampling, step_plan::StepPlan, tokenizer::StreamDecoder,
+    ChatMessage, Model,
 };
 use serde_json::{json, Value};
 
@@ -58,20 +59,23 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
         if let Some(path) = &args.logits_out {
             let mut caches = model.transformer.new_caches();
             let plan = StepPlan::new(&model.layout(), &[args.ids.len() as i32]);
-            let logits =
-                model
-                    .transformer
-                    .forward(&args.ids, &plan, &mut [&mut caches], Logits::All)?;
+            let logits = model.transformer.forward(
+                &args.ids,
+                &plan,
+                &mut [&mut caches],
+                &mut KvPool::default(),
+                Logits::All,
+            )?;
             Array::save_safetensors([("logits", &logits)], None, path)?;
         }
-        let mut caches = model.transformer.new_caches();
-        let mut logits = model.prefill(&args.ids, &mut caches)?;
+        let mut sequence = model.sequence();
+        let mut logits = model.prefill(&args.ids, &mut sequence)?;
         let mut generated = Vec::new();
         for i in 0..args.generate {
             let token = sampling::argmax(&logits);
             generated.push(token);
             if i + 1 < args.generate {
-                logits = model.step(&[token], &mut caches)?;
+                logits = model.step(&[token], &mut sequence)?;
             }
         }
         out.insert("generated".into(), json!(generated));

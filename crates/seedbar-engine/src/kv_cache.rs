@@ -1,10 +1,15 @@
-//! Per-layer key/value cache of one batch of sequences: `[B, kv_heads, T, head_dim]` buffers
-//! that grow in fixed blocks, so decode writes in place instead of re-concatenating.
+//! Key/value storage. [`KvCache`]: one sequence's per-layer `[1, kv_heads, T, head_dim]`
+//! buffers that grow in fixed blocks, so writes land in place instead of re-concatenating.
+//! [`KvPool`]: decoding rows' KV at capacity, many rows to a buffer, so one step writes a
+//! layer's new positions with one scatter and attends `SLOTS_PER_CALL` rows per call,
+//! whatever the number of rows (the layout `step_plan::AttentionLayout::Capacity` uses).
+
+use std::collections::BTreeMap;
 
 use mlx_rs::{
     ops::{
         self,
-        indexing::{IndexOp, TryIndexMutOp},
+        indexing::{scatter_single, IndexOp, TryIndexMutOp},
     },
     Array,
 };
@@ -18,13 +23,21 @@ pub const KV_BLOCK: i32 = 256;
 pub struct KvCache {
     keys: Option<Array>,
     values: Option<Array>,
+    /// Positions in `keys` and `values`.
     len: i32,
+    /// Set while the row decodes in a [`KvPool`]: the positions past `len` are there.
+    pooled: Option<PoolSlot>,
 }
 
 impl KvCache {
-    /// Number of positions held.
+    /// Number of positions held (in a pool slot too).
     pub fn len(&self) -> i32 {
-        self.len
+        self.pooled.map_or(self.len, |p| p.len)
+    }
+
+    /// The pool slot the row decodes in, if any.
+    pub fn pooled(&self) -> Option<PoolSlot> {
+        self.pooled
     }
 
     /// Bytes allocated for keys and values (capacity, not just the positions used).
@@ -82,9 +95,171 @@ impl KvCache {
         (k.index((.., .., ..end, ..)), v.index((.., .., ..end, ..)))
     }
 
-    /// Keep only the first `len` positions (prefix reuse).
+    /// Keep only the first `len` positions (prefix reuse); a pooled row must have been
+    /// released first.
     pub fn truncate(&mut self, len: i32) {
+        debug_assert!(self.pooled.is_none(), "release the pool slot first");
         self.len = self.len.min(len.max(0));
+    }
+}
+
+/// Slots one pooled attention call covers, and the step a pool class grows by.
+pub const SLOTS_PER_CALL: i32 = 8;
+
+/// Where a decoding row's KV lives in a [`KvPool`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSlot {
+    /// The class's capacity: the row's length rounded up to a whole `KV_BLOCK`.
+    pub capacity: i32,
+    pub slot: i32,
+    /// Positions held, the prefilled ones included.
+    pub len: i32,
+}
+
+/// Decoding rows' KV, by capacity class: per layer, `[slots, kv_heads, capacity, head_dim]`
+/// buffers in which each row holds one slot (a function of nothing but its own length, so
+/// its attention shape is too). A row enters when it starts decoding (its prefilled KV is
+/// copied in; its own cache keeps that prompt part for prefix reuse), moves up a class
+/// when it outgrows one, and leaves with [`release`](Self::release). Decode KV is never
+/// reused by the prefix cache.
+#[derive(Default)]
+pub struct KvPool {
+    classes: BTreeMap<i32, PoolClass>,
+}
+
+struct PoolClass {
+    /// Per layer: keys and values, `[slots, kv_heads, capacity, head_dim]`.
+    layers: Vec<(Array, Array)>,
+    used: Vec<bool>,
+}
+
+impl KvPool {
+    /// Make sure the row (its per-layer caches) has a slot with room for one more position,
+    /// entering the pool or moving up a class as needed.
+    pub fn place(&mut self, row: &mut [KvCache]) -> Result<()> {
+        let len = row[0].len();
+        let capacity = (len + 1 + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+        let previous = row[0].pooled;
+        if previous.is_some_and(|p| p.capacity == capacity) {
+            return Ok(());
+        }
+        let slot = self.allocate(capacity, row)?;
+        for (layer, cache) in row.iter_mut().enumerate() {
+            let (keys, values) = match previous {
+                Some(p) => {
+                    let (k, v) = &self.classes[&p.capacity].layers[layer];
+                    let held = |a: &Array| a.index((p.slot..p.slot + 1, .., ..p.len, ..));
+                    (held(k), held(v))
+                }
+                None => cache.held_up_to(cache.len),
+            };
+            let (k, v) = &mut self.classes.get_mut(&capacity).expect("allocated").layers[layer];
+            k.try_index_mut((slot..slot + 1, .., ..len, ..), &keys)?;
+            v.try_index_mut((slot..slot + 1, .., ..len, ..), &values)?;
+            cache.pooled = Some(PoolSlot {
+                capacity,
+                slot,
+                len,
+            });
+        }
+        if let Some(p) = previous {
+            self.free(p);
+        }
+        Ok(())
+    }
+
+    /// Leave the pool: the row's caches hold their prefilled positions again.
+    pub fn release(&mut self, row: &mut [KvCache]) {
+        let Some(p) = row.first().and_then(|c| c.pooled) else {
+            return;
+        };
+        for cache in row.iter_mut() {
+            cache.pooled = None;
+        }
+        self.free(p);
+    }
+
+    /// Write one new position for each of `rows` (their caches at this layer) in the class
+    /// of `capacity`: `keys`/`values` are `[rows, kv_heads, 1, head_dim]`, in that order.
+    pub fn write(
+        &mut self,
+        layer: usize,
+        capacity: i32,
+        rows: &mut [&mut KvCache],
+        keys: &Array,
+        values: &Array,
+    ) -> Result<()> {
+        let (k, v) = &mut self.classes.get_mut(&capacity).expect("placed").layers[layer];
+        let shape = k.shape().to_vec();
+        let (heads, head_dim) = (shape[1], shape[3]);
+        let mut index = Vec::with_capacity(rows.len() * heads as usize);
+        for cache in rows.iter_mut() {
+            let p = cache.pooled.as_mut().expect("placed");
+            for h in 0..heads {
+                index.push((p.slot * heads + h) * capacity + p.len);
+            }
+            p.len += 1;
+        }
+        let index = Array::from_slice(&index, &[index.len() as i32]);
+        let n = index.shape()[0];
+        let scatter = |buffer: &Array, new: &Array| -> Result<Array> {
+            let flat = buffer.reshape(&[-1, head_dim])?;
+            let written = scatter_single(&flat, &index, new.reshape(&[n, 1, head_dim])?, 0)?;
+            Ok(written.reshape(&shape)?)
+        };
+        *k = scatter(k, keys)?;
+        *v = scatter(v, values)?;
+        Ok(())
+    }
+
+    /// Keys and values of the `SLOTS_PER_CALL` slots from `first` of a class at `layer`.
+    pub fn call(&self, layer: usize, capacity: i32, first: i32) -> (Array, Array) {
+        let (k, v) = &self.classes[&capacity].layers[layer];
+        let span = |a: &Array| a.index(first..first + SLOTS_PER_CALL);
+        (span(k), span(v))
+    }
+
+    fn allocate(&mut self, capacity: i32, like: &[KvCache]) -> Result<i32> {
+        let class = match self.classes.entry(capacity) {
+            std::collections::btree_map::Entry::Occupied(c) => c.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => slot.insert(PoolClass {
+                layers: Vec::new(),
+                used: Vec::new(),
+            }),
+        };
+        if let Some(free) = class.used.iter().position(|u| !u) {
+            class.used[free] = true;
+            return Ok(free as i32);
+        }
+        // Grow by a whole call's slots, shaped like the row's own buffers.
+        let grown = class.used.len() as i32 + SLOTS_PER_CALL;
+        let mut layers = Vec::with_capacity(like.len());
+        for (layer, cache) in like.iter().enumerate() {
+            let template = cache.keys.as_ref().expect("a decoding row has prefilled");
+            let s = template.shape();
+            let extra =
+                ops::zeros_dtype(&[SLOTS_PER_CALL, s[1], capacity, s[3]], template.dtype())?;
+            layers.push(match class.layers.get(layer) {
+                Some((k, v)) => (
+                    ops::concatenate(&[k, &extra], 0)?,
+                    ops::concatenate(&[v, &extra], 0)?,
+                ),
+                None => (extra.clone(), extra),
+            });
+        }
+        class.layers = layers;
+        let slot = class.used.len();
+        class.used.resize(grown as usize, false);
+        class.used[slot] = true;
+        Ok(slot as i32)
+    }
+
+    fn free(&mut self, p: PoolSlot) {
+        let class = self.classes.get_mut(&p.capacity).expect("a used class");
+        class.used[p.slot as usize] = false;
+        if class.used.iter().all(|u| !u) {
+            self.classes.remove(&p.capacity);
+        }
     }
 }
 

@@ -20,11 +20,11 @@ pub enum AttentionLayout {
     /// layout, where the per-call cost is small).
     PerRow,
     /// Decode rows attend at their cache's capacity (a multiple of the KV block, a function
-    /// of the row's own length) with the positions beyond their length masked, in calls of
-    /// exactly `batch` rows that share a capacity (zero rows fill the last call). The
-    /// call's shape is fixed by the row, so it is invariant, and rows batch. Prefill chunks
-    /// attend per row.
-    Capacity { batch: usize },
+    /// of the row's own length) with the positions beyond their length masked, from a
+    /// [`KvPool`](crate::kv_cache::KvPool) slot, in calls of exactly `SLOTS_PER_CALL` slots
+    /// of one capacity. The call's shape is fixed by the row, so it is invariant, and rows
+    /// batch. Prefill chunks attend per row.
+    Capacity,
     /// Decode steps stack every row's cache, zero-padded to the longest, into one masked
     /// attention call: the usual batched layout, whose reductions depend on the batch. Kept
     /// only to measure what invariance costs.
@@ -80,7 +80,7 @@ impl Layout {
     pub fn for_backend(backend: Backend, weights: WeightKind) -> Layout {
         let gpu = |decode_width| Layout {
             decode_width: Some(decode_width),
-            attention: AttentionLayout::Capacity { batch: 8 },
+            attention: AttentionLayout::Capacity,
             decode_kv_is_prefill_kv: false,
         };
         match (backend, weights) {

@@ -4,7 +4,7 @@
 //! matmul with unpadded attention (within float noise).
 
 use seedbar_engine::{
-    kv_cache::KvCache,
+    kv_cache::{KvCache, KvPool},
     models::Logits,
     step_plan::{AttentionLayout, Backend, Layout, StepPlan, WeightKind},
     ChatMessage, Model,
@@ -22,9 +22,9 @@ fn prefilled(model: &Model, prompt: &str) -> (Vec<KvCache>, u32) {
     let tokens = model
         .chat_prompt(&[ChatMessage::new("user", prompt)], None)
         .unwrap();
-    let mut caches = model.transformer.new_caches();
-    let logits = model.prefill(&tokens, &mut caches).unwrap();
-    (caches, seedbar_engine::sampling::argmax(&logits))
+    let mut sequence = model.sequence();
+    let logits = model.prefill(&tokens, &mut sequence).unwrap();
+    (sequence.caches, seedbar_engine::sampling::argmax(&logits))
 }
 
 /// One decode step of `rows` (caches and next tokens) under `layout`: each row's logits.
@@ -35,7 +35,13 @@ fn decode(model: &Model, layout: &Layout, rows: &[(Vec<KvCache>, u32)]) -> Vec<V
     let mut picked: Vec<&mut [KvCache]> = caches.iter_mut().map(|c| c.as_mut_slice()).collect();
     let logits = model
         .transformer
-        .forward(&tokens, &plan, &mut picked, Logits::Last)
+        .forward(
+            &tokens,
+            &plan,
+            &mut picked,
+            &mut KvPool::default(),
+            Logits::Last,
+        )
         .unwrap();
     logits.eval().unwrap();
     let all = logits.as_slice::<f32>();
@@ -99,5 +105,61 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
             .map(|&i| rows[i].clone())
             .collect();
         assert!(decode(&model, &plain, &members)[3] != reference);
+    }
+}
+
+/// Decode `forced` tokens one step at a time after `prompt` under `layout`, keeping the
+/// caches and the pool between steps: each step's logits.
+fn decode_steps(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
+    let mut sequence = model.sequence();
+    model.prefill(prompt, &mut sequence).unwrap();
+    let mut pool = KvPool::default();
+    forced
+        .iter()
+        .map(|&token| {
+            let plan = StepPlan::new(layout, &[1]);
+            let logits = model
+                .transformer
+                .forward(
+                    &[token],
+                    &plan,
+                    &mut [&mut sequence.caches],
+                    &mut pool,
+                    Logits::Last,
+                )
+                .unwrap();
+            logits.eval().unwrap();
+            logits.as_slice::<f32>().to_vec()
+        })
+        .collect()
+}
+
+#[test]
+fn pooled_decode_keeps_computing_the_model_across_a_kv_block() {
+    let model = model();
+    let text = "The tide comes in and goes out again, every day of the year. ".repeat(30);
+    let tokens = model.tokenizer.encode(&text).unwrap();
+    let block = seedbar_engine::kv_cache::KV_BLOCK as usize;
+    // Decoding from 6 positions before a block boundary to 6 after it.
+    let (prompt, forced) = tokens[..block + 6].split_at(block - 6);
+    let plain = Layout {
+        decode_width: None,
+        attention: AttentionLayout::PerRow,
+        decode_kv_is_prefill_kv: true,
+    };
+    let reference = decode_steps(&model, &plain, prompt, forced);
+    let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
+    assert_eq!(pooled.attention, AttentionLayout::Capacity);
+    for (step, (a, b)) in decode_steps(&model, &pooled, prompt, forced)
+        .iter()
+        .zip(&reference)
+        .enumerate()
+    {
+        let drift = a
+            .iter()
+            .zip(b)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(drift < 1e-3, "step {step}: logits differ by {drift}");
     }
 }

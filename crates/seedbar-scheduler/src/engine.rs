@@ -21,7 +21,7 @@ use std::{
 
 use seedbar_engine::{
     generate::PREFILL_CHUNK,
-    kv_cache::KvCache,
+    kv_cache::{KvCache, KvPool},
     models::Logits,
     runtime,
     sampling::{self, log_softmax, SamplingParams},
@@ -57,6 +57,9 @@ pub struct SchedulerConfig {
     /// padded batched decode attention, prefill chunks as long as the budget allows), kept
     /// to measure what invariance costs.
     pub batch_invariant: bool,
+    /// Another backend's invariant layout instead of this one's (tests run a GPU's pooled
+    /// layout on the CPU with it); needs `batch_invariant`.
+    pub layout: Option<Layout>,
 }
 
 impl Default for SchedulerConfig {
@@ -73,6 +76,7 @@ impl Default for SchedulerConfig {
             prefill_tokens_per_step: 2 * PREFILL_CHUNK,
             prefix_cache_bytes: 512 << 20,
             batch_invariant: true,
+            layout: None,
         }
     }
 }
@@ -125,7 +129,7 @@ impl Scheduler {
         let (commands, receiver) = mpsc::channel();
         let stats = Arc::new(SchedulerStats::default());
         let layout = if config.batch_invariant {
-            model.layout()
+            config.layout.unwrap_or_else(|| model.layout())
         } else {
             Layout::REFERENCE
         };
@@ -138,6 +142,7 @@ impl Scheduler {
             queue: VecDeque::new(),
             rows: Vec::new(),
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
+            pool: KvPool::default(),
         };
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())
@@ -356,6 +361,8 @@ struct Worker {
     queue: VecDeque<Pending>,
     rows: Vec<Row>,
     prefix_cache: PrefixCache,
+    /// Decoding rows' KV where the layout pools it.
+    pool: KvPool,
 }
 
 impl Worker {
@@ -408,6 +415,7 @@ impl Worker {
             row.send(Event::Failed(reason.to_string()));
         }
         self.rows.clear();
+        self.pool = KvPool::default();
         let submitted = self.commands.try_iter().filter_map(|c| match c {
             Command::Submit(p) => Some(*p),
             _ => None,
@@ -496,9 +504,13 @@ impl Worker {
                 base = i + 1;
             }
             let plan = StepPlan::new(&self.layout, &lens);
-            self.model
-                .transformer
-                .forward(&tokens, &plan, &mut picked, Logits::Last)?
+            self.model.transformer.forward(
+                &tokens,
+                &plan,
+                &mut picked,
+                &mut self.pool,
+                Logits::Last,
+            )?
         };
         logits.eval()?;
         let all = logits.as_slice::<f32>();
@@ -531,8 +543,10 @@ impl Worker {
             .partition(|r| r.finished);
         self.rows = running;
         for mut row in done {
-            // Finished, stopped or cancelled alike: `caches` hold exactly `fed`. Where a
-            // decode step's KV differs from a prefill's, only the prompt's is reused.
+            // Finished, stopped or cancelled alike: `caches` hold exactly `fed`, but for
+            // what a pool slot held. Where a decode step's KV differs from a prefill's, only
+            // the prompt's is reused.
+            self.pool.release(&mut row.caches);
             if !self.layout.decode_kv_is_prefill_kv {
                 let prompt = row.request.prompt.len().min(row.fed.len());
                 row.fed.truncate(prompt);

@@ -2,7 +2,10 @@
 //! whole reply is the same alone and batched with any neighbours, arriving at any step, and
 //! with its prefix cached or computed.
 
-use seedbar_engine::{ChatMessage, FinishReason, Model, SamplingParams};
+use seedbar_engine::{
+    step_plan::{Backend, Layout, WeightKind},
+    ChatMessage, FinishReason, Model, SamplingParams,
+};
 use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError};
 
 /// The model, on the kernels the product runs (`prepare` may restart this test binary with
@@ -87,14 +90,32 @@ fn alone(scheduler: &Scheduler, r: Request) -> Reply {
 
 #[test]
 fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
+    independent_of_siblings_and_arrival(SchedulerConfig::default(), PROMPTS[0]);
+}
+
+/// The GPU layout's pooled decode attention (KV slots by capacity class, one scatter and a
+/// call per 8 slots), run here: the target's prompt is long enough that its reply moves up
+/// a capacity class mid-stream, and siblings take and free slots around it.
+#[test]
+fn pooled_decode_attention_is_independent_too() {
+    let config = SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Dense)),
+        max_rows: 32,
+        ..SchedulerConfig::default()
+    };
+    let long = format!("{} ", PROMPTS[3]).repeat(9);
+    independent_of_siblings_and_arrival(config, &long);
+}
+
+fn independent_of_siblings_and_arrival(config: SchedulerConfig, prompt: &str) {
     let model = model();
-    let mut target = request(&model, PROMPTS[0], 42, 64);
+    let mut target = request(&model, prompt, 42, 64);
     // Never end early, so the whole 64-token reply is compared.
     target.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
     let siblings: Vec<Request> = (1..8)
         .map(|i| request(&model, PROMPTS[i], 1000 + i as u64, 40 + 7 * i))
         .collect();
-    let scheduler = Scheduler::start(model, SchedulerConfig::default());
+    let scheduler = Scheduler::start(model, config);
     let reference = alone(&scheduler, target.clone());
     assert_eq!(reference.tokens.len(), 64);
 

@@ -14,7 +14,7 @@ use mlx_rs::{
 use crate::{
     config::ModelConfig,
     error::Result,
-    kv_cache::KvCache,
+    kv_cache::{KvCache, KvPool, SLOTS_PER_CALL},
     step_plan::{AttentionLayout, Slot, StepPlan, WeightKind},
     weights::{Embedding, Linear, Matrix, WeightMap},
 };
@@ -139,8 +139,8 @@ impl Attention {
         xs: &[Array],
         plan: &StepPlan,
         caches: &mut [&mut KvCache],
+        decode_kv: &mut DecodeKv,
         rope: &Rope,
-        masks: &mut Masks,
     ) -> Result<Vec<Array>> {
         let project = |proj: &Linear| {
             xs.iter()
@@ -153,9 +153,12 @@ impl Attention {
             project(&self.v_proj)?,
         );
         let scale = (self.head_dim as f32).powf(-0.5);
-        // Each row's queries, keys and values as `[1, H, len, hd]`, RoPE applied. A decode
-        // group is split into heads and rotated as a whole (`[W, H, 1, hd]`, each row at its
-        // own position); a prefill chunk on its own.
+        let pooled = plan.attention == AttentionLayout::Capacity;
+        // Queries, keys and values, RoPE applied. A decode group is split into heads and
+        // rotated as a whole (`[W, H, 1, hd]`, each row at its own position) and kept whole
+        // for pooled attention or cut into rows; a prefill chunk is a row of its own
+        // (`[1, H, len, hd]`).
+        let mut groups: Vec<Option<(Array, Array, Array)>> = vec![None; plan.widths.len()];
         let mut rows: Vec<Option<(Array, Array, Array)>> = vec![None; plan.slots.len()];
         for g in 0..plan.widths.len() {
             let members: Vec<usize> = plan.rows_of(g).collect();
@@ -173,6 +176,10 @@ impl Attention {
                 let k =
                     rope.apply_at(&heads(&k_all[g], self.kv_heads, &self.k_norm)?, &positions)?;
                 let v = heads(&v_all[g], self.kv_heads, &None)?;
+                if pooled {
+                    groups[g] = Some((q, k, v));
+                    continue;
+                }
                 for &i in &members {
                     let at = plan.slots[i].offset;
                     let row = |a: &Array| a.index(at..at + 1);
@@ -196,51 +203,65 @@ impl Attention {
                 rows[i] = Some((q, k, v));
             }
         }
-        let rows: Vec<(Array, Array, Array)> = rows
-            .into_iter()
-            .map(|r| r.expect("every row is in a group"))
-            .collect();
-        let decoding = plan.slots.len() > 1 && plan.slots.iter().all(|s| s.len == 1);
-        let outs = match plan.attention {
-            AttentionLayout::Padded if decoding => self.padded_decode(rows, caches, scale)?,
-            AttentionLayout::Capacity { batch } => {
-                self.at_capacity(rows, caches, scale, batch, masks)?
-            }
-            _ => rows
-                .into_iter()
-                .zip(caches.iter_mut())
-                .map(|(row, cache)| self.own_cache(row, cache, scale))
-                .collect::<Result<Vec<_>>>()?,
+        let group_outs = if pooled {
+            self.pooled_decode(&groups, plan, caches, decode_kv, scale)?
+        } else {
+            vec![None; plan.widths.len()]
         };
+        // The rows attended one by one (or, in the reference layout, padded together).
+        let decoding = plan.slots.len() > 1 && plan.slots.iter().all(|s| s.len == 1);
+        let mut outs: Vec<Option<Array>> = vec![None; plan.slots.len()];
+        if matches!(plan.attention, AttentionLayout::Padded) && decoding {
+            let all = rows.into_iter().map(|r| r.expect("every row")).collect();
+            for (i, out) in self
+                .padded_decode(all, caches, scale)?
+                .into_iter()
+                .enumerate()
+            {
+                outs[i] = Some(out);
+            }
+        } else {
+            for (i, row) in rows.into_iter().enumerate() {
+                if let Some(row) = row {
+                    outs[i] = Some(self.own_cache(row, &mut *caches[i], scale)?);
+                }
+            }
+        }
         // Back into the groups' `[1, W, H*hd]` layout, zero rows where a group is padded.
         let width = self.heads * self.head_dim;
         let mut grouped = Vec::with_capacity(plan.widths.len());
         for (g, (&w, &filled)) in plan.widths.iter().zip(&plan.filled).enumerate() {
             let decode = plan.is_decode_group(g);
-            // Decode rows are `[1, H, 1, hd]`, stacked on the first axis; prefill rows are
-            // flattened to `[1, len, H*hd]` and joined on the second.
-            let mut parts = plan
-                .rows_of(g)
-                .map(|i| {
-                    if decode {
-                        Ok(outs[i].clone())
-                    } else {
-                        let len = plan.slots[i].len;
-                        Ok(outs[i]
-                            .transpose_axes(&[0, 2, 1, 3])?
-                            .reshape(&[1, len, width])?)
+            let joined = match &group_outs[g] {
+                Some(out) => out.clone(),
+                None => {
+                    // Decode rows are `[1, H, 1, hd]`, stacked on the first axis; prefill
+                    // rows are flattened to `[1, len, H*hd]` and joined on the second.
+                    let mut parts = plan
+                        .rows_of(g)
+                        .map(|i| {
+                            let out = outs[i].take().expect("every row attended");
+                            if decode {
+                                Ok(out)
+                            } else {
+                                let len = plan.slots[i].len;
+                                Ok(out
+                                    .transpose_axes(&[0, 2, 1, 3])?
+                                    .reshape(&[1, len, width])?)
+                            }
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    if filled < w {
+                        let mut shape = parts[0].shape().to_vec();
+                        shape[if decode { 0 } else { 1 }] = w - filled;
+                        parts.push(ops::zeros_dtype(&shape, parts[0].dtype())?);
                     }
-                })
-                .collect::<Result<Vec<_>>>()?;
-            if filled < w {
-                let mut shape = parts[0].shape().to_vec();
-                shape[if decode { 0 } else { 1 }] = w - filled;
-                parts.push(ops::zeros_dtype(&shape, parts[0].dtype())?);
-            }
-            let joined = if parts.len() == 1 {
-                parts.pop().expect("one part")
-            } else {
-                ops::concatenate(&parts, if decode { 0 } else { 1 })?
+                    if parts.len() == 1 {
+                        parts.pop().expect("one part")
+                    } else {
+                        ops::concatenate(&parts, if decode { 0 } else { 1 })?
+                    }
+                }
             };
             let out = if decode {
                 joined
@@ -269,74 +290,122 @@ impl Attention {
         )?)
     }
 
-    /// Decode rows at their caches' capacity, `batch` rows of one capacity per call (zero
-    /// rows fill the last), positions past each row's length masked; prefill rows on their
-    /// own caches. Every call's shape is a function of the row alone.
-    fn at_capacity(
+    /// The decode groups (`groups[g]`: group `g`'s rotated `[W, ., 1, hd]` queries, keys and
+    /// values) attended in the pool: each class's new keys and values are written with one
+    /// scatter, then every `SLOTS_PER_CALL` slots holding a row of this step are one call at
+    /// the class's capacity, positions past each row's length masked (slots of no row here
+    /// attend zeros). Returns each decode group's `[W, H, 1, hd]` output.
+    fn pooled_decode(
         &self,
-        rows: Vec<(Array, Array, Array)>,
+        groups: &[Option<(Array, Array, Array)>],
+        plan: &StepPlan,
         caches: &mut [&mut KvCache],
+        decode_kv: &mut DecodeKv,
         scale: f32,
-        batch: usize,
-        masks: &mut Masks,
-    ) -> Result<Vec<Array>> {
-        let mut outs: Vec<Option<Array>> = vec![None; rows.len()];
-        let mut classes: BTreeMap<i32, Vec<AtCapacity>> = BTreeMap::new();
-        for (row, (qkv, cache)) in rows.into_iter().zip(caches.iter_mut()).enumerate() {
-            if qkv.0.shape()[2] > 1 {
-                outs[row] = Some(self.own_cache(qkv, cache, scale)?);
-                continue;
+    ) -> Result<Vec<Option<Array>>> {
+        if groups.iter().all(Option::is_none) {
+            return Ok(vec![None; groups.len()]);
+        }
+        // The decode groups end to end; `at[i]` is row `i`'s place in them.
+        let mut at: Vec<Option<i32>> = vec![None; plan.slots.len()];
+        let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut base = 0;
+        for (g, group) in groups.iter().enumerate() {
+            let Some((q, k, v)) = group else { continue };
+            for i in plan.rows_of(g) {
+                at[i] = Some(base + plan.slots[i].offset);
             }
-            let (query, k, v) = qkv;
-            let (keys, values) = cache.append_at_capacity(k, v)?;
-            classes
-                .entry(keys.shape()[2])
-                .or_default()
-                .push(AtCapacity {
-                    row,
-                    query,
+            base += plan.widths[g];
+            qs.push(q);
+            ks.push(k);
+            vs.push(v);
+        }
+        let (stacked_q, k, v) = (join_rows(&qs)?, join_rows(&ks)?, join_rows(&vs)?);
+        // A zero query after the last row, for the slots no row of this step holds.
+        let filler = base;
+        let mut zero_shape = stacked_q.shape().to_vec();
+        zero_shape[0] = 1;
+        let q = ops::concatenate(
+            &[
+                &stacked_q,
+                &ops::zeros_dtype(&zero_shape, stacked_q.dtype())?,
+            ],
+            0,
+        )?;
+        let mut by_class: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        for (i, place) in at.iter().enumerate() {
+            if place.is_some() {
+                let capacity = caches[i].pooled().expect("placed").capacity;
+                by_class.entry(capacity).or_default().push(i);
+            }
+        }
+        let layer = decode_kv.layer;
+        let mut outs = Vec::new();
+        let mut out_of: Vec<i32> = vec![0; base as usize];
+        for (capacity, members) in by_class {
+            let places: Vec<i32> = members
+                .iter()
+                .map(|&i| at[i].expect("a decode row"))
+                .collect();
+            let places = Array::from_slice(&places, &[places.len() as i32]);
+            let mut picked: Vec<&mut KvCache> = caches
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| members.contains(i))
+                .map(|(_, c)| &mut **c)
+                .collect();
+            decode_kv.pool.write(
+                layer,
+                capacity,
+                &mut picked,
+                &k.take_axis(&places, 0)?,
+                &v.take_axis(&places, 0)?,
+            )?;
+            // Each call: the slot's row (its query and length), or the filler.
+            let mut calls: BTreeMap<i32, (Vec<i32>, Vec<i32>)> = BTreeMap::new();
+            for &i in &members {
+                let p = caches[i].pooled().expect("placed");
+                let first = p.slot / SLOTS_PER_CALL * SLOTS_PER_CALL;
+                let (queries, lens) = calls.entry(first).or_insert_with(|| {
+                    (
+                        vec![filler; SLOTS_PER_CALL as usize],
+                        vec![capacity; SLOTS_PER_CALL as usize],
+                    )
+                });
+                let j = (p.slot - first) as usize;
+                queries[j] = at[i].expect("a decode row");
+                lens[j] = p.len;
+                out_of[queries[j] as usize] = outs.len() as i32 * SLOTS_PER_CALL + j as i32;
+            }
+            for (first, (queries, lens)) in calls {
+                let queries = q.take_axis(Array::from_slice(&queries, &[SLOTS_PER_CALL]), 0)?;
+                let (keys, values) = decode_kv.pool.call(layer, capacity, first);
+                let mask = decode_kv.masks.get(capacity, lens, queries.dtype())?;
+                outs.push(fast::scaled_dot_product_attention(
+                    queries,
                     keys,
                     values,
-                    len: cache.len(),
-                });
-        }
-        for (capacity, members) in classes {
-            for call in members.chunks(batch) {
-                let pad = batch - call.len();
-                let stack = |pick: fn(&AtCapacity) -> &Array| -> Result<Array> {
-                    let first = pick(&call[0]);
-                    let filler = ops::zeros_dtype(first.shape(), first.dtype())?;
-                    let parts: Vec<&Array> = call
-                        .iter()
-                        .map(pick)
-                        .chain(std::iter::repeat_n(&filler, pad))
-                        .collect();
-                    Ok(ops::concatenate(&parts, 0)?)
-                };
-                let q = stack(|m| &m.query)?;
-                let lens: Vec<i32> = call
-                    .iter()
-                    .map(|m| m.len)
-                    .chain(std::iter::repeat_n(capacity, pad))
-                    .collect();
-                let mask = masks.get(capacity, lens, q.dtype())?;
-                let out = fast::scaled_dot_product_attention(
-                    q,
-                    stack(|m| &m.keys)?,
-                    stack(|m| &m.values)?,
                     scale,
                     ScaledDotProductAttentionMask::Array(mask),
                     None,
-                )?;
-                for (j, m) in call.iter().enumerate() {
-                    outs[m.row] = Some(out.index(j as i32..j as i32 + 1));
-                }
+                )?);
             }
         }
-        Ok(outs
-            .into_iter()
-            .map(|o| o.expect("every row attended"))
-            .collect())
+        let all = join_rows(&outs.iter().collect::<Vec<_>>())?;
+        let mut base = 0;
+        groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| {
+                if group.is_none() {
+                    return Ok(None);
+                }
+                let w = plan.widths[g];
+                let picks = Array::from_slice(&out_of[base as usize..(base + w) as usize], &[w]);
+                base += w;
+                Ok(Some(all.take_axis(&picks, 0)?))
+            })
+            .collect()
     }
 
     /// One decode token per row, attended in a single call over the caches padded with
@@ -378,8 +447,23 @@ impl Attention {
     }
 }
 
-/// The masks of a step's batched decode-attention calls, built once and used by every layer
-/// (all layers hold the same lengths).
+/// What a step's pooled decode attention carries from layer to layer.
+struct DecodeKv<'a> {
+    pool: &'a mut KvPool,
+    /// The calls' masks, built once: every layer holds the same lengths.
+    masks: Masks,
+    layer: usize,
+}
+
+/// Arrays joined on the first axis (one is returned as it is).
+fn join_rows(parts: &[&Array]) -> Result<Array> {
+    Ok(match parts {
+        [one] => (*one).clone(),
+        _ => ops::concatenate(parts, 0)?,
+    })
+}
+
+/// The masks of a step's batched decode-attention calls.
 #[derive(Default)]
 struct Masks(HashMap<(i32, Vec<i32>), Array>);
 
@@ -403,15 +487,6 @@ impl Masks {
             }
         }
     }
-}
-
-/// A decode row's query and its cache at capacity, waiting for a batched attention call.
-struct AtCapacity {
-    row: usize,
-    query: Array,
-    keys: Array,
-    values: Array,
-    len: i32,
 }
 
 struct Mlp {
@@ -543,13 +618,15 @@ impl Transformer {
 
     /// Run one step over several sequences laid out by `plan`: `tokens` holds each row's
     /// new tokens end to end (`plan.slots[i].len` of them for row `i`), `caches[i]` is row
-    /// `i`'s per-layer cache. Returns float32 logits: `[1, rows, V]` for each row's last
-    /// position, or `[1, N, V]` for every position.
+    /// `i`'s per-layer cache, and `pool` holds decoding rows' KV where the layout pools it
+    /// (rows leave it with [`KvPool::release`]). Returns float32 logits: `[1, rows, V]` for
+    /// each row's last position, or `[1, N, V]` for every position.
     pub fn forward(
         &self,
         tokens: &[u32],
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
+        pool: &mut KvPool,
         logits: Logits,
     ) -> Result<Array> {
         // Each group's token ids; padding rows embed token 0 (their outputs are unused).
@@ -569,8 +646,22 @@ impl Transformer {
                 self.embed_tokens.forward(&input, self.dtype)
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut masks = Masks::default();
+        if plan.attention == AttentionLayout::Capacity {
+            for (g, _) in plan.widths.iter().enumerate() {
+                if plan.is_decode_group(g) {
+                    for i in plan.rows_of(g) {
+                        pool.place(caches[i])?;
+                    }
+                }
+            }
+        }
+        let mut decode_kv = DecodeKv {
+            pool,
+            masks: Masks::default(),
+            layer: 0,
+        };
         for (layer, block) in self.layers.iter().enumerate() {
+            decode_kv.layer = layer;
             let mut layer_caches: Vec<&mut KvCache> =
                 caches.iter_mut().map(|c| &mut c[layer]).collect();
             let normed = h
@@ -581,8 +672,8 @@ impl Transformer {
                 &normed,
                 plan,
                 &mut layer_caches,
+                &mut decode_kv,
                 &self.rope,
-                &mut masks,
             )?;
             for (x, r) in h.iter_mut().zip(attended) {
                 let x1 = x.add(r)?;
