@@ -79,8 +79,8 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
             .fold(0.0f32, f32::max);
         assert!(drift < 1e-3, "{layout:?}: logits differ by {drift}");
     }
-    let alone = decode(&model, &here, &rows[..1]).remove(0);
-    // The target (row 0) first, last, and in the middle of a crowd.
+    // The target (row 0) first, last, and in the middle of a crowd; on this backend's
+    // layout and on the pooled GPU layout, whose 13-row crowd spans two attention calls.
     let crowds = [
         vec![0, 1, 2],
         vec![2, 1, 0],
@@ -88,14 +88,18 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
         vec![1, 2, 1, 2, 1, 0, 2],
         vec![2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 0, 1, 2],
     ];
-    for crowd in crowds {
-        let at = crowd.iter().position(|&i| i == 0).unwrap();
-        let members: Vec<_> = crowd.iter().map(|&i| rows[i].clone()).collect();
-        let batched = decode(&model, &here, &members);
-        assert!(
-            batched[at] == alone,
-            "{here:?}: the row changed with its neighbours {crowd:?}"
-        );
+    let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
+    for layout in [here, pooled] {
+        let alone = decode(&model, &layout, &rows[..1]).remove(0);
+        for crowd in &crowds {
+            let at = crowd.iter().position(|&i| i == 0).unwrap();
+            let members: Vec<_> = crowd.iter().map(|&i| rows[i].clone()).collect();
+            let batched = decode(&model, &layout, &members);
+            assert!(
+                batched[at] == alone,
+                "{layout:?}: the row changed with its neighbours {crowd:?}"
+            );
+        }
     }
     // The plain layout (all rows in one matmul) is not invariant inside OpenBLAS: the
     // test can tell.

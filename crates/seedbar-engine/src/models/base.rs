@@ -367,17 +367,20 @@ impl Attention {
                 let p = caches[i].pooled().expect("placed");
                 let first = p.slot / SLOTS_PER_CALL * SLOTS_PER_CALL;
                 let (queries, lens) = calls.entry(first).or_insert_with(|| {
-                    (
-                        vec![filler; SLOTS_PER_CALL as usize],
-                        vec![capacity; SLOTS_PER_CALL as usize],
-                    )
+                    let slots = SLOTS_PER_CALL as usize;
+                    (vec![filler; slots], vec![capacity; slots])
                 });
                 let j = (p.slot - first) as usize;
                 queries[j] = at[i].expect("a decode row");
                 lens[j] = p.len;
-                out_of[queries[j] as usize] = outs.len() as i32 * SLOTS_PER_CALL + j as i32;
             }
             for (first, (queries, lens)) in calls {
+                // Row outputs come back from this call's place among all calls.
+                for (j, &place) in queries.iter().enumerate() {
+                    if place != filler {
+                        out_of[place as usize] = outs.len() as i32 * SLOTS_PER_CALL + j as i32;
+                    }
+                }
                 let queries = q.take_axis(Array::from_slice(&queries, &[SLOTS_PER_CALL]), 0)?;
                 let (keys, values) = decode_kv.pool.call(layer, capacity, first);
                 let mask = decode_kv.masks.get(capacity, lens, queries.dtype())?;
