@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts/check-bundle.sh"
 EXE = "seedbar-app"
@@ -67,36 +69,21 @@ def test_good_bundle_passes(tmp_path):
     assert "is good" in proc.stdout
 
 
-def test_missing_metallib_fails(tmp_path):
-    proc = check(tmp_path, make_app(tmp_path, metallib=None))
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        ({"metallib": None}, "FAIL: Contents/Resources/mlx.metallib is missing"),
+        ({"metallib": b""}, "FAIL: Contents/Resources/mlx.metallib is empty"),
+        ({"ui_element": None}, "FAIL: Info.plist has no LSUIElement"),
+        ({"ui_element": False}, "FAIL: Info.plist: LSUIElement is false, not true"),
+        ({"binary": False}, f"FAIL: the main binary Contents/MacOS/{EXE} is missing or not executable"),
+    ],
+)
+def test_each_broken_part_fails_alone(tmp_path, broken, message):
+    proc = check(tmp_path, make_app(tmp_path, **broken))
     assert proc.returncode == 1
-    assert "FAIL: Contents/Resources/mlx.metallib is missing" in proc.stderr
+    assert message in proc.stderr
     assert "1 check(s) failed" in proc.stderr
-
-
-def test_empty_metallib_fails(tmp_path):
-    proc = check(tmp_path, make_app(tmp_path, metallib=b""))
-    assert proc.returncode == 1
-    assert "FAIL: Contents/Resources/mlx.metallib is empty" in proc.stderr
-
-
-def test_missing_lsuielement_fails(tmp_path):
-    proc = check(tmp_path, make_app(tmp_path, ui_element=None))
-    assert proc.returncode == 1
-    assert "FAIL: Info.plist has no LSUIElement" in proc.stderr
-    assert "1 check(s) failed" in proc.stderr
-
-
-def test_lsuielement_false_fails(tmp_path):
-    proc = check(tmp_path, make_app(tmp_path, ui_element=False))
-    assert proc.returncode == 1
-    assert "FAIL: Info.plist: LSUIElement is false, not true" in proc.stderr
-
-
-def test_missing_binary_fails(tmp_path):
-    proc = check(tmp_path, make_app(tmp_path, binary=False))
-    assert proc.returncode == 1
-    assert f"FAIL: the main binary Contents/MacOS/{EXE} is missing or not executable" in proc.stderr
 
 
 def test_load_commands_into_the_builders_home_fail(tmp_path):
