@@ -80,16 +80,19 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
         assert!(drift < 1e-3, "{layout:?}: logits differ by {drift}");
     }
     // The target (row 0) first, last, and in the middle of a crowd; on this backend's
-    // layout and on the pooled GPU layout, whose 13-row crowd spans two attention calls.
+    // layout and on the pooled GPU layouts, where the 13-row crowd spans two attention calls
+    // and the 20-row one two decode groups of the 16-row layout.
     let crowds = [
         vec![0, 1, 2],
         vec![2, 1, 0],
         vec![1, 2, 1, 0, 2, 1, 2],
         vec![1, 2, 1, 2, 1, 0, 2],
         vec![2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 0, 1, 2],
+        [vec![1, 2].repeat(9), vec![0, 1]].concat(),
     ];
-    let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
-    for layout in [here, pooled] {
+    let pooled =
+        [WeightKind::Dense, WeightKind::Quantized].map(|w| Layout::for_backend(Backend::Cuda, w));
+    for layout in [here, pooled[0], pooled[1]] {
         let alone = decode(&model, &layout, &rows[..1]).remove(0);
         for crowd in &crowds {
             let at = crowd.iter().position(|&i| i == 0).unwrap();
