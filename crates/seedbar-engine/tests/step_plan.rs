@@ -88,7 +88,7 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
         vec![1, 2, 1, 0, 2, 1, 2],
         vec![1, 2, 1, 2, 1, 0, 2],
         vec![2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 0, 1, 2],
-        [vec![1, 2].repeat(9), vec![0, 1]].concat(),
+        [[1, 2].repeat(9), vec![0, 1]].concat(),
     ];
     let pooled =
         [WeightKind::Dense, WeightKind::Quantized].map(|w| Layout::for_backend(Backend::Cuda, w));
