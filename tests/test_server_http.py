@@ -337,6 +337,8 @@ def test_cors_preflight_needs_no_key(keyed):
 def test_two_megabyte_body_is_413(http):
     resp = http.post("/v1/chat/completions", json=chat_body("x" * (2 * 1024 * 1024)))
     assert_openai_error(resp, 413)
+    # The unread rest of the body ends the connection: the client must not reuse it.
+    assert resp.headers.get("connection") == "close", dict(resp.headers)
 
 
 def test_malformed_json_is_400(http):

@@ -99,7 +99,7 @@ fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
 #[test]
 fn pooled_decode_attention_is_independent_too() {
     let config = SchedulerConfig {
-        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Dense)),
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
         max_rows: 32,
         ..SchedulerConfig::default()
     };

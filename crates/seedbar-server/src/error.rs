@@ -3,7 +3,7 @@
 //! Ollama's (`{"error": "message"}`).
 
 use axum::{
-    http::StatusCode,
+    http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
@@ -80,8 +80,21 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let status = self.status;
+        closing_if_unread(status, (status, Json(self.body())).into_response())
     }
+}
+
+/// The rest of an oversized body is never read, so its connection cannot carry another
+/// request: say so (`Connection: close`), or a client's next request on that connection
+/// races the server closing it.
+fn closing_if_unread(status: StatusCode, mut response: Response) -> Response {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 impl From<SubmitError> for ApiError {
@@ -114,6 +127,10 @@ impl From<ApiError> for OllamaError {
 
 impl IntoResponse for OllamaError {
     fn into_response(self) -> Response {
-        (self.0.status, Json(json!({"error": self.0.message}))).into_response()
+        let status = self.0.status;
+        closing_if_unread(
+            status,
+            (status, Json(json!({"error": self.0.message}))).into_response(),
+        )
     }
 }
