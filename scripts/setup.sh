@@ -54,6 +54,18 @@ darwin_prerequisites() {
     [[ -n "$2" && -z "$brew" && -z "${3:-}" ]] && cmd="$cmd (after installing Homebrew)"
     missing+=("$1: $cmd")
   }
+  # need_version WHAT HAVE MIN SHOWN FORMULA: `need` unless version HAVE is at least MIN (shown
+  # as SHOWN); true when it is.
+  need_version() {
+    if [[ -z "$2" ]]; then
+      need "$1 >= $4 (not found)" "$5"
+    elif ! version_at_least "$2" "$3"; then
+      need "$1 $2 is too old (need >= $4)" "$5"
+    else
+      return 0
+    fi
+    return 1
+  }
   # Xcode itself (the Command Line Tools have no Metal compiler), then its Metal toolchain.
   if ! xcodebuild -version >/dev/null 2>&1; then
     need "Xcode (the Command Line Tools alone have no Metal compiler)" "" \
@@ -62,11 +74,7 @@ darwin_prerequisites() {
     need "the Metal toolchain (xcrun -f metal fails)" "" "xcodebuild -downloadComponent MetalToolchain"
   fi
   have="$(cmake --version 2>/dev/null | sed -n 's/^cmake version \([0-9][0-9.]*\).*/\1/p' | head -n1)" || true
-  if [[ -z "$have" ]]; then
-    need "CMake >= ${CMAKE_MIN%.0} (not found)" cmake
-  elif ! version_at_least "$have" "$CMAKE_MIN"; then
-    need "CMake $have is too old (need >= ${CMAKE_MIN%.0})" cmake
-  fi
+  need_version CMake "$have" "$CMAKE_MIN" "${CMAKE_MIN%.0}" cmake || true
   rust_min="$(sed -n 's/^rust-version *= *"\([0-9.]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -n1)"
   have="$(cargo --version 2>/dev/null | sed -n 's/^cargo \([0-9][0-9.]*\).*/\1/p')" || true
   if [[ -z "$have" && -x "$HOME/.cargo/bin/cargo" ]]; then
@@ -77,11 +85,7 @@ darwin_prerequisites() {
     need "Rust $have is too old (need >= $rust_min)" "" "rustup update stable (Homebrew's: brew upgrade rust)"
   fi
   have="$(node --version 2>/dev/null | sed 's/^v//')" || true
-  if [[ -z "$have" ]]; then
-    need "Node.js >= $NODE_MIN (not found)" node
-  elif ! version_at_least "$have" "$NODE_MIN"; then
-    need "Node.js $have is too old (need >= $NODE_MIN)" node
-  elif ! command -v npm >/dev/null; then
+  if need_version Node.js "$have" "$NODE_MIN" "$NODE_MIN" node && ! command -v npm >/dev/null; then
     need "npm (not found beside Node.js $have)" node
   fi
   PYTHON=""

@@ -55,22 +55,6 @@ impl KvCache {
 
     /// Append `[B, H, L, D]` keys and values; returns everything held so far.
     pub fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
-        self.write(keys, values)?;
-        Ok(self.held_up_to(self.len))
-    }
-
-    /// Append like [`append`](Self::append), but return the buffers up to the capacity a
-    /// cache of this length has (`len` rounded up to a whole `KV_BLOCK`), whatever this
-    /// buffer's own size: the positions past `len` are to be masked. The shape is a
-    /// function of the length alone, also for a cache cloned from a longer one.
-    pub fn append_at_capacity(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
-        self.write(keys, values)?;
-        Ok(self.held_up_to((self.len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK))
-    }
-
-    /// Write `keys` and `values` after the held positions, growing the buffers by whole
-    /// blocks when they are full.
-    fn write(&mut self, keys: Array, values: Array) -> Result<()> {
         let new = keys.shape()[2];
         let end = self.len + new;
         let capacity = self.keys.as_ref().map_or(0, |k| k.shape()[2]);
@@ -83,10 +67,10 @@ impl KvCache {
         k.try_index_mut((.., .., self.len..end, ..), &keys)?;
         v.try_index_mut((.., .., self.len..end, ..), &values)?;
         self.len = end;
-        Ok(())
+        Ok(self.held_up_to(end))
     }
 
-    /// The first `end` positions of the buffers (written after [`write`](Self::write)).
+    /// The first `end` positions of the buffers (which hold at least that many).
     fn held_up_to(&self, end: i32) -> (Array, Array) {
         let (k, v) = (self.keys.as_ref().unwrap(), self.values.as_ref().unwrap());
         if k.shape()[2] == end {

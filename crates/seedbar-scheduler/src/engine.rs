@@ -143,6 +143,7 @@ impl Scheduler {
             rows: Vec::new(),
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
             pool: KvPool::default(),
+            draw_threads: thread::available_parallelism().map_or(1, |n| n.get()),
         };
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())
@@ -363,6 +364,9 @@ struct Worker {
     prefix_cache: PrefixCache,
     /// Decoding rows' KV where the layout pools it.
     pool: KvPool,
+    /// Threads the rows' draws may use (the machine's, read once: on Linux the call reads
+    /// the cgroup quota files).
+    draw_threads: usize,
 }
 
 impl Worker {
@@ -524,7 +528,7 @@ impl Worker {
                 sampled.push((i, &all[n * vocab..(n + 1) * vocab]));
             }
         }
-        let draws = draw_all(&self.rows, &sampled);
+        let draws = draw_all(&self.rows, &sampled, self.draw_threads);
         for ((i, logits), token) in sampled.into_iter().zip(draws) {
             let row = &mut self.rows[i];
             let logprob = row
@@ -579,9 +583,9 @@ impl Draw<'_> {
 }
 
 /// Each row's next token from its logits (`rows[i]` with `logits`). Rows are independent,
-/// so they are drawn on several threads (a draw reads the whole vocabulary, and the device
-/// waits for all of them).
-fn draw_all(rows: &[Row], sampled: &[(usize, &[f32])]) -> Vec<u32> {
+/// so they are drawn on up to `threads` threads (a draw reads the whole vocabulary, and the
+/// device waits for all of them).
+fn draw_all(rows: &[Row], sampled: &[(usize, &[f32])], threads: usize) -> Vec<u32> {
     let draws: Vec<Draw> = sampled
         .iter()
         .map(|&(i, logits)| Draw {
@@ -591,7 +595,6 @@ fn draw_all(rows: &[Row], sampled: &[(usize, &[f32])]) -> Vec<u32> {
             logits,
         })
         .collect();
-    let threads = thread::available_parallelism().map_or(1, |n| n.get());
     if draws.len() < 2 || threads < 2 {
         return draws.iter().map(Draw::token).collect();
     }
