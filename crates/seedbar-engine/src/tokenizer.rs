@@ -201,6 +201,25 @@ impl Tokenizer {
         self.inner.decode(ids, true).map_err(tok_err)
     }
 
+    /// Every token's bytes as it writes them into the text, by id, for grammars that reason
+    /// about bytes: byte-level BPE tokens map their characters back through GPT-2's byte
+    /// alphabet, byte-fallback (SentencePiece) tokens spell `<0xAB>` as that byte and `▁` as a
+    /// space. Special and added control tokens are [`TokenBytes::Special`].
+    pub fn token_bytes(&self) -> Result<Vec<TokenBytes>> {
+        let spelling = Spelling::of(self.inner.get_decoder())?;
+        let added = self.inner.get_added_tokens_decoder();
+        (0..self.inner.get_vocab_size(true) as u32)
+            .map(|id| match added.get(&id) {
+                Some(token) if token.special => Ok(TokenBytes::Special(token.content.clone())),
+                Some(token) => Ok(TokenBytes::Text(token.content.clone().into_bytes())),
+                None => match self.inner.id_to_token(id) {
+                    Some(piece) => spelling.bytes(&piece).map(TokenBytes::Text),
+                    None => Ok(TokenBytes::Text(Vec::new())),
+                },
+            })
+            .collect()
+    }
+
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
@@ -210,6 +229,83 @@ impl Tokenizer {
             .save(path, false)
             .map_err(|e| EngineError::bad_file(path, format!("cannot write tokenizer: {e}")))
     }
+}
+
+/// What one token writes, as [`Tokenizer::token_bytes`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenBytes {
+    Text(Vec<u8>),
+    /// A control token (`<|im_end|>`): never part of written text.
+    Special(String),
+}
+
+/// How a vocabulary spells bytes in its token strings.
+enum Spelling {
+    /// GPT-2's printable alphabet: each byte is one character.
+    ByteLevel(std::collections::HashMap<char, u8>),
+    /// SentencePiece: `<0xAB>` tokens for raw bytes, `▁` for a space.
+    ByteFallback,
+}
+
+impl Spelling {
+    fn of(decoder: Option<&tokenizers::DecoderWrapper>) -> Result<Self> {
+        use tokenizers::DecoderWrapper;
+        fn find(decoder: &DecoderWrapper) -> Option<Spelling> {
+            match decoder {
+                DecoderWrapper::ByteLevel(_) => Some(Spelling::ByteLevel(byte_alphabet())),
+                DecoderWrapper::ByteFallback(_) => Some(Spelling::ByteFallback),
+                DecoderWrapper::Sequence(sequence) => sequence.get_decoders().iter().find_map(find),
+                _ => None,
+            }
+        }
+        decoder.and_then(find).ok_or_else(|| {
+            EngineError::Tokenizer(
+                "this tokenizer is neither byte-level BPE nor SentencePiece with byte fallback"
+                    .into(),
+            )
+        })
+    }
+
+    fn bytes(&self, piece: &str) -> Result<Vec<u8>> {
+        match self {
+            Spelling::ByteLevel(alphabet) => piece
+                .chars()
+                .map(|c| {
+                    alphabet.get(&c).copied().ok_or_else(|| {
+                        EngineError::Tokenizer(format!("token `{piece}` is not byte-level"))
+                    })
+                })
+                .collect(),
+            Spelling::ByteFallback => Ok(
+                match piece
+                    .strip_prefix("<0x")
+                    .and_then(|hex| hex.strip_suffix('>'))
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+                {
+                    Some(byte) if piece.len() == 6 => vec![byte],
+                    _ => piece.replace('\u{2581}', " ").into_bytes(),
+                },
+            ),
+        }
+    }
+}
+
+/// GPT-2's byte-to-character map, inverted: printable Latin-1 bytes stand for themselves,
+/// the rest are shifted to U+0100 onward in byte order.
+fn byte_alphabet() -> std::collections::HashMap<char, u8> {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut shifted = 0x100u32;
+    (0..=255u8)
+        .map(|b| {
+            let c = if printable(b) {
+                char::from(b)
+            } else {
+                shifted += 1;
+                char::from_u32(shifted - 1).expect("U+0100..U+0143 are characters")
+            };
+            (c, b)
+        })
+        .collect()
 }
 
 /// Turns a growing list of token ids into text deltas whose concatenation equals

@@ -29,6 +29,7 @@ use seedbar_engine::{
     tokenizer::StreamDecoder,
     FinishReason, Model,
 };
+use seedbar_grammar::TokenMask;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use crate::{
@@ -321,6 +322,38 @@ impl Row {
         }
     }
 
+    /// The tokens the row's output format allows next; a format that cannot go on fails
+    /// the row.
+    fn allowed_next(&mut self) -> Option<TokenMask> {
+        match self.request.constraint.as_mut()?.mask() {
+            Ok(mask) => Some(mask),
+            Err(e) => {
+                self.fail(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Feed the drawn token to the row's output format; false (and the row failed) if the
+    /// format rejects it.
+    fn follows_constraint(&mut self, token: u32) -> bool {
+        let Some(constraint) = self.request.constraint.as_mut() else {
+            return true;
+        };
+        match constraint.accept(token) {
+            Ok(()) => true,
+            Err(e) => {
+                self.fail(e.to_string());
+                false
+            }
+        }
+    }
+
+    fn fail(&mut self, reason: String) {
+        self.send(Event::Failed(reason));
+        self.finished = true;
+    }
+
     fn send(&mut self, event: Event) {
         if self.events.send(event).is_err() {
             self.finished = true; // the receiver is gone: cancelled
@@ -528,9 +561,16 @@ impl Worker {
                 sampled.push((i, &all[n * vocab..(n + 1) * vocab]));
             }
         }
-        let draws = draw_all(&self.rows, &sampled, self.draw_threads);
+        let masks: Vec<Option<TokenMask>> = sampled
+            .iter()
+            .map(|&(i, _)| self.rows[i].allowed_next())
+            .collect();
+        let draws = draw_all(&self.rows, &sampled, &masks, self.draw_threads);
         for ((i, logits), token) in sampled.into_iter().zip(draws) {
             let row = &mut self.rows[i];
+            if row.finished || !row.follows_constraint(token) {
+                continue;
+            }
             let logprob = row
                 .request
                 .logprobs
@@ -570,6 +610,8 @@ struct Draw<'a> {
     prompt: &'a [u32],
     generated: &'a [u32],
     logits: &'a [f32],
+    /// The tokens its output format allows, when it has one.
+    allowed: Option<&'a TokenMask>,
 }
 
 impl Draw<'_> {
@@ -577,6 +619,9 @@ impl Draw<'_> {
         let mut adjusted = self.logits.to_vec();
         self.sampling
             .adjust(&mut adjusted, self.prompt, self.generated);
+        if let Some(allowed) = self.allowed {
+            allowed.apply(&mut adjusted);
+        }
         let position = (self.prompt.len() + self.generated.len()) as u64;
         sampling::sample(&adjusted, self.sampling, position)
     }
@@ -585,14 +630,21 @@ impl Draw<'_> {
 /// Each row's next token from its logits (`rows[i]` with `logits`). Rows are independent,
 /// so they are drawn on up to `threads` threads (a draw reads the whole vocabulary, and the
 /// device waits for all of them).
-fn draw_all(rows: &[Row], sampled: &[(usize, &[f32])], threads: usize) -> Vec<u32> {
+fn draw_all(
+    rows: &[Row],
+    sampled: &[(usize, &[f32])],
+    masks: &[Option<TokenMask>],
+    threads: usize,
+) -> Vec<u32> {
     let draws: Vec<Draw> = sampled
         .iter()
-        .map(|&(i, logits)| Draw {
+        .zip(masks)
+        .map(|(&(i, logits), allowed)| Draw {
             sampling: &rows[i].request.sampling,
             prompt: &rows[i].request.prompt,
             generated: &rows[i].generated,
             logits,
+            allowed: allowed.as_ref(),
         })
         .collect();
     if draws.len() < 2 || threads < 2 {

@@ -1,6 +1,7 @@
 //! What callers hand the scheduler and what streams back.
 
 use seedbar_engine::{FinishReason, SamplingParams};
+use seedbar_grammar::Constraint;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// One generation request over already-tokenized input.
@@ -16,6 +17,9 @@ pub struct Request {
     pub stop: Vec<String>,
     /// Report log-probabilities, with this many top alternatives per token.
     pub logprobs: Option<usize>,
+    /// The output format the reply must follow (structured outputs): each draw sees only
+    /// the tokens it allows.
+    pub constraint: Option<Constraint>,
 }
 
 impl Request {
@@ -27,6 +31,7 @@ impl Request {
             max_tokens,
             stop: Vec::new(),
             logprobs: None,
+            constraint: None,
         }
     }
 }

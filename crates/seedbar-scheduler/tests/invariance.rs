@@ -277,3 +277,54 @@ fn controls_cancellation_and_limits() {
         .any(|r| matches!(r, Err(SubmitError::QueueFull(_)))));
     assert_eq!(ra.reason, FinishReason::Length);
 }
+
+/// Structured outputs: the format's mask follows only the row's own tokens, so a seeded
+/// constrained reply is the same alone and among free rows, and it is what the schema says.
+#[test]
+fn a_constrained_seeded_reply_is_independent_of_free_neighbours() {
+    let model = model();
+    let vocabulary = seedbar_grammar::Vocabulary::new(&model.tokenizer, &model.eos_ids).unwrap();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 24},
+            "facts": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 2}
+        },
+        "required": ["city", "facts"],
+        "additionalProperties": false
+    });
+    let mut target = request(&model, "Describe Paris as JSON.", 42, 120);
+    target.constraint = Some(
+        vocabulary
+            .compile(&seedbar_grammar::Format::JsonSchema(schema))
+            .unwrap(),
+    );
+    let siblings: Vec<Request> = (1..8)
+        .map(|i| request(&model, PROMPTS[i], 2000 + i as u64, 30 + 5 * i))
+        .collect();
+    let scheduler = Scheduler::start(model, SchedulerConfig::default());
+    let reference = alone(&scheduler, target.clone());
+    assert_eq!(reference.reason, FinishReason::Stop, "{}", reference.text);
+    let value: serde_json::Value = serde_json::from_str(&reference.text).unwrap();
+    assert!(
+        value["city"].is_string() && value["facts"].is_array(),
+        "{value}"
+    );
+
+    for others in [3usize, 7] {
+        let early: Vec<RequestStream> = siblings[..others / 2]
+            .iter()
+            .map(|s| scheduler.submit(s.clone()).unwrap())
+            .collect();
+        let mut target_stream = scheduler.submit(target.clone()).unwrap();
+        let first = next_token(&mut target_stream).unwrap();
+        let late: Vec<RequestStream> = siblings[others / 2..others]
+            .iter()
+            .map(|s| scheduler.submit(s.clone()).unwrap())
+            .collect();
+        let mut tokens = vec![first];
+        tokens.extend(collect(target_stream).tokens);
+        assert_eq!(tokens, reference.tokens, "among {others} free rows");
+        drop((early, late));
+    }
+}

@@ -10,6 +10,7 @@ use std::{
 
 use futures_util::{stream, Stream, StreamExt};
 use seedbar_engine::{FinishReason, SamplingParams};
+use seedbar_grammar::Constraint;
 use seedbar_scheduler::{draw_seed, Event, Request, RequestStream, TokenLogprob, Usage};
 
 use crate::{error::ApiError, metrics::Metrics, models::LoadedModel};
@@ -27,6 +28,8 @@ pub struct Settings {
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
     pub logprobs: Option<usize>,
+    /// The output format every choice must follow, fresh (see `structured`).
+    pub constraint: Option<Constraint>,
 }
 
 impl Settings {
@@ -103,6 +106,7 @@ impl Generation {
                     max_tokens: settings.max_tokens.unwrap_or(usize::MAX),
                     stop: settings.stop.clone(),
                     logprobs: settings.logprobs,
+                    constraint: settings.constraint.clone(),
                 };
                 // On an error the streams already submitted are dropped, which cancels them.
                 streams.push(model.scheduler.submit(request)?);

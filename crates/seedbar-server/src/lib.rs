@@ -13,6 +13,7 @@ mod ollama;
 mod openai;
 mod pulls;
 mod security;
+mod structured;
 mod ui;
 
 use std::{

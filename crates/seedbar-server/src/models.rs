@@ -7,7 +7,7 @@ use std::{
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
     },
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
@@ -20,6 +20,7 @@ use seedbar_engine::{
     tokenizer::Tokenizer,
     ChatMessage, EngineError, Model,
 };
+use seedbar_grammar::{GrammarError, Vocabulary};
 use seedbar_scheduler::{Scheduler, SchedulerConfig, SubmitError};
 
 use crate::error::ApiError;
@@ -45,9 +46,22 @@ pub struct LoadedModel {
     pub config: ModelConfig,
     /// Changes whenever the weights or the build change, as OpenAI's `system_fingerprint`.
     pub fingerprint: String,
+    /// Ids that end a reply.
+    pub eos_ids: Vec<u32>,
+    /// The vocabulary as structured outputs see it, built on first use.
+    vocabulary: OnceLock<Result<Vocabulary, GrammarError>>,
 }
 
 impl LoadedModel {
+    /// The vocabulary constrained decoding masks (built once, on the first request that
+    /// asks for a format).
+    pub fn vocabulary(&self) -> Result<&Vocabulary, GrammarError> {
+        self.vocabulary
+            .get_or_init(|| Vocabulary::new(&self.tokenizer, &self.eos_ids))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     /// Prompt tokens for a chat, ending where the assistant's reply begins; special-token
     /// strings in the messages' text stay text.
     pub fn chat_prompt(
@@ -336,7 +350,10 @@ fn load(card: ModelCard, config: SchedulerConfig) -> Result<LoadedModel, ApiErro
     let tokenizer = model.tokenizer.clone();
     let template = model.template.clone();
     let model_config = model.config().clone();
+    let eos_ids = model.eos_ids.clone();
     Ok(LoadedModel {
+        eos_ids,
+        vocabulary: OnceLock::new(),
         scheduler: Scheduler::start(model, config),
         card,
         tokenizer,

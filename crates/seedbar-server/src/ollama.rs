@@ -26,6 +26,7 @@ use crate::{
     generation::{next_or_gone, spawn_body, ChoiceEvent, Generation, Settings},
     models::{LoadedModel, ModelCard},
     openai::{seed_value, with_seed},
+    structured::{self, OllamaFormat},
     App,
 };
 
@@ -47,8 +48,13 @@ struct Options {
 }
 
 impl Options {
-    fn settings(&self) -> std::result::Result<Settings, ApiError> {
-        let settings = Settings {
+    /// The settings, with the reply held to `format` when one is given.
+    fn settings(
+        &self,
+        model: &LoadedModel,
+        format: Option<&OllamaFormat>,
+    ) -> std::result::Result<Settings, ApiError> {
+        let mut settings = Settings {
             sampling: SamplingParams {
                 temperature: self.temperature.unwrap_or(0.8),
                 top_p: self.top_p.unwrap_or(0.9),
@@ -64,8 +70,12 @@ impl Options {
             max_tokens: self.num_predict.filter(|&n| n > 0).map(|n| n as usize),
             stop: self.stop.clone().unwrap_or_default(),
             logprobs: None,
+            constraint: None,
         };
         settings.validate("options.")?;
+        if let Some(format) = format.map(OllamaFormat::format).transpose()?.flatten() {
+            structured::constrain(&mut settings, model, format, "format")?;
+        }
         Ok(settings)
     }
 }
@@ -144,6 +154,7 @@ pub struct ChatRequest {
     #[serde(default)]
     options: Options,
     tools: Option<Vec<Value>>,
+    format: Option<OllamaFormat>,
 }
 
 #[derive(Deserialize)]
@@ -183,11 +194,12 @@ pub async fn chat(
     }
     let tools = req.tools.filter(|t| !t.is_empty());
     let prompt = model.chat_prompt(&messages, tools.as_deref())?;
+    let settings = req.options.settings(&model, req.format.as_ref())?;
     let generation = Generation::start(
         model,
         vec![prompt],
         1,
-        req.options.settings()?,
+        settings,
         app.metrics.clone(),
         "chat",
     )?;
@@ -215,6 +227,7 @@ pub struct GenerateRequest {
     stream: bool,
     #[serde(default)]
     options: Options,
+    format: Option<OllamaFormat>,
 }
 
 pub async fn generate(
@@ -243,14 +256,9 @@ pub async fn generate(
             model.chat_prompt(&messages, None)?
         }
     };
-    let generation = Generation::start(
-        model,
-        vec![prompt],
-        1,
-        req.options.settings()?,
-        app.metrics.clone(),
-        "gen",
-    )?;
+    let settings = req.options.settings(&model, req.format.as_ref())?;
+    let generation =
+        Generation::start(model, vec![prompt], 1, settings, app.metrics.clone(), "gen")?;
     Ok(respond(generation, req.stream, Kind::Generate).await?)
 }
 

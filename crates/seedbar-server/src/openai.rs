@@ -26,6 +26,7 @@ use crate::{
     extract::JsonBody,
     generation::{next_or_gone, spawn_body, Choice, ChoiceEvent, Generation, Settings},
     models::LoadedModel,
+    structured::{self, ResponseFormat, ToolChoice, ToolMode},
     App, SEED_HEADER,
 };
 
@@ -101,6 +102,7 @@ impl CommonFields {
                 Some(Stop::Many(v)) => v.clone(),
             },
             logprobs,
+            constraint: None,
         };
         if settings.sampling.temperature > 2.0 {
             return Err(ApiError::bad_param(
@@ -109,6 +111,12 @@ impl CommonFields {
                     "temperature must be in [0, 2], got {}",
                     settings.sampling.temperature
                 ),
+            ));
+        }
+        if self.stream_options.is_some() && !self.stream {
+            return Err(ApiError::bad_param(
+                "stream_options",
+                "stream_options is only allowed when stream is true",
             ));
         }
         settings.validate("")?;
@@ -161,7 +169,8 @@ pub struct ChatRequest {
     logprobs: bool,
     top_logprobs: Option<usize>,
     tools: Option<Vec<Value>>,
-    tool_choice: Option<Value>,
+    tool_choice: Option<ToolChoice>,
+    response_format: Option<ResponseFormat>,
 }
 
 #[derive(Deserialize)]
@@ -262,12 +271,32 @@ pub async fn chat_completions(
             "top_logprobs needs logprobs: true",
         ));
     }
-    let settings = common.settings(req.max_completion_tokens.or(common.max_tokens), logprobs)?;
+    let mut settings =
+        common.settings(req.max_completion_tokens.or(common.max_tokens), logprobs)?;
     let n = common.n()?;
-    let tools = match req.tool_choice.as_ref().and_then(Value::as_str) {
-        Some("none") => None,
-        _ => req.tools.filter(|t| !t.is_empty()),
+    let tool_choice = req.tool_choice.unwrap_or(ToolChoice::Mode(ToolMode::Auto));
+    let tools = req
+        .tools
+        .filter(|t| !t.is_empty() && tool_choice.offers_tools());
+    let format = match (
+        tool_choice.format(tools.as_deref().unwrap_or_default())?,
+        req.response_format
+            .as_ref()
+            .and_then(ResponseFormat::format),
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_param(
+                "response_format",
+                "a forced tool call (tool_choice) and a JSON response_format cannot both apply",
+            ))
+        }
+        (call, reply) => call
+            .map(|f| ("tool_choice", f))
+            .or(reply.map(|f| ("response_format", f))),
     };
+    if let Some((param, format)) = format {
+        structured::constrain(&mut settings, &model, format, param)?;
+    }
     let messages = req
         .messages
         .into_iter()

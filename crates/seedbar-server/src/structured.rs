@@ -1,0 +1,175 @@
+//! Structured outputs as the protocols ask for them: OpenAI's `response_format` and
+//! `tool_choice`, Ollama's `format`, turned into one [`Format`] and compiled into the
+//! reply's constraint (400 naming the field when a schema is invalid).
+
+use seedbar_grammar::{Format, GrammarError, ToolSchema};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{error::ApiError, generation::Settings, models::LoadedModel};
+
+/// OpenAI's `response_format`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+/// `json_schema`'s `name`, `description` and `strict` change nothing here: the schema is
+/// always enforced.
+#[derive(Debug, Deserialize)]
+pub struct JsonSchemaFormat {
+    /// OpenAI allows leaving it out (any JSON value then).
+    #[serde(default)]
+    pub schema: Option<Value>,
+}
+
+impl ResponseFormat {
+    pub fn format(&self) -> Option<Format> {
+        match self {
+            ResponseFormat::Text => None,
+            ResponseFormat::JsonObject => Some(Format::JsonObject),
+            ResponseFormat::JsonSchema { json_schema } => Some(Format::JsonSchema(
+                json_schema
+                    .schema
+                    .clone()
+                    .unwrap_or_else(|| Value::Object(Default::default())),
+            )),
+        }
+    }
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ToolChoice {
+    Mode(ToolMode),
+    Named(NamedTool),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    None,
+    Auto,
+    Required,
+}
+
+/// `{"type": "function", "function": {"name"}}`.
+#[derive(Debug, Deserialize)]
+pub struct NamedTool {
+    pub function: FunctionName,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FunctionName {
+    pub name: String,
+}
+
+/// A declared tool as OpenAI's `tools` list gives it.
+#[derive(Debug, Deserialize)]
+struct DeclaredTool {
+    function: DeclaredFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeclaredFunction {
+    name: String,
+    parameters: Option<Value>,
+}
+
+impl ToolChoice {
+    /// Whether the tools go into the prompt at all.
+    pub fn offers_tools(&self) -> bool {
+        !matches!(self, ToolChoice::Mode(ToolMode::None))
+    }
+
+    /// The forced call `required` or a named function asks for, over the declared `tools`
+    /// (OpenAI's shape: `{"type": "function", "function": {"name", "parameters"}}`).
+    pub fn format(&self, tools: &[Value]) -> Result<Option<Format>, ApiError> {
+        if matches!(self, ToolChoice::Mode(ToolMode::None | ToolMode::Auto)) {
+            return Ok(None);
+        }
+        let declared = tools
+            .iter()
+            .enumerate()
+            .map(|(i, tool)| {
+                DeclaredTool::deserialize(tool).map_err(|e| {
+                    ApiError::bad_param(&format!("tools[{i}]"), format!("not a function tool: {e}"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let schema = |tool: &DeclaredTool| ToolSchema {
+            name: tool.function.name.clone(),
+            parameters: tool
+                .function
+                .parameters
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        };
+        let forced: Vec<ToolSchema> = match self {
+            ToolChoice::Mode(_) => declared.iter().map(schema).collect(),
+            ToolChoice::Named(named) => declared
+                .iter()
+                .filter(|tool| tool.function.name == named.function.name)
+                .map(schema)
+                .collect(),
+        };
+        if forced.is_empty() {
+            let message = match self {
+                ToolChoice::Named(named) => format!(
+                    "tool_choice names the function '{}', which tools does not declare",
+                    named.function.name
+                ),
+                _ => "tool_choice 'required' needs at least one tool in tools".to_string(),
+            };
+            return Err(ApiError::bad_param("tool_choice", message));
+        }
+        Ok(Some(Format::ToolCall(forced)))
+    }
+}
+
+/// Ollama's `format`: `"json"`, a JSON schema, or empty for free text.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OllamaFormat {
+    Named(String),
+    Schema(serde_json::Map<String, Value>),
+}
+
+impl OllamaFormat {
+    pub fn format(&self) -> Result<Option<Format>, ApiError> {
+        match self {
+            OllamaFormat::Named(name) if name.is_empty() => Ok(None),
+            OllamaFormat::Named(name) if name == "json" => Ok(Some(Format::JsonObject)),
+            OllamaFormat::Named(name) => Err(ApiError::bad_param(
+                "format",
+                format!("unknown format '{name}': use \"json\" or a JSON schema"),
+            )),
+            OllamaFormat::Schema(schema) => {
+                Ok(Some(Format::JsonSchema(Value::Object(schema.clone()))))
+            }
+        }
+    }
+}
+
+/// Compile `format` for `model` into `settings` (the field `param` stated it).
+pub fn constrain(
+    settings: &mut Settings,
+    model: &LoadedModel,
+    format: Format,
+    param: &str,
+) -> Result<(), ApiError> {
+    let vocabulary = model
+        .vocabulary()
+        .map_err(|e| ApiError::new(axum::http::StatusCode::BAD_REQUEST, e.to_string()))?;
+    settings.constraint = Some(vocabulary.compile(&format).map_err(|e| match e {
+        GrammarError::Invalid(reason) => {
+            ApiError::bad_param(param, format!("invalid schema: {reason}"))
+        }
+        other => ApiError::internal(other),
+    })?);
+    Ok(())
+}
