@@ -189,7 +189,7 @@ pub async fn chat(
         1,
         req.options.settings()?,
         app.metrics.clone(),
-        "chat",
+        "chat-",
     )?;
     Ok(respond(
         generation,
@@ -249,7 +249,7 @@ pub async fn generate(
         1,
         req.options.settings()?,
         app.metrics.clone(),
-        "gen",
+        "gen-",
     )?;
     Ok(respond(generation, req.stream, Kind::Generate).await?)
 }
