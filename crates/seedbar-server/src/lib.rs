@@ -13,6 +13,7 @@ mod models;
 mod ollama;
 mod openai;
 mod pulls;
+mod responses;
 mod security;
 mod ui;
 
@@ -126,6 +127,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::responses))
         .route("/api/version", get(ollama::version))
         .route("/api/tags", get(ollama::tags))
         .route("/api/show", post(ollama::show))
