@@ -580,7 +580,10 @@ pub async fn messages(
         ))
     } else {
         let seed = reply.seed;
-        Ok(with_seed(seed, Json(whole_message(generation, reply).await?)))
+        Ok(with_seed(
+            seed,
+            Json(whole_message(generation, reply).await?),
+        ))
     }
 }
 
@@ -742,10 +745,7 @@ mod tests {
         };
         assert!(with_choice(json!({"type": "auto"})).unwrap().1.is_some());
         assert_eq!(with_choice(json!({"type": "none"})).unwrap().1, None);
-        for forced in [
-            json!({"type": "any"}),
-            json!({"type": "tool", "name": "f"}),
-        ] {
+        for forced in [json!({"type": "any"}), json!({"type": "tool", "name": "f"})] {
             let e = with_choice(forced).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
             assert!(e.message.contains("not supported yet"), "{}", e.message);
@@ -773,8 +773,7 @@ mod tests {
     #[test]
     fn settings_take_max_tokens_and_stop_sequences() {
         let common: CommonFields =
-            serde_json::from_value(json!({"model": "m", "temperature": 0.5, "top_k": 5}))
-                .unwrap();
+            serde_json::from_value(json!({"model": "m", "temperature": 0.5, "top_k": 5})).unwrap();
         let fields: MessagesFields =
             serde_json::from_value(json!({"max_tokens": 7, "stop_sequences": ["END"]})).unwrap();
         let s = settings(&common, fields).unwrap();
@@ -837,7 +836,12 @@ mod tests {
             [OutBlock::Text { text: CALL.into() }]
         );
         let blocks = content_blocks(&format!("Sure. {CALL}"), true);
-        assert_eq!(blocks[0], OutBlock::Text { text: "Sure.".into() });
+        assert_eq!(
+            blocks[0],
+            OutBlock::Text {
+                text: "Sure.".into()
+            }
+        );
         let OutBlock::ToolUse { id, name, input } = &blocks[1] else {
             panic!("{blocks:?}")
         };
@@ -894,10 +898,7 @@ mod tests {
         let mut blocks = BlockStream::new(false);
         let events = blocks.finish();
         let names: Vec<&str> = events.iter().map(StreamEvent::name).collect();
-        assert_eq!(
-            names,
-            ["content_block_start", "ping", "content_block_stop"]
-        );
+        assert_eq!(names, ["content_block_start", "ping", "content_block_stop"]);
     }
 
     #[test]

@@ -172,6 +172,10 @@ mod tests {
         let bad = parse::<TextOr<Part>>(br#"[{"type": "text", "text": "a"}, {"type": "image"}]"#)
             .unwrap_err();
         assert_eq!(bad.param.as_deref(), Some("[1].type"));
-        assert!(bad.message.contains("unknown variant `image`"), "{}", bad.message);
+        assert!(
+            bad.message.contains("unknown variant `image`"),
+            "{}",
+            bad.message
+        );
     }
 }

@@ -629,7 +629,12 @@ impl Reply {
     }
 
     /// The finished response: incomplete when `max_output_tokens` cut its text short.
-    fn finished(&self, output: Output, finish: Option<FinishReason>, tokens: usize) -> ResponseObject {
+    fn finished(
+        &self,
+        output: Output,
+        finish: Option<FinishReason>,
+        tokens: usize,
+    ) -> ResponseObject {
         let cut = finish == Some(FinishReason::Length) && !output.called();
         ResponseObject {
             status: if cut {
@@ -686,7 +691,10 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
             sse(spawn_body(move |tx| stream_response(generation, reply, tx))),
         ))
     } else {
-        Ok(with_seed(seed, Json(whole_response(generation, reply).await?)))
+        Ok(with_seed(
+            seed,
+            Json(whole_response(generation, reply).await?),
+        ))
     }
 }
 
@@ -853,8 +861,8 @@ mod tests {
         assert!(e.message.contains("stateless"), "{}", e.message);
         let tools = json!([{"type": "function", "name": "f"}]);
         for forced in [json!("required"), json!({"type": "function", "name": "f"})] {
-            let e = request(json!({"input": "Hi", "tools": tools, "tool_choice": forced}))
-                .unwrap_err();
+            let e =
+                request(json!({"input": "Hi", "tools": tools, "tool_choice": forced})).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
             assert!(e.message.contains("not supported yet"), "{}", e.message);
         }
@@ -895,7 +903,12 @@ mod tests {
         events.extend(output.finish());
         let types: Vec<String> = events
             .iter()
-            .map(|e| serde_json::to_value(e).unwrap()["type"].as_str().unwrap().to_string())
+            .map(|e| {
+                serde_json::to_value(e).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         assert_eq!(
             types,

@@ -231,7 +231,10 @@ mod tests {
         assert_eq!(given_key(&headers(&[("authorization", "Bearer k1")])), "k1");
         assert_eq!(given_key(&headers(&[("x-api-key", "k2")])), "k2");
         assert_eq!(
-            given_key(&headers(&[("authorization", "Bearer k1"), ("x-api-key", "k2")])),
+            given_key(&headers(&[
+                ("authorization", "Bearer k1"),
+                ("x-api-key", "k2")
+            ])),
             "k1"
         );
         assert_eq!(given_key(&headers(&[("authorization", "Basic k1")])), "");
