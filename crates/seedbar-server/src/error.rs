@@ -209,3 +209,26 @@ impl IntoResponse for AnthropicError {
         closing_if_unread(status, (status, Json(self.body())).into_response())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_errors_name_anthropics_types() {
+        let kind = |status| AnthropicError(ApiError::new(status, "m")).body().error.kind;
+        assert_eq!(kind(StatusCode::BAD_REQUEST), "invalid_request_error");
+        assert_eq!(kind(StatusCode::UNAUTHORIZED), "authentication_error");
+        assert_eq!(kind(StatusCode::NOT_FOUND), "not_found_error");
+        assert_eq!(kind(StatusCode::SERVICE_UNAVAILABLE), "overloaded_error");
+        assert_eq!(kind(StatusCode::INTERNAL_SERVER_ERROR), "api_error");
+        let body = serde_json::to_value(AnthropicError(ApiError::internal("boom")).body()).unwrap();
+        assert_eq!(
+            body,
+            json!({"type": "error", "error": {"type": "api_error", "message": "boom"}})
+        );
+        assert!(AnthropicError::serves("/v1/messages"));
+        assert!(AnthropicError::serves("/v1/messages/count_tokens"));
+        assert!(!AnthropicError::serves("/v1/messagesx"));
+    }
+}
