@@ -26,12 +26,14 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` reached.
     Length,
+    /// One of the request's stop strings (this index in its list) matched.
+    StopString(usize),
 }
 
 impl FinishReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            FinishReason::Stop => "stop",
+            FinishReason::Stop | FinishReason::StopString(_) => "stop",
             FinishReason::Length => "length",
         }
     }

@@ -361,15 +361,21 @@ impl Row {
     }
 
     /// End the reply. Unless a stop string ended it, text still held back goes out with
-    /// the final event.
-    fn finish(&mut self, reason: FinishReason, model: &Model, flush: bool) {
+    /// the final event (up to a stop string it completes, which then is the reason).
+    fn finish(&mut self, mut reason: FinishReason, model: &Model, flush: bool) {
         let mut text = String::new();
         if flush {
             if let Ok(rest) = self.decoder.finish(&model.tokenizer, &self.generated) {
-                let (Released::More(t) | Released::Stopped(t)) = self.stop.push(&rest);
-                text = t;
+                match self.stop.push(&rest) {
+                    Released::More(t) => text = t + &self.stop.finish(),
+                    Released::Stopped(t, stop) => {
+                        text = t;
+                        reason = FinishReason::StopString(stop);
+                    }
+                }
+            } else {
+                text = self.stop.finish();
             }
-            text.push_str(&self.stop.finish());
         }
         let usage = Usage {
             prompt_tokens: self.request.prompt.len(),
@@ -675,13 +681,13 @@ fn emit(row: &mut Row, token: u32, logprob: Option<TokenLogprob>, model: &Model)
         .push(&model.tokenizer, &row.generated)
         .unwrap_or_default();
     match row.stop.push(&text) {
-        Released::Stopped(last) => {
+        Released::Stopped(last, stop) => {
             row.send(Event::Token {
                 id: token,
                 text: last,
                 logprob,
             });
-            row.finish(FinishReason::Stop, model, false);
+            row.finish(FinishReason::StopString(stop), model, false);
         }
         Released::More(text) => {
             row.send(Event::Token {

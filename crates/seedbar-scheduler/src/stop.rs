@@ -10,14 +10,15 @@ pub struct StopMatcher {
 pub enum Released {
     /// Text safe to emit now.
     More(String),
-    /// A stop string matched: the last text before it.
-    Stopped(String),
+    /// A stop string matched: the last text before it, and which one (its index in the
+    /// request's stop strings).
+    Stopped(String, usize),
 }
 
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> Self {
         StopMatcher {
-            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            stops,
             text: String::new(),
             released: 0,
         }
@@ -30,16 +31,18 @@ impl StopMatcher {
         let found = self
             .stops
             .iter()
-            .filter_map(|s| {
+            .enumerate()
+            .filter(|(_, s)| !s.is_empty())
+            .filter_map(|(index, s)| {
                 self.text[search_from..]
                     .find(s.as_str())
-                    .map(|i| search_from + i)
+                    .map(|i| (search_from + i, index))
             })
             .min();
-        if let Some(at) = found {
+        if let Some((at, index)) = found {
             let last = self.text[self.released..at].to_string();
             self.released = at;
-            return Released::Stopped(last);
+            return Released::Stopped(last, index);
         }
         let hold = self
             .stops
@@ -76,7 +79,7 @@ mod tests {
         for p in pieces {
             match m.push(p) {
                 Released::More(t) => out.push_str(&t),
-                Released::Stopped(t) => {
+                Released::Stopped(t, _) => {
                     out.push_str(&t);
                     return (out, true);
                 }
@@ -98,6 +101,12 @@ mod tests {
     fn partial_match_that_fails_is_released() {
         assert_eq!(run(&["END"], &["an E", "ND", "X"]), ("an ".into(), true));
         assert_eq!(run(&["END"], &["an E", "Nx"]), ("an ENx".into(), false));
+    }
+
+    #[test]
+    fn the_earliest_match_names_its_stop_string() {
+        let mut m = StopMatcher::new(vec!["".into(), "zz".into(), "b".into(), "a".into()]);
+        assert!(matches!(m.push("xab zz"), Released::Stopped(t, 3) if t == "x"));
     }
 
     #[test]

@@ -282,7 +282,7 @@ async fn reply(
         1,
         sampling,
         app.metrics.clone(),
-        "reply",
+        "reply-",
     )?;
 
     // The turn and the streaming reply row in one transaction, refused (409) while another

@@ -1,6 +1,7 @@
 //! The one error type of the HTTP layer, answered in OpenAI's JSON shape
-//! (`{"error": {"message", "type", "param", "code"}}`) or, on the Ollama routes, in
-//! Ollama's (`{"error": "message"}`).
+//! (`{"error": {"message", "type", "param", "code"}}`), on the Ollama routes in Ollama's
+//! (`{"error": "message"}`), and on the Anthropic routes in Anthropic's
+//! (`{"type": "error", "error": {"type", "message"}}`).
 
 use axum::{
     http::{header, HeaderValue, StatusCode},
@@ -8,6 +9,7 @@ use axum::{
     Json,
 };
 use seedbar_scheduler::SubmitError;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 #[derive(Debug, Clone)]
@@ -52,6 +54,15 @@ impl ApiError {
                 format!("the model '{name}' does not exist ({known})"),
             )
         }
+    }
+
+    /// 400 for a `tool_choice` that forces a call (`any`, `required`, a named tool): that
+    /// needs constrained decoding, which is not wired yet.
+    pub fn forced_tool_choice() -> Self {
+        Self::bad_param(
+            "tool_choice",
+            "a tool_choice that forces a tool call is not supported yet; use auto or none",
+        )
     }
 
     pub fn internal(message: impl std::fmt::Display) -> Self {
@@ -132,5 +143,92 @@ impl IntoResponse for OllamaError {
             status,
             (status, Json(json!({"error": self.0.message}))).into_response(),
         )
+    }
+}
+
+/// The same error in Anthropic's shape, for the `/v1/messages` routes.
+pub struct AnthropicError(pub ApiError);
+
+/// Anthropic's error body; also the `data` of a stream's `error` event.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AnthropicErrorBody {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub error: AnthropicErrorDetail,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AnthropicErrorDetail {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+}
+
+impl AnthropicError {
+    /// Anthropic's `error.type` for this status.
+    fn kind(&self) -> &'static str {
+        match self.0.status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+            s if s.is_server_error() => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    pub fn body(&self) -> AnthropicErrorBody {
+        AnthropicErrorBody {
+            kind: "error".into(),
+            error: AnthropicErrorDetail {
+                kind: self.kind().into(),
+                message: self.0.message.clone(),
+            },
+        }
+    }
+
+    /// Whether `path` is an Anthropic route (whose errors, also those of the middleware,
+    /// come in Anthropic's shape).
+    pub fn serves(path: &str) -> bool {
+        path == "/v1/messages" || path.starts_with("/v1/messages/")
+    }
+}
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        AnthropicError(e)
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let status = self.0.status;
+        closing_if_unread(status, (status, Json(self.body())).into_response())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_errors_name_anthropics_types() {
+        let kind = |status| AnthropicError(ApiError::new(status, "m")).body().error.kind;
+        assert_eq!(kind(StatusCode::BAD_REQUEST), "invalid_request_error");
+        assert_eq!(kind(StatusCode::UNAUTHORIZED), "authentication_error");
+        assert_eq!(kind(StatusCode::NOT_FOUND), "not_found_error");
+        assert_eq!(kind(StatusCode::SERVICE_UNAVAILABLE), "overloaded_error");
+        assert_eq!(kind(StatusCode::INTERNAL_SERVER_ERROR), "api_error");
+        let body = serde_json::to_value(AnthropicError(ApiError::internal("boom")).body()).unwrap();
+        assert_eq!(
+            body,
+            json!({"type": "error", "error": {"type": "api_error", "message": "boom"}})
+        );
+        assert!(AnthropicError::serves("/v1/messages"));
+        assert!(AnthropicError::serves("/v1/messages/count_tokens"));
+        assert!(!AnthropicError::serves("/v1/messagesx"));
     }
 }

@@ -1,14 +1,18 @@
 //! The JSON body extractor every POST route uses: size-limited, and its errors say which
-//! field is wrong (`param`) instead of axum's plain-text rejections.
+//! field is wrong (`param`) instead of axum's plain-text rejections; and [`TextOr`], the
+//! "a string or a list of typed parts" field whose errors keep saying which part is wrong.
 
 use axum::{
     body::Bytes,
     extract::{rejection::BytesRejection, FromRequest, Request},
     http::StatusCode,
 };
-use serde::de::DeserializeOwned;
+use serde::{
+    de::{self, DeserializeOwned, SeqAccess, Visitor},
+    Deserialize, Deserializer, Serialize,
+};
 
-use crate::error::{ApiError, OllamaError};
+use crate::error::{AnthropicError, ApiError, OllamaError};
 
 /// A JSON body parsed as `T`.
 pub struct ApiJson<T>(pub T);
@@ -64,6 +68,17 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+/// The same, for the Anthropic routes: its errors come in Anthropic's shape.
+pub struct AnthropicBody(pub JsonBody);
+
+impl<S: Send + Sync> FromRequest<S> for AnthropicBody {
+    type Rejection = AnthropicError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Ok(AnthropicBody(JsonBody::from_request(req, state).await?))
+    }
+}
+
 /// Parse a JSON body; a type error names the field's path as `param`.
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -98,4 +113,69 @@ fn not_json(error: serde_json::Error) -> ApiError {
         StatusCode::BAD_REQUEST,
         format!("the request body is not valid JSON for this route: {error}"),
     )
+}
+
+/// A field that is a string or a list of `T` (message content: text, or typed blocks).
+/// Parsed by hand rather than `#[serde(untagged)]`, so that a bad block's error says what
+/// is wrong with it (an unknown `type`, a missing field) and where (`messages[0].content[1]`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum TextOr<T> {
+    Text(String),
+    Items(Vec<T>),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for TextOr<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextOrVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for TextOrVisitor<T> {
+            type Value = TextOr<T>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list of content blocks")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(text.to_string()))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(TextOr::Items(items))
+            }
+        }
+
+        deserializer.deserialize_any(TextOrVisitor(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Part {
+        Text { text: String },
+    }
+
+    #[test]
+    fn text_or_parts_names_the_bad_part() {
+        let ok: TextOr<Part> = parse(br#""hi""#).unwrap();
+        assert_eq!(ok, TextOr::Text("hi".into()));
+        let ok: TextOr<Part> = parse(br#"[{"type": "text", "text": "a"}]"#).unwrap();
+        assert_eq!(ok, TextOr::Items(vec![Part::Text { text: "a".into() }]));
+        let bad = parse::<TextOr<Part>>(br#"[{"type": "text", "text": "a"}, {"type": "image"}]"#)
+            .unwrap_err();
+        assert_eq!(bad.param.as_deref(), Some("[1].type"));
+        assert!(
+            bad.message.contains("unknown variant `image`"),
+            "{}",
+            bad.message
+        );
+    }
 }

@@ -84,7 +84,8 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Submit `n` choices for each prompt; choice `k` (prompt-major) uses `seed + k`.
+    /// Submit `n` choices for each prompt; choice `k` (prompt-major) uses `seed + k`. The
+    /// id is `id_prefix` and 13 hex digits.
     pub fn start(
         model: Arc<LoadedModel>,
         prompts: Vec<Vec<u32>>,
@@ -116,7 +117,7 @@ impl Generation {
             .prompt_tokens
             .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
         Ok(Generation {
-            id: format!("{id_prefix}-{:013x}", draw_seed()),
+            id: format!("{id_prefix}{:013x}", draw_seed()),
             created: crate::models::now(),
             model,
             seed,

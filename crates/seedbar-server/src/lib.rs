@@ -3,6 +3,7 @@
 //! localhost server on a laptop needs. `serve` is the entry point `seedbar serve` and the
 //! app share.
 
+mod anthropic;
 mod app_api;
 mod error;
 mod extract;
@@ -12,6 +13,7 @@ mod models;
 mod ollama;
 mod openai;
 mod pulls;
+mod responses;
 mod security;
 mod structured;
 mod ui;
@@ -124,6 +126,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/models", get(openai::list_models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::responses))
         .route("/api/version", get(ollama::version))
         .route("/api/tags", get(ollama::tags))
         .route("/api/show", post(ollama::show))

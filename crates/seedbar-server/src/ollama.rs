@@ -201,7 +201,7 @@ pub async fn chat(
         1,
         settings,
         app.metrics.clone(),
-        "chat",
+        "chat-",
     )?;
     Ok(respond(
         generation,
@@ -258,7 +258,7 @@ pub async fn generate(
     };
     let settings = req.options.settings(&model, req.format.as_ref())?;
     let generation =
-        Generation::start(model, vec![prompt], 1, settings, app.metrics.clone(), "gen")?;
+        Generation::start(model, vec![prompt], 1, settings, app.metrics.clone(), "gen-")?;
     Ok(respond(generation, req.stream, Kind::Generate).await?)
 }
 

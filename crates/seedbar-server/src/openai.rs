@@ -18,7 +18,7 @@ use seedbar_engine::{
     ChatMessage, FinishReason, SamplingParams,
 };
 use seedbar_scheduler::{Event, TokenLogprob, Usage};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::{
@@ -30,10 +30,11 @@ use crate::{
     App, SEED_HEADER,
 };
 
-/// Fields chat and legacy completions share.
+/// Fields chat and legacy completions share (and the Anthropic and Responses routes, whose
+/// sampling fields have the same names).
 #[derive(Deserialize)]
 pub struct CommonFields {
-    model: String,
+    pub(crate) model: String,
     temperature: Option<f32>,
     top_p: Option<f32>,
     /// Not OpenAI's, but sent by many clients (llama.cpp, vLLM extensions).
@@ -48,7 +49,7 @@ pub struct CommonFields {
     max_tokens: Option<usize>,
     n: Option<usize>,
     #[serde(default)]
-    stream: bool,
+    pub(crate) stream: bool,
     stream_options: Option<StreamOptions>,
 }
 
@@ -66,7 +67,7 @@ struct StreamOptions {
 }
 
 impl CommonFields {
-    fn settings(
+    pub(crate) fn settings(
         &self,
         max_tokens: Option<usize>,
         logprobs: Option<usize>,
@@ -240,13 +241,74 @@ impl InMessage {
     }
 }
 
+/// A function the model may call, as chat templates take it (an OpenAI chat `tools` entry).
+#[derive(Serialize)]
+struct TemplateTool {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: TemplateFunction,
+}
+
+#[derive(Serialize)]
+struct TemplateFunction {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    parameters: Value,
+}
+
+/// The template's `tools` entry for a function other APIs declare in their own shape.
+pub(crate) fn template_tool(name: String, description: Option<String>, parameters: Value) -> Value {
+    let tool = TemplateTool {
+        kind: "function",
+        function: TemplateFunction {
+            name,
+            description,
+            parameters,
+        },
+    };
+    serde_json::to_value(tool).unwrap_or_default()
+}
+
+/// An assistant's earlier call as chat templates take it (`ChatMessage::tool_calls`
+/// entries: OpenAI's shape with the arguments as an object).
+#[derive(Serialize)]
+struct TemplateCall {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: TemplateCallFunction,
+}
+
+#[derive(Serialize)]
+struct TemplateCallFunction {
+    name: String,
+    arguments: Value,
+}
+
+/// `ChatMessage::tool_calls` for calls given as `(id, name, arguments)`.
+pub(crate) fn template_calls(calls: Vec<(String, String, Value)>) -> Value {
+    let calls: Vec<TemplateCall> = calls
+        .into_iter()
+        .map(|(id, name, arguments)| TemplateCall {
+            id,
+            kind: "function",
+            function: TemplateCallFunction { name, arguments },
+        })
+        .collect();
+    serde_json::to_value(calls).unwrap_or_default()
+}
+
+/// Tool-call arguments as JSON text (on the wire) made an object, as templates expect;
+/// text that is not JSON stays a string.
+pub(crate) fn arguments_value(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
 fn arguments_as_object(mut call: Value) -> Value {
     if let Some(args) = call.pointer_mut("/function/arguments") {
-        if let Some(parsed) = args
-            .as_str()
-            .and_then(|s| serde_json::from_str::<Value>(s).ok())
-        {
-            *args = parsed;
+        if let Some(text) = args.as_str() {
+            *args = arguments_value(text);
         }
     }
     call
@@ -310,7 +372,7 @@ pub async fn chat_completions(
         n,
         settings,
         app.metrics.clone(),
-        "chatcmpl",
+        "chatcmpl-",
     )?;
     let seed = generation.seed;
     let reply = Reply {
@@ -610,7 +672,7 @@ pub async fn completions(
             None => model.encode(text),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let generation = Generation::start(model, prompts, n, settings, app.metrics.clone(), "cmpl")?;
+    let generation = Generation::start(model, prompts, n, settings, app.metrics.clone(), "cmpl-")?;
     let seed = generation.seed;
     let echoes: Vec<String> = if req.echo {
         texts

@@ -1,8 +1,8 @@
 //! What keeps a localhost server safe on a laptop: a Host-header allowlist (against DNS
 //! rebinding), an origin policy (web pages the user opens cannot drive the server: a
 //! cross-site request is refused before any handler runs, including the "simple" requests
-//! browsers send without a preflight), an optional bearer API key, and CORS for the origins
-//! the policy allows.
+//! browsers send without a preflight), an optional API key (`Authorization: Bearer`, or
+//! Anthropic's `x-api-key`), and CORS for the origins the policy allows.
 
 use std::sync::Arc;
 
@@ -14,7 +14,10 @@ use axum::{
 };
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
-use crate::{error::ApiError, App};
+use crate::{
+    error::{AnthropicError, ApiError},
+    App,
+};
 
 /// Origins of the Tauri app's own webview (macOS/Linux, Windows).
 const APP_ORIGINS: [&str; 2] = ["tauri://localhost", "http://tauri.localhost"];
@@ -125,8 +128,20 @@ fn is_json(content_type: Option<&str>) -> bool {
         .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// The header Anthropic's clients send the API key in.
+const X_API_KEY: &str = "x-api-key";
+
+/// The key a request gives: `Authorization: Bearer KEY`, or else `x-api-key: KEY`.
+fn given_key(headers: &header::HeaderMap) -> &str {
+    let text = |name: &str| headers.get(name).and_then(|h| h.to_str().ok());
+    text(header::AUTHORIZATION.as_str())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .or_else(|| text(X_API_KEY))
+        .unwrap_or("")
+}
+
 /// With an API key configured, every route but `/health` and the chat UI's static files
-/// needs `Authorization: Bearer KEY`.
+/// needs it, as `Authorization: Bearer KEY` or `x-api-key: KEY`.
 pub async fn check_api_key(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let Some(key) = app.config.api_key.as_deref() else {
         return next.run(request).await;
@@ -137,23 +152,22 @@ pub async fn check_api_key(State(app): State<Arc<App>>, request: Request, next: 
     {
         return next.run(request).await;
     }
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let given = given_key(request.headers());
     if !constant_time_eq(given.as_bytes(), key.as_bytes()) {
         let message = if given.is_empty() {
-            "this server needs an API key: send `Authorization: Bearer <key>`"
+            "this server needs an API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
         } else {
             "the API key is not valid"
         };
-        return ApiError {
+        let error = ApiError {
             code: Some("invalid_api_key"),
             ..ApiError::new(StatusCode::UNAUTHORIZED, message)
-        }
-        .into_response();
+        };
+        return if AnthropicError::serves(request.uri().path()) {
+            AnthropicError(error).into_response()
+        } else {
+            error.into_response()
+        };
     }
     next.run(request).await
 }
@@ -203,6 +217,28 @@ mod tests {
         ] {
             assert!(!is_json(other), "{other:?}");
         }
+    }
+
+    #[test]
+    fn keys_come_as_bearer_or_x_api_key() {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut map = header::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, header::HeaderValue::from_static(value));
+            }
+            map
+        };
+        assert_eq!(given_key(&headers(&[("authorization", "Bearer k1")])), "k1");
+        assert_eq!(given_key(&headers(&[("x-api-key", "k2")])), "k2");
+        assert_eq!(
+            given_key(&headers(&[
+                ("authorization", "Bearer k1"),
+                ("x-api-key", "k2")
+            ])),
+            "k1"
+        );
+        assert_eq!(given_key(&headers(&[("authorization", "Basic k1")])), "");
+        assert_eq!(given_key(&headers(&[])), "");
     }
 
     #[test]

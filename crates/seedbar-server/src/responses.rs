@@ -1,0 +1,992 @@
+//! OpenAI's Responses API, stateless: `POST /v1/responses` (as OpenAI's numbered response
+//! events when `stream` is set). The input items become the same chat prompt, sampling
+//! settings and template tools as a chat completion; the reply is split into `message` and
+//! `function_call` output items by the same tool-call parser. Nothing is stored, so
+//! `previous_response_id` is refused and `store` is ignored. A `seed` field pins the reply
+//! and the `x-seedbar-seed` header (and `seed` field) says which seed it used.
+
+use std::sync::Arc;
+
+use axum::{extract::State, response::sse::Event as SseEvent, response::Response, Json};
+use seedbar_engine::{
+    tool_calls::{ToolCallParser, ToolOutput},
+    ChatMessage, FinishReason,
+};
+use seedbar_scheduler::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc::Sender;
+
+use crate::{
+    error::ApiError,
+    extract::{JsonBody, TextOr},
+    generation::{next_or_gone, spawn_body, ChoiceEvent, Generation},
+    openai::{arguments_value, sse, template_calls, template_tool, with_seed, CommonFields},
+    App,
+};
+
+// ---- requests --------------------------------------------------------------------------
+
+/// What `/v1/responses` reads besides the common sampling fields.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ResponsesRequest {
+    input: TextOr<InputItem>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    instructions: Option<String>,
+    #[serde(default)]
+    tools: Vec<FunctionTool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<ToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous_response_id: Option<String>,
+}
+
+/// An input item. Messages may leave out `type`; which other fields an item needs depends
+/// on its type (checked when it becomes a chat turn).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct InputItem {
+    #[serde(rename = "type", default)]
+    kind: ItemType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    role: Option<InputRole>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content: Option<TextOr<InputPart>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    arguments: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output: Option<TextOr<InputPart>>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ItemType {
+    #[default]
+    Message,
+    FunctionCall,
+    FunctionCallOutput,
+}
+
+impl ItemType {
+    fn as_str(self) -> &'static str {
+        match self {
+            ItemType::Message => "message",
+            ItemType::FunctionCall => "function_call",
+            ItemType::FunctionCallOutput => "function_call_output",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum InputRole {
+    User,
+    Assistant,
+    System,
+    Developer,
+}
+
+/// A text part of an input message (`input_text`, or `output_text` of an earlier reply).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InputPart {
+    InputText { text: String },
+    OutputText { text: String },
+}
+
+/// `type: "function"`: the one tool type served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FunctionType {
+    Function,
+}
+
+/// A function tool, in the Responses API's flat shape.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct FunctionTool {
+    #[serde(rename = "type")]
+    kind: FunctionType,
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parameters: Option<Value>,
+}
+
+/// `auto`, `none`, `required`, or `{"type": "function", "name"}`. The last two force a
+/// call, which needs constrained decoding: refused for now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ToolChoice {
+    Mode(ToolMode),
+    Function { r#type: FunctionType, name: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    Auto,
+    None,
+    Required,
+}
+
+fn text_of(content: Option<TextOr<InputPart>>) -> String {
+    match content {
+        None => String::new(),
+        Some(TextOr::Text(text)) => text,
+        Some(TextOr::Items(parts)) => parts
+            .into_iter()
+            .map(|(InputPart::InputText { text } | InputPart::OutputText { text })| text)
+            .collect(),
+    }
+}
+
+impl ResponsesRequest {
+    /// The chat as templates see it, and the tools offered (none with `tool_choice: none`).
+    fn into_chat(self) -> Result<(Vec<ChatMessage>, Option<Vec<Value>>), ApiError> {
+        if self.previous_response_id.is_some() {
+            return Err(ApiError::bad_param(
+                "previous_response_id",
+                "this server is stateless and keeps no responses: send the whole conversation \
+                 in `input` instead of previous_response_id",
+            ));
+        }
+        let tools = match self.tool_choice {
+            Some(ToolChoice::Mode(ToolMode::Required) | ToolChoice::Function { .. }) => {
+                return Err(ApiError::forced_tool_choice())
+            }
+            Some(ToolChoice::Mode(ToolMode::None)) => None,
+            Some(ToolChoice::Mode(ToolMode::Auto)) | None => {
+                Some(self.tools).filter(|t| !t.is_empty())
+            }
+        };
+        let tools = tools.map(|tools| {
+            tools
+                .into_iter()
+                .map(|t| {
+                    let parameters = t
+                        .parameters
+                        .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+                    template_tool(t.name, t.description, parameters)
+                })
+                .collect()
+        });
+        let mut chat = Vec::new();
+        if let Some(instructions) = self.instructions.filter(|s| !s.is_empty()) {
+            chat.push(ChatMessage::new("system", &instructions));
+        }
+        match self.input {
+            TextOr::Text(text) => chat.push(ChatMessage::new("user", &text)),
+            TextOr::Items(items) => push_items(items, &mut chat)?,
+        }
+        if chat.iter().all(|m| m.role == "system") {
+            return Err(ApiError::bad_param("input", "input must not be empty"));
+        }
+        Ok((chat, tools))
+    }
+}
+
+/// Input items as chat turns: messages as themselves (`developer` as `system`), consecutive
+/// `function_call`s as one assistant turn's tool calls (the assistant turn just before
+/// them, if it has none), and each `function_call_output` as a `tool` turn.
+fn push_items(items: Vec<InputItem>, chat: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
+    let mut calls = Vec::new();
+    let flush = |calls: &mut Vec<(String, String, Value)>, chat: &mut Vec<ChatMessage>| {
+        if calls.is_empty() {
+            return;
+        }
+        let calls = template_calls(std::mem::take(calls));
+        match chat.last_mut() {
+            Some(turn) if turn.role == "assistant" && turn.tool_calls.is_none() => {
+                turn.tool_calls = Some(calls)
+            }
+            _ => {
+                let mut turn = ChatMessage::new("assistant", "");
+                turn.tool_calls = Some(calls);
+                chat.push(turn);
+            }
+        }
+    };
+    for (i, item) in items.into_iter().enumerate() {
+        let missing = |fields: &str| {
+            ApiError::bad_param(
+                &format!("input[{i}]"),
+                format!("{} items need {fields}", item.kind.as_str()),
+            )
+        };
+        match item.kind {
+            ItemType::FunctionCall => {
+                let (Some(call_id), Some(name), Some(arguments)) =
+                    (&item.call_id, &item.name, &item.arguments)
+                else {
+                    return Err(missing("call_id, name and arguments"));
+                };
+                calls.push((call_id.clone(), name.clone(), arguments_value(arguments)));
+            }
+            ItemType::FunctionCallOutput => {
+                flush(&mut calls, chat);
+                let (Some(call_id), Some(_)) = (&item.call_id, &item.output) else {
+                    return Err(missing("call_id and output"));
+                };
+                let mut turn = ChatMessage::new("tool", "");
+                turn.tool_call_id = Some(call_id.clone());
+                turn.content = text_of(item.output);
+                chat.push(turn);
+            }
+            ItemType::Message => {
+                flush(&mut calls, chat);
+                let Some(role) = item.role else {
+                    return Err(missing("a role"));
+                };
+                let role = match role {
+                    InputRole::User => "user",
+                    InputRole::Assistant => "assistant",
+                    InputRole::System | InputRole::Developer => "system",
+                };
+                chat.push(ChatMessage::new(role, &text_of(item.content)));
+            }
+        }
+    }
+    flush(&mut calls, chat);
+    Ok(())
+}
+
+// ---- responses -------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObjectType {
+    Response,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    InProgress,
+    Completed,
+    Incomplete,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseObject {
+    id: String,
+    object: ObjectType,
+    created_at: u64,
+    status: Status,
+    incomplete_details: Option<IncompleteDetails>,
+    error: Option<ResponseError>,
+    model: String,
+    output: Vec<OutputItem>,
+    usage: Option<ResponseUsage>,
+    /// Seedbar's: the seed the reply used.
+    seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum IncompleteReason {
+    MaxOutputTokens,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct IncompleteDetails {
+    reason: IncompleteReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ResponseError {
+    code: String,
+    message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct ResponseUsage {
+    input_tokens: usize,
+    output_tokens: usize,
+    total_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum AssistantRole {
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutputItem {
+    Message {
+        id: String,
+        status: Status,
+        role: AssistantRole,
+        content: Vec<OutputPart>,
+    },
+    FunctionCall {
+        id: String,
+        call_id: String,
+        name: String,
+        arguments: String,
+        status: Status,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutputPart {
+    OutputText {
+        text: String,
+        /// Always empty: no citations.
+        annotations: Vec<Value>,
+    },
+}
+
+fn output_text(text: String) -> OutputPart {
+    OutputPart::OutputText {
+        text,
+        annotations: Vec::new(),
+    }
+}
+
+/// The events of a streamed response, each sent with its `sequence_number`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+enum StreamEvent {
+    #[serde(rename = "response.created")]
+    Created { response: ResponseObject },
+    #[serde(rename = "response.in_progress")]
+    InProgress { response: ResponseObject },
+    #[serde(rename = "response.output_item.added")]
+    ItemAdded {
+        output_index: usize,
+        item: OutputItem,
+    },
+    #[serde(rename = "response.content_part.added")]
+    PartAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: OutputPart,
+    },
+    #[serde(rename = "response.output_text.delta")]
+    TextDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.output_text.done")]
+    TextDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+    },
+    #[serde(rename = "response.content_part.done")]
+    PartDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: OutputPart,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    ArgumentsDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    ArgumentsDone {
+        item_id: String,
+        output_index: usize,
+        arguments: String,
+    },
+    #[serde(rename = "response.output_item.done")]
+    ItemDone {
+        output_index: usize,
+        item: OutputItem,
+    },
+    #[serde(rename = "response.completed")]
+    Completed { response: ResponseObject },
+    #[serde(rename = "response.incomplete")]
+    Incomplete { response: ResponseObject },
+    #[serde(rename = "response.failed")]
+    Failed { response: ResponseObject },
+}
+
+/// An event as sent: with its place in the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Numbered {
+    sequence_number: u64,
+    #[serde(flatten)]
+    event: StreamEvent,
+}
+
+/// A reply's output items from its text deltas, with the events that build them: text goes
+/// into a `message` item opened on demand; a tool call closes it and comes as a whole
+/// `function_call` item. A non-streamed response is the same items.
+struct Output {
+    parser: Option<ToolCallParser>,
+    /// Item ids: `msg_` / `fc_`, this, and the item's index.
+    id_stem: String,
+    items: Vec<OutputItem>,
+    /// The open message item's id and text.
+    text: Option<(String, String)>,
+}
+
+impl Output {
+    fn new(tools: bool, response_id: &str) -> Self {
+        Output {
+            parser: tools.then(ToolCallParser::new),
+            id_stem: response_id
+                .strip_prefix("resp_")
+                .unwrap_or(response_id)
+                .to_string(),
+            items: Vec::new(),
+            text: None,
+        }
+    }
+
+    fn push(&mut self, text: &str) -> Vec<StreamEvent> {
+        let outputs = match &mut self.parser {
+            Some(parser) => parser.push(text),
+            None => vec![ToolOutput::Text(text.to_string())],
+        };
+        self.events(outputs)
+    }
+
+    /// The last events: held-back text and the open item's end (an empty message item when
+    /// the reply had none).
+    fn finish(&mut self) -> Vec<StreamEvent> {
+        let outputs = self.parser.as_mut().map(|p| p.finish()).unwrap_or_default();
+        let mut events = self.events(outputs);
+        if self.items.is_empty() && self.text.is_none() {
+            events.extend(self.open_message());
+        }
+        events.extend(self.close_message());
+        events
+    }
+
+    fn called(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| matches!(i, OutputItem::FunctionCall { .. }))
+    }
+
+    fn events(&mut self, outputs: Vec<ToolOutput>) -> Vec<StreamEvent> {
+        let mut events = Vec::new();
+        for output in outputs {
+            match output {
+                ToolOutput::Text(delta) if delta.is_empty() => {}
+                ToolOutput::Text(delta) => {
+                    if self.text.is_none() {
+                        events.extend(self.open_message());
+                    }
+                    let output_index = self.items.len();
+                    if let Some((id, text)) = &mut self.text {
+                        text.push_str(&delta);
+                        events.push(StreamEvent::TextDelta {
+                            item_id: id.clone(),
+                            output_index,
+                            content_index: 0,
+                            delta,
+                        });
+                    }
+                }
+                ToolOutput::Call(call) => {
+                    events.extend(self.close_message());
+                    let output_index = self.items.len();
+                    let id = format!("fc_{}_{output_index}", self.id_stem);
+                    let item = |arguments: &str, status| OutputItem::FunctionCall {
+                        id: id.clone(),
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: arguments.to_string(),
+                        status,
+                    };
+                    let done = item(&call.arguments, Status::Completed);
+                    events.extend([
+                        StreamEvent::ItemAdded {
+                            output_index,
+                            item: item("", Status::InProgress),
+                        },
+                        StreamEvent::ArgumentsDelta {
+                            item_id: id.clone(),
+                            output_index,
+                            delta: call.arguments.clone(),
+                        },
+                        StreamEvent::ArgumentsDone {
+                            item_id: id.clone(),
+                            output_index,
+                            arguments: call.arguments.clone(),
+                        },
+                        StreamEvent::ItemDone {
+                            output_index,
+                            item: done.clone(),
+                        },
+                    ]);
+                    self.items.push(done);
+                }
+            }
+        }
+        events
+    }
+
+    fn open_message(&mut self) -> [StreamEvent; 2] {
+        let output_index = self.items.len();
+        let id = format!("msg_{}_{output_index}", self.id_stem);
+        self.text = Some((id.clone(), String::new()));
+        [
+            StreamEvent::ItemAdded {
+                output_index,
+                item: OutputItem::Message {
+                    id: id.clone(),
+                    status: Status::InProgress,
+                    role: AssistantRole::Assistant,
+                    content: Vec::new(),
+                },
+            },
+            StreamEvent::PartAdded {
+                item_id: id,
+                output_index,
+                content_index: 0,
+                part: output_text(String::new()),
+            },
+        ]
+    }
+
+    fn close_message(&mut self) -> Vec<StreamEvent> {
+        let Some((id, text)) = self.text.take() else {
+            return Vec::new();
+        };
+        let output_index = self.items.len();
+        let item = OutputItem::Message {
+            id: id.clone(),
+            status: Status::Completed,
+            role: AssistantRole::Assistant,
+            content: vec![output_text(text.clone())],
+        };
+        self.items.push(item.clone());
+        vec![
+            StreamEvent::TextDone {
+                item_id: id.clone(),
+                output_index,
+                content_index: 0,
+                text: text.clone(),
+            },
+            StreamEvent::PartDone {
+                item_id: id,
+                output_index,
+                content_index: 0,
+                part: output_text(text),
+            },
+            StreamEvent::ItemDone { output_index, item },
+        ]
+    }
+}
+
+/// The response's fixed fields, and whether tools were offered.
+struct Reply {
+    id: String,
+    created_at: u64,
+    model: String,
+    seed: u64,
+    input_tokens: usize,
+    tools: bool,
+}
+
+impl Reply {
+    fn new(generation: &Generation, tools: bool) -> Self {
+        Reply {
+            id: generation.id.clone(),
+            created_at: generation.created,
+            model: generation.model.card.name.clone(),
+            seed: generation.seed,
+            input_tokens: generation.prompt_tokens,
+            tools,
+        }
+    }
+
+    /// The response while it runs, with no output yet.
+    fn running(&self) -> ResponseObject {
+        ResponseObject {
+            id: self.id.clone(),
+            object: ObjectType::Response,
+            created_at: self.created_at,
+            status: Status::InProgress,
+            incomplete_details: None,
+            error: None,
+            model: self.model.clone(),
+            output: Vec::new(),
+            usage: None,
+            seed: self.seed,
+        }
+    }
+
+    /// The finished response: incomplete when `max_output_tokens` cut its text short.
+    fn finished(
+        &self,
+        output: Output,
+        finish: Option<FinishReason>,
+        tokens: usize,
+    ) -> ResponseObject {
+        let cut = finish == Some(FinishReason::Length) && !output.called();
+        ResponseObject {
+            status: if cut {
+                Status::Incomplete
+            } else {
+                Status::Completed
+            },
+            incomplete_details: cut.then_some(IncompleteDetails {
+                reason: IncompleteReason::MaxOutputTokens,
+            }),
+            output: output.items,
+            usage: Some(ResponseUsage {
+                input_tokens: self.input_tokens,
+                output_tokens: tokens,
+                total_tokens: self.input_tokens + tokens,
+            }),
+            ..self.running()
+        }
+    }
+
+    fn failed(&self, message: String) -> ResponseObject {
+        ResponseObject {
+            status: Status::Failed,
+            error: Some(ResponseError {
+                code: "server_error".into(),
+                message,
+            }),
+            ..self.running()
+        }
+    }
+}
+
+// ---- the route -------------------------------------------------------------------------
+
+pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Response, ApiError> {
+    let (common, req): (CommonFields, ResponsesRequest) = (body.parse()?, body.parse()?);
+    let model = app.models.get(&common.model).await?;
+    let settings = common.settings(req.max_output_tokens, None)?;
+    let (messages, tools) = req.into_chat()?;
+    let prompt = model.chat_prompt(&messages, tools.as_deref())?;
+    let generation = Generation::start(
+        model,
+        vec![prompt],
+        1,
+        settings,
+        app.metrics.clone(),
+        "resp_",
+    )?;
+    let reply = Reply::new(&generation, tools.is_some());
+    let seed = reply.seed;
+    if common.stream {
+        Ok(with_seed(
+            seed,
+            sse(spawn_body(move |tx| stream_response(generation, reply, tx))),
+        ))
+    } else {
+        Ok(with_seed(
+            seed,
+            Json(whole_response(generation, reply).await?),
+        ))
+    }
+}
+
+async fn whole_response(generation: Generation, reply: Reply) -> Result<ResponseObject, ApiError> {
+    let choice = generation
+        .collect()
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let mut output = Output::new(reply.tools, &reply.id);
+    output.push(&choice.text);
+    output.finish();
+    Ok(reply.finished(output, choice.finish, choice.usage.completion_tokens))
+}
+
+/// Numbers and sends events; false once the client has gone.
+struct Sequence<'a> {
+    tx: &'a Sender<SseEvent>,
+    next: u64,
+}
+
+impl Sequence<'_> {
+    async fn send(&mut self, events: impl IntoIterator<Item = StreamEvent>) -> bool {
+        for event in events {
+            let numbered = Numbered {
+                sequence_number: self.next,
+                event,
+            };
+            self.next += 1;
+            let Ok(value) = serde_json::to_value(&numbered) else {
+                continue;
+            };
+            let name = value["type"].as_str().unwrap_or_default().to_string();
+            if self
+                .tx
+                .send(SseEvent::default().event(name).data(value.to_string()))
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+async fn stream_response(mut generation: Generation, reply: Reply, tx: Sender<SseEvent>) {
+    let mut out = Sequence { tx: &tx, next: 0 };
+    let start = [
+        StreamEvent::Created {
+            response: reply.running(),
+        },
+        StreamEvent::InProgress {
+            response: reply.running(),
+        },
+    ];
+    if !out.send(start).await {
+        return;
+    }
+    let mut output = Output::new(reply.tools, &reply.id);
+    let mut events = generation.events();
+    let failure = loop {
+        let Some(ChoiceEvent { event, .. }) = next_or_gone(&mut events, &tx).await else {
+            break "the reply ended before it finished".to_string();
+        };
+        match event {
+            Event::Token { text, .. } => {
+                if !out.send(output.push(&text)).await {
+                    return;
+                }
+            }
+            Event::Finished {
+                reason,
+                usage,
+                text,
+            } => {
+                let mut last = output.push(&text);
+                last.extend(output.finish());
+                let response = reply.finished(output, Some(reason), usage.completion_tokens);
+                last.push(if response.status == Status::Incomplete {
+                    StreamEvent::Incomplete { response }
+                } else {
+                    StreamEvent::Completed { response }
+                });
+                out.send(last).await;
+                return;
+            }
+            Event::Failed(message) => break message,
+        }
+    };
+    // The engine failed (or the client went, and this goes nowhere): never a clean end.
+    out.send([StreamEvent::Failed {
+        response: reply.failed(failure),
+    }])
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(body: Value) -> Result<(Vec<ChatMessage>, Option<Vec<Value>>), ApiError> {
+        serde_json::from_value::<ResponsesRequest>(body)
+            .map_err(|e| ApiError::bad_param("body", e.to_string()))?
+            .into_chat()
+    }
+
+    #[test]
+    fn input_items_become_template_turns_and_tools() {
+        let (chat, tools) = request(json!({
+            "instructions": "Be brief.",
+            "tools": [{"type": "function", "name": "weather", "description": "Weather now",
+                       "parameters": {"type": "object"}, "strict": true}],
+            "input": [
+                {"role": "developer", "content": "Use tools."},
+                {"role": "user", "content": [{"type": "input_text", "text": "Paris?"}]},
+                {"type": "function_call", "call_id": "call_1", "name": "weather",
+                 "arguments": "{\"city\":\"Paris\"}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+                {"type": "message", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "It is sunny."}]},
+            ],
+        }))
+        .unwrap();
+        let turns: Vec<(&str, &str)> = chat
+            .iter()
+            .map(|m| (m.role.as_str(), m.content.as_str()))
+            .collect();
+        assert_eq!(
+            turns,
+            [
+                ("system", "Be brief."),
+                ("system", "Use tools."),
+                ("user", "Paris?"),
+                ("assistant", ""),
+                ("tool", "sunny"),
+                ("assistant", "It is sunny."),
+            ]
+        );
+        assert_eq!(
+            chat[3].tool_calls,
+            Some(json!([{"id": "call_1", "type": "function",
+                         "function": {"name": "weather", "arguments": {"city": "Paris"}}}]))
+        );
+        assert_eq!(chat[4].tool_call_id.as_deref(), Some("call_1"));
+        assert_eq!(
+            tools,
+            Some(vec![json!({"type": "function", "function": {
+                "name": "weather", "description": "Weather now",
+                "parameters": {"type": "object"}}})])
+        );
+        let (chat, _) = request(json!({"input": "Hi"})).unwrap();
+        assert_eq!(chat, [ChatMessage::new("user", "Hi")]);
+    }
+
+    #[test]
+    fn stateful_and_forcing_requests_are_refused() {
+        let e = request(json!({"input": "Hi", "previous_response_id": "resp_1"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("previous_response_id"));
+        assert!(e.message.contains("stateless"), "{}", e.message);
+        let tools = json!([{"type": "function", "name": "f"}]);
+        for forced in [json!("required"), json!({"type": "function", "name": "f"})] {
+            let e =
+                request(json!({"input": "Hi", "tools": tools, "tool_choice": forced})).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+            assert!(e.message.contains("not supported yet"), "{}", e.message);
+        }
+        let (_, none) =
+            request(json!({"input": "Hi", "tools": tools, "tool_choice": "none"})).unwrap();
+        assert_eq!(none, None);
+        let e = request(json!({"input": [{"type": "function_call", "name": "f"}]})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("input[0]"));
+        assert!(e.message.contains("call_id"), "{}", e.message);
+        assert!(serde_json::from_value::<ResponsesRequest>(
+            json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})
+        )
+        .is_err());
+        assert!(request(json!({"input": [], "instructions": "x"})).is_err());
+    }
+
+    fn reply(tools: bool) -> Reply {
+        Reply {
+            id: "resp_abc".into(),
+            created_at: 1,
+            model: "m".into(),
+            seed: 3,
+            input_tokens: 10,
+            tools,
+        }
+    }
+
+    const CALL: &str = r#"<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>"#;
+
+    #[test]
+    fn streamed_text_and_calls_become_item_events() {
+        let mut output = Output::new(true, "resp_abc");
+        let mut events = output.push("Hi");
+        events.extend(output.push(" there"));
+        for piece in CALL.as_bytes().chunks(5) {
+            events.extend(output.push(std::str::from_utf8(piece).unwrap()));
+        }
+        events.extend(output.finish());
+        let types: Vec<String> = events
+            .iter()
+            .map(|e| {
+                serde_json::to_value(e).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(&events[4]).unwrap(),
+            json!({"type": "response.output_text.done", "item_id": "msg_abc_0",
+                   "output_index": 0, "content_index": 0, "text": "Hi there"})
+        );
+        let response = reply(true).finished(output, Some(FinishReason::Length), 9);
+        assert_eq!(response.status, Status::Completed, "a call is complete");
+        let OutputItem::FunctionCall {
+            id,
+            call_id,
+            name,
+            arguments,
+            ..
+        } = &response.output[1]
+        else {
+            panic!("{:?}", response.output)
+        };
+        assert_eq!(
+            (id.as_str(), name.as_str(), arguments.as_str()),
+            ("fc_abc_1", "f", r#"{"x":1}"#)
+        );
+        assert!(call_id.starts_with("call_"), "{call_id}");
+    }
+
+    #[test]
+    fn the_response_has_openais_shape() {
+        let mut output = Output::new(false, "resp_abc");
+        output.push("ok");
+        output.finish();
+        let response = reply(false).finished(output, Some(FinishReason::Length), 4);
+        assert_eq!(
+            serde_json::to_value(&response).unwrap(),
+            json!({"id": "resp_abc", "object": "response", "created_at": 1,
+                   "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+                   "error": null, "model": "m", "seed": 3,
+                   "output": [{"type": "message", "id": "msg_abc_0", "status": "completed",
+                               "role": "assistant",
+                               "content": [{"type": "output_text", "text": "ok", "annotations": []}]}],
+                   "usage": {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14}})
+        );
+        let numbered = Numbered {
+            sequence_number: 5,
+            event: StreamEvent::Completed {
+                response: reply(false).running(),
+            },
+        };
+        let value = serde_json::to_value(&numbered).unwrap();
+        assert_eq!(
+            (value["type"].as_str(), value["sequence_number"].as_u64()),
+            (Some("response.completed"), Some(5))
+        );
+        let mut empty = Output::new(false, "resp_abc");
+        empty.finish();
+        assert_eq!(
+            empty.items,
+            [OutputItem::Message {
+                id: "msg_abc_0".into(),
+                status: Status::Completed,
+                role: AssistantRole::Assistant,
+                content: vec![output_text(String::new())],
+            }]
+        );
+    }
+}
