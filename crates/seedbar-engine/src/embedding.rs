@@ -655,7 +655,10 @@ mod tests {
             let encoder = tiny_encoder(pooling, normalize);
             let short: Vec<u32> = vec![1, 7, 3, 9, 2];
             let long: Vec<u32> = (0..19).map(|i| (i * 7 % 39) + 1).collect();
-            let alone = encoder.embed(&[short.clone()]).unwrap().remove(0);
+            let alone = encoder
+                .embed(std::slice::from_ref(&short))
+                .unwrap()
+                .remove(0);
             let batched = encoder.embed(&[long.clone(), short, long]).unwrap();
             assert_eq!(batched.len(), 3);
             assert_eq!(alone.len(), 16);
