@@ -80,6 +80,8 @@ app: build
 bundle: ui
 	scripts/bundle.sh --bundles app,dmg
 
-# Put the default model (fetched and checked by setup) into the user's store.
+# Put the default models (fetched and checked by setup) into the user's store: the chat model
+# and the embedding model.
 default-model:
 	$(SEEDBAR) models add "$$(cat $(CACHE)/default-model.path)" --name SmolLM2-135M-Instruct >/dev/null
+	$(SEEDBAR) models add "$$(cat $(CACHE)/embedding-model.path)" --name all-minilm-l6-v2 >/dev/null

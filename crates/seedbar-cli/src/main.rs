@@ -53,7 +53,7 @@ enum Command {
         system: Option<String>,
         prompt: String,
     },
-    /// List the models in the store, or add a GGUF file to it.
+    /// List the models in the store, or add a GGUF file or model directory to it.
     Models {
         #[command(subcommand)]
         action: Option<ModelsAction>,
@@ -75,10 +75,11 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ModelsAction {
-    /// Put a GGUF file into the store.
+    /// Put a GGUF file or a model directory (config.json, safetensors, tokenizer.json) into
+    /// the store.
     Add {
         file: PathBuf,
-        /// The store name (defaults to the file name without extension).
+        /// The store name (defaults to the file or folder name without extension).
         #[arg(long)]
         name: Option<String>,
     },
@@ -190,7 +191,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     .context("cannot name the model after its file; pass --name")?
                     .to_string(),
             };
-            let path = ModelStore::open_default()?.import_gguf(&file, &name)?;
+            let store = ModelStore::open_default()?;
+            let path = if file.is_dir() {
+                store.import_dir(&file, &name)?
+            } else {
+                store.import_gguf(&file, &name)?
+            };
             println!("{name}: {}", path.display());
         }
         Command::Pull { repo } => {

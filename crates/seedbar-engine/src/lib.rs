@@ -5,6 +5,7 @@ pub mod chat_template;
 pub mod config;
 pub mod convert;
 pub mod dev;
+pub mod embedding;
 pub mod error;
 pub mod generate;
 pub mod gguf;

@@ -152,7 +152,7 @@ fn stop_ids(
     ids.into_iter().collect()
 }
 
-fn read_json(path: &Path) -> Result<Option<Value>> {
+pub(crate) fn read_json(path: &Path) -> Result<Option<Value>> {
     match std::fs::read_to_string(path) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
@@ -183,7 +183,7 @@ fn chat_template_source(dir: &Path, tokenizer_config: &Value) -> Result<Option<S
 }
 
 /// All weights of a directory: the shards an index names, or every `*.safetensors` file.
-fn read_safetensors(dir: &Path) -> Result<HashMap<String, Array>> {
+pub(crate) fn read_safetensors(dir: &Path) -> Result<HashMap<String, Array>> {
     let index = dir.join("model.safetensors.index.json");
     let files: BTreeSet<PathBuf> = match read_json(&index)? {
         Some(json) => weights::index_shards(dir, &index, &json)?,

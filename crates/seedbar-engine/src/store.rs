@@ -27,7 +27,21 @@ fn wanted(file: &str) -> bool {
                 | "tokenizer_config.json"
                 | "generation_config.json"
                 | "chat_template.jinja"
+                // sentence-transformers (embedding models): modules, pooling, max length
+                | "modules.json"
+                | "1_Pooling/config.json"
+                | "sentence_bert_config.json"
         )
+}
+
+/// What a model is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// A decoder that writes replies (chat and completions).
+    Chat,
+    /// An encoder that turns text into vectors (see `embedding`).
+    Embedding,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -41,6 +55,7 @@ pub struct StoredModel {
     /// Weight precision when known: a GGUF type from the file name (`Q4_1`) or an MLX
     /// directory's `quantization.bits` (`4-bit`), else its `torch_dtype`.
     pub quantization: Option<String>,
+    pub kind: ModelKind,
 }
 
 pub struct ModelStore {
@@ -105,6 +120,7 @@ impl ModelStore {
             format: "gguf",
             bytes: path.metadata().map_or(0, |m| m.len()),
             quantization: gguf_type(path),
+            kind: ModelKind::Chat,
         })
     }
 
@@ -127,20 +143,46 @@ impl ModelStore {
         let file_name = file.file_name().ok_or_else(|| {
             EngineError::InvalidRequest(format!("{} is not a file", file.display()))
         })?;
-        let dir = self.models_dir().join(name);
-        let target = dir.join(file_name);
-        let same_size = |a: &Path, b: &Path| matches!((a.metadata(), b.metadata()), (Ok(x), Ok(y)) if x.len() == y.len());
-        if target.exists() && same_size(file, &target) {
-            return Ok(target);
-        }
-        std::fs::create_dir_all(&dir).map_err(|e| EngineError::io(&dir, e))?;
-        let partial = dir.join(".importing");
-        let _ = std::fs::remove_file(&partial);
-        std::fs::hard_link(file, &partial)
-            .or_else(|_| std::fs::copy(file, &partial).map(|_| ()))
-            .map_err(|e| EngineError::io(file, e))?;
-        std::fs::rename(&partial, &target).map_err(|e| EngineError::io(&target, e))?;
+        let target = self.models_dir().join(name).join(file_name);
+        place(file, &target)?;
         Ok(target)
+    }
+
+    /// Put a model directory into the store under `name`: the files Seedbar loads from it
+    /// (hard links when possible), `config.json` last so the folder is never a half model.
+    pub fn import_dir(&self, source: &Path, name: &str) -> Result<PathBuf> {
+        if !source.join("config.json").is_file() {
+            return Err(EngineError::InvalidRequest(format!(
+                "{} has no config.json: not a model directory",
+                source.display()
+            )));
+        }
+        let mut files = Vec::new();
+        for entry in read_dir(source)? {
+            let Some(top) = entry
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            if entry.is_dir() {
+                for inner in read_dir(&entry)? {
+                    if let Some(n) = inner.file_name().and_then(|n| n.to_str()) {
+                        files.push(format!("{top}/{n}"));
+                    }
+                }
+            } else {
+                files.push(top);
+            }
+        }
+        files.retain(|f| wanted(f));
+        files.sort_by_key(|f| f == "config.json");
+        let dir = self.models_dir().join(name);
+        for file in &files {
+            place(&source.join(file), &dir.join(file))?;
+        }
+        Ok(dir)
     }
 
     /// Download `org/name` from the Hugging Face hub (`$HF_ENDPOINT` overrides its address)
@@ -236,6 +278,31 @@ pub fn check_repo_id(repo_id: &str) -> Result<()> {
     Ok(())
 }
 
+/// The entries of a folder.
+fn read_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(std::fs::read_dir(dir)
+        .map_err(|e| EngineError::io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect())
+}
+
+/// `source` at `target`: a hard link when possible, else a copy, moved into place whole.
+/// A target of the same size is taken as already there.
+fn place(source: &Path, target: &Path) -> Result<()> {
+    let same_size =
+        matches!((source.metadata(), target.metadata()), (Ok(x), Ok(y)) if x.len() == y.len());
+    if same_size {
+        return Ok(());
+    }
+    create_parent(target)?;
+    let partial = target.with_file_name(".importing");
+    let _ = std::fs::remove_file(&partial);
+    std::fs::hard_link(source, &partial)
+        .or_else(|_| std::fs::copy(source, &partial).map(|_| ()))
+        .map_err(|e| EngineError::io(source, e))?;
+    std::fs::rename(&partial, target).map_err(|e| EngineError::io(target, e))
+}
+
 fn create_parent(path: &Path) -> Result<()> {
     match path.parent() {
         Some(dir) => std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, e)),
@@ -265,6 +332,7 @@ fn describe(dir: &Path) -> Option<StoredModel> {
             path: gguf.clone(),
             format: "gguf",
             bytes,
+            kind: ModelKind::Chat,
         });
     }
     let config: serde_json::Value =
@@ -273,12 +341,18 @@ fn describe(dir: &Path) -> Option<StoredModel> {
         Some(bits) => Some(format!("{bits}-bit")),
         None => config["torch_dtype"].as_str().map(str::to_string),
     };
+    let kind = if crate::embedding::is_encoder(&config) {
+        ModelKind::Embedding
+    } else {
+        ModelKind::Chat
+    };
     Some(StoredModel {
         name,
         path: dir.to_path_buf(),
         format: "safetensors",
         bytes,
         quantization,
+        kind,
     })
 }
 
@@ -458,6 +532,36 @@ mod tests {
             store.0.remove("org--tiny"),
             Err(EngineError::UnknownModel(_))
         ));
+    }
+
+    #[test]
+    fn a_model_directory_is_imported_with_its_sentence_transformers_files() {
+        let store = TempStore::new("import-dir");
+        let source = store.0.root().join("source");
+        std::fs::create_dir_all(source.join("1_Pooling")).unwrap();
+        for (file, body) in [
+            ("config.json", &br#"{"model_type": "bert"}"#[..]),
+            ("model.safetensors", b"weights"),
+            ("tokenizer.json", b"{}"),
+            ("modules.json", b"[]"),
+            ("1_Pooling/config.json", b"{}"),
+            ("README.md", b"# not needed"),
+        ] {
+            std::fs::write(source.join(file), body).unwrap();
+        }
+        let dir = store.0.import_dir(&source, "encoder").unwrap();
+        assert!(dir.join("1_Pooling/config.json").is_file());
+        assert!(dir.join("model.safetensors").is_file());
+        assert!(!dir.join("README.md").exists());
+        let listed: Vec<_> = store.0.list().unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (listed[0].name.as_str(), listed[0].kind),
+            ("encoder", ModelKind::Embedding)
+        );
+        // Again: everything is in place already.
+        assert_eq!(store.0.import_dir(&source, "encoder").unwrap(), dir);
+        assert!(store.0.import_dir(store.0.root(), "x").is_err());
     }
 
     #[test]

@@ -51,7 +51,13 @@ impl Tokenizer {
                 path: path.to_path_buf(),
             });
         }
-        let inner = tokenizers::Tokenizer::from_file(path)
+        let mut inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| EngineError::bad_file(path, format!("invalid tokenizer.json: {e}")))?;
+        // The engine cuts and pads sequences itself; a tokenizer.json saved from training
+        // (e.g. a BERT's, padded to a fixed 128) must not do it behind its back.
+        inner.with_padding(None);
+        inner
+            .with_truncation(None)
             .map_err(|e| EngineError::bad_file(path, format!("invalid tokenizer.json: {e}")))?;
         Ok(Tokenizer { inner })
     }
@@ -135,6 +141,17 @@ impl Tokenizer {
         Ok(self
             .inner
             .encode_fast(text, false)
+            .map_err(tok_err)?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// Encode text with the special tokens the tokenizer's post-processor adds around it
+    /// (a BERT's `[CLS]` ... `[SEP]`), as an encoder model's input.
+    pub fn encode_with_special_tokens(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self
+            .inner
+            .encode_fast(text, true)
             .map_err(tok_err)?
             .get_ids()
             .to_vec())

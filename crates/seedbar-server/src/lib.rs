@@ -5,6 +5,7 @@
 
 mod anthropic;
 mod app_api;
+mod embeddings;
 mod error;
 mod extract;
 mod generation;
@@ -110,6 +111,8 @@ impl ServerConfig {
 pub struct App {
     pub config: ServerConfig,
     pub models: ModelHost,
+    /// The embedding models, loaded on first use.
+    encoders: embeddings::Encoders,
     pub metrics: Arc<Metrics>,
     paused: AtomicBool,
     /// Conversations and app settings (`seedbar.db` in the data directory).
@@ -126,6 +129,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/models", get(openai::list_models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
+        .route("/v1/embeddings", post(embeddings::openai))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::responses))
@@ -134,6 +138,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(embeddings::ollama_embed))
+        .route("/api/embeddings", post(embeddings::ollama_embeddings))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .merge(app_api::routes())
@@ -252,6 +258,7 @@ impl App {
         };
         let app = Arc::new(App {
             models: ModelHost::new(store, config.scheduler.clone(), &config.model, outside),
+            encoders: embeddings::Encoders::default(),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),
             chats: Arc::new(chats),

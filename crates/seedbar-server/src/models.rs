@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use seedbar_engine::{
     chat_template::ChatTemplate,
     config::ModelConfig,
-    store::{ModelStore, StoredModel},
+    store::{ModelKind, ModelStore, StoredModel},
     tokenizer::Tokenizer,
     ChatMessage, EngineError, Model,
 };
@@ -35,6 +35,7 @@ pub struct ModelCard {
     pub created: u64,
     pub path: PathBuf,
     pub quantization: Option<String>,
+    pub kind: ModelKind,
 }
 
 /// A model in memory: its scheduler and what the HTTP side needs to build prompts.
@@ -196,6 +197,7 @@ impl ModelHost {
                 bytes: m.bytes,
                 path: m.path,
                 quantization: m.quantization,
+                kind: m.kind,
             })
             .collect())
     }
@@ -240,15 +242,17 @@ impl ModelHost {
         if let Some(model) = self.running(&key) {
             return Ok(model);
         }
-        let installed = self.installed()?;
-        let card = installed
-            .iter()
-            .find(|m| m.name.to_lowercase() == key)
-            .cloned()
-            .ok_or_else(|| {
-                let names: Vec<String> = installed.iter().map(|m| m.name.clone()).collect();
-                ApiError::unknown_model(name, &names)
-            })?;
+        let card = self.card(name)?;
+        if card.kind == ModelKind::Embedding {
+            return Err(ApiError::bad_param(
+                "model",
+                format!(
+                    "{} is an embedding model: it answers /v1/embeddings and /api/embed, \
+                     not chat or completions",
+                    card.name
+                ),
+            ));
+        }
         retire(self.make_room(&card)?);
         let config = self.config.clone();
         let loaded = tokio::task::spawn_blocking(move || load(card, config))
@@ -263,6 +267,20 @@ impl ModelHost {
             },
         );
         Ok(loaded)
+    }
+
+    /// The installed model called `name` (case-insensitive; Ollama's `:latest` tag allowed).
+    pub fn card(&self, name: &str) -> Result<ModelCard, ApiError> {
+        let installed = self.installed()?;
+        let key = key(name);
+        installed
+            .iter()
+            .find(|m| m.name.to_lowercase() == key)
+            .cloned()
+            .ok_or_else(|| {
+                let names: Vec<String> = installed.iter().map(|m| m.name.clone()).collect();
+                ApiError::unknown_model(name, &names)
+            })
     }
 
     /// Evict idle models, least recently used first, until `card` fits in the budget (they
