@@ -144,6 +144,21 @@ def test_a_tool_use_round_trip(client):
     assert count(client, longer, tools=[WEATHER_TOOL]) > answer.usage.input_tokens
 
 
+def test_a_forced_tool_is_always_called(client, keyed):
+    # `any` and a named tool force one call by constrained decoding, even for a greeting.
+    for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
+        answer = ask(client, user("Hello!"), tools=[WEATHER_TOOL], tool_choice=choice, max_tokens=48)
+        assert answer.stop_reason == "tool_use", answer
+        (block,) = [b for b in answer.content if b.type == "tool_use"]
+        assert block.name == "get_weather" and isinstance(block.input["city"], str)
+    events = raw_events(keyed, {"model": DEFAULT_MODEL, "max_tokens": 48, "stream": True, "temperature": 0,
+                                "messages": user("Hello!"), "tools": [WEATHER_TOOL], "tool_choice": {"type": "any"}})
+    partial = "".join(data["delta"]["partial_json"] for name, data in events
+                      if name == "content_block_delta" and data["delta"]["type"] == "input_json_delta")
+    assert json.loads(partial) == block.input
+    assert [data["delta"]["stop_reason"] for name, data in events if name == "message_delta"] == ["tool_use"]
+
+
 def test_the_api_key_is_checked(keyed):
     wrong = anthropic.Anthropic(base_url=keyed.url, api_key="sk-wrong", max_retries=0, timeout=60)
     with pytest.raises(anthropic.AuthenticationError) as e:
@@ -155,8 +170,8 @@ def test_the_api_key_is_checked(keyed):
     ({"messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}}]}]},
      anthropic.BadRequestError, "image"),
-    ({"messages": user("Hi"), "tools": [WEATHER_TOOL], "tool_choice": {"type": "any"}},
-     anthropic.BadRequestError, "not supported yet"),
+    ({"messages": user("Hi"), "tools": [WEATHER_TOOL], "tool_choice": {"type": "tool", "name": "nope"}},
+     anthropic.BadRequestError, "'nope'"),
     ({"messages": user("Hi"), "model": "no-such-model"}, anthropic.NotFoundError, "no-such-model"),
 ])
 def test_bad_requests_are_the_sdks_errors(client, kwargs, exception, fragment):

@@ -3,6 +3,8 @@
 increasing sequence numbers, deltas that join to the text), function tools with a call and
 its output sent back, and `previous_response_id` refused."""
 
+import json
+
 import openai
 import pytest
 from openai import OpenAI
@@ -91,9 +93,20 @@ def test_function_tools_and_a_call_round_trip(client):
     assert longer.usage.input_tokens > answer.usage.input_tokens
 
 
+def test_a_required_tool_choice_always_calls(client):
+    forced = respond(client, input="Hello!", tools=[WEATHER_TOOL], tool_choice="required", max_output_tokens=48)
+    (call,) = forced.output
+    assert call.type == "function_call" and call.name == "get_weather"
+    assert isinstance(json.loads(call.arguments)["city"], str)
+    events = list(respond(client, input="Hello!", tools=[WEATHER_TOOL], tool_choice="required",
+                          max_output_tokens=48, stream=True))
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and done[0].arguments == call.arguments
+
+
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"previous_response_id": "resp_123"}, "stateless"),
-    ({"tools": [WEATHER_TOOL], "tool_choice": "required"}, "not supported yet"),
+    ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "'nope'"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
      "input_image"),
 ])

@@ -195,4 +195,3 @@ fn an_invalid_schema_is_refused_with_the_reason() {
         other => panic!("expected Invalid, got {other:?}"),
     }
 }
-

@@ -22,8 +22,10 @@ use crate::{
     extract::{AnthropicBody, TextOr},
     generation::{next_or_gone, spawn_body, ChoiceEvent, Generation, Settings},
     openai::{arguments_value, sse, template_calls, template_tool, with_seed, CommonFields},
+    structured::{self, forced_call, ChatInput},
     App,
 };
+use seedbar_grammar::ToolSchema;
 
 // ---- requests --------------------------------------------------------------------------
 
@@ -106,8 +108,7 @@ struct Tool {
     input_schema: Value,
 }
 
-/// How the model may use the tools. `any` and `tool` force a call, which needs constrained
-/// decoding: refused for now.
+/// How the model may use the tools. `any` and `tool` force a call (by constrained decoding).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToolChoice {
@@ -131,13 +132,25 @@ fn text_of(content: TextOr<TextBlock>) -> String {
 
 impl Conversation {
     /// The chat as templates see it, and the tools offered (none with `tool_choice: none`).
-    fn into_chat(self) -> Result<(Vec<ChatMessage>, Option<Vec<Value>>), ApiError> {
+    /// A call that `any` or a named `tool` forces comes third.
+    fn into_chat(self) -> Result<ChatInput, ApiError> {
+        let forced_name = match &self.tool_choice {
+            Some(ToolChoice::Any) => Some(None),
+            Some(ToolChoice::Tool { name }) => Some(Some(name.as_str())),
+            Some(ToolChoice::Auto | ToolChoice::None) | None => None,
+        };
+        let forced = forced_name
+            .map(|name| {
+                let declared = self.tools.iter().map(|t| ToolSchema {
+                    name: t.name.clone(),
+                    parameters: t.input_schema.clone(),
+                });
+                forced_call(declared.collect(), name)
+            })
+            .transpose()?;
         let tools = match self.tool_choice {
-            Some(ToolChoice::Any | ToolChoice::Tool { .. }) => {
-                return Err(ApiError::forced_tool_choice())
-            }
             Some(ToolChoice::None) => None,
-            Some(ToolChoice::Auto) | None => Some(self.tools).filter(|t| !t.is_empty()),
+            _ => Some(self.tools).filter(|t| !t.is_empty()),
         };
         let tools = tools.map(|tools| {
             tools
@@ -158,7 +171,7 @@ impl Conversation {
         for (index, message) in self.messages.into_iter().enumerate() {
             push_turns(index, message, &mut chat)?;
         }
-        Ok((chat, tools))
+        Ok((chat, tools, forced))
     }
 }
 
@@ -560,8 +573,11 @@ pub async fn messages(
     let (common, fields, conversation): (CommonFields, MessagesFields, Conversation) =
         (body.parse()?, body.parse()?, body.parse()?);
     let model = app.models.get(&common.model).await?;
-    let settings = settings(&common, fields)?;
-    let (messages, tools) = conversation.into_chat()?;
+    let mut settings = settings(&common, fields)?;
+    let (messages, tools, forced) = conversation.into_chat()?;
+    if let Some(call) = forced {
+        structured::constrain(&mut settings, &model, call, "tool_choice")?;
+    }
     let prompt = model.chat_prompt(&messages, tools.as_deref())?;
     let stops = settings.stop.clone();
     let generation = Generation::start(
@@ -593,7 +609,7 @@ pub async fn count_tokens(
 ) -> Result<Json<TokenCount>, AnthropicError> {
     let (common, conversation): (CommonFields, Conversation) = (body.parse()?, body.parse()?);
     let model = app.models.get(&common.model).await?;
-    let (messages, tools) = conversation.into_chat()?;
+    let (messages, tools, _) = conversation.into_chat()?;
     let prompt = model.chat_prompt(&messages, tools.as_deref())?;
     Ok(Json(TokenCount {
         input_tokens: prompt.len(),
@@ -682,7 +698,7 @@ mod tests {
 
     use super::*;
 
-    fn conversation(body: Value) -> Result<(Vec<ChatMessage>, Option<Vec<Value>>), ApiError> {
+    fn conversation(body: Value) -> Result<ChatInput, ApiError> {
         serde_json::from_value::<Conversation>(body)
             .map_err(|e| ApiError::bad_param("body", e.to_string()))?
             .into_chat()
@@ -690,7 +706,7 @@ mod tests {
 
     #[test]
     fn a_conversation_becomes_template_turns_and_tools() {
-        let (chat, tools) = conversation(json!({
+        let (chat, tools, _) = conversation(json!({
             "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
             "tools": [{"name": "weather", "description": "Weather now",
                        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
@@ -735,7 +751,7 @@ mod tests {
     }
 
     #[test]
-    fn tool_choice_none_drops_the_tools_and_forcing_is_refused() {
+    fn tool_choice_none_drops_the_tools_and_any_or_tool_forces_a_call() {
         let with_choice = |choice: Value| {
             conversation(json!({
                 "messages": [{"role": "user", "content": "hi"}],
@@ -746,10 +762,16 @@ mod tests {
         assert!(with_choice(json!({"type": "auto"})).unwrap().1.is_some());
         assert_eq!(with_choice(json!({"type": "none"})).unwrap().1, None);
         for forced in [json!({"type": "any"}), json!({"type": "tool", "name": "f"})] {
-            let e = with_choice(forced).unwrap_err();
-            assert_eq!(e.status, StatusCode::BAD_REQUEST);
-            assert!(e.message.contains("not supported yet"), "{}", e.message);
+            let (_, tools, call) = with_choice(forced).unwrap();
+            assert!(tools.is_some());
+            let Some(seedbar_grammar::Format::ToolCall(calls)) = call else {
+                panic!("{call:?} forces no call")
+            };
+            assert_eq!(calls[0].name, "f");
         }
+        let e = with_choice(json!({"type": "tool", "name": "g"})).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("'g'"), "{}", e.message);
         let parsed: ToolChoice =
             serde_json::from_value(json!({"type": "tool", "name": "f"})).unwrap();
         assert_eq!(parsed, ToolChoice::Tool { name: "f".into() });

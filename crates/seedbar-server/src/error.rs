@@ -56,15 +56,6 @@ impl ApiError {
         }
     }
 
-    /// 400 for a `tool_choice` that forces a call (`any`, `required`, a named tool): that
-    /// needs constrained decoding, which is not wired yet.
-    pub fn forced_tool_choice() -> Self {
-        Self::bad_param(
-            "tool_choice",
-            "a tool_choice that forces a tool call is not supported yet; use auto or none",
-        )
-    }
-
     pub fn internal(message: impl std::fmt::Display) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, message.to_string())
     }

@@ -257,8 +257,14 @@ pub async fn generate(
         }
     };
     let settings = req.options.settings(&model, req.format.as_ref())?;
-    let generation =
-        Generation::start(model, vec![prompt], 1, settings, app.metrics.clone(), "gen-")?;
+    let generation = Generation::start(
+        model,
+        vec![prompt],
+        1,
+        settings,
+        app.metrics.clone(),
+        "gen-",
+    )?;
     Ok(respond(generation, req.stream, Kind::Generate).await?)
 }
 

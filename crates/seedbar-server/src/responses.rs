@@ -22,8 +22,10 @@ use crate::{
     extract::{JsonBody, TextOr},
     generation::{next_or_gone, spawn_body, ChoiceEvent, Generation},
     openai::{arguments_value, sse, template_calls, template_tool, with_seed, CommonFields},
+    structured::{self, forced_call, ChatInput},
     App,
 };
+use seedbar_grammar::ToolSchema;
 
 // ---- requests --------------------------------------------------------------------------
 
@@ -119,7 +121,7 @@ struct FunctionTool {
 }
 
 /// `auto`, `none`, `required`, or `{"type": "function", "name"}`. The last two force a
-/// call, which needs constrained decoding: refused for now.
+/// call (by constrained decoding).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ToolChoice {
@@ -148,7 +150,8 @@ fn text_of(content: Option<TextOr<InputPart>>) -> String {
 
 impl ResponsesRequest {
     /// The chat as templates see it, and the tools offered (none with `tool_choice: none`).
-    fn into_chat(self) -> Result<(Vec<ChatMessage>, Option<Vec<Value>>), ApiError> {
+    /// A call that `required` or a named function forces comes third.
+    fn into_chat(self) -> Result<ChatInput, ApiError> {
         if self.previous_response_id.is_some() {
             return Err(ApiError::bad_param(
                 "previous_response_id",
@@ -156,24 +159,33 @@ impl ResponsesRequest {
                  in `input` instead of previous_response_id",
             ));
         }
+        let forced_name = match &self.tool_choice {
+            Some(ToolChoice::Mode(ToolMode::Required)) => Some(None),
+            Some(ToolChoice::Function { name, .. }) => Some(Some(name.as_str())),
+            Some(ToolChoice::Mode(ToolMode::Auto | ToolMode::None)) | None => None,
+        };
+        let parameters = |t: &FunctionTool| {
+            t.parameters
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}))
+        };
+        let forced = forced_name
+            .map(|name| {
+                let declared = self.tools.iter().map(|t| ToolSchema {
+                    name: t.name.clone(),
+                    parameters: parameters(t),
+                });
+                forced_call(declared.collect(), name)
+            })
+            .transpose()?;
         let tools = match self.tool_choice {
-            Some(ToolChoice::Mode(ToolMode::Required) | ToolChoice::Function { .. }) => {
-                return Err(ApiError::forced_tool_choice())
-            }
             Some(ToolChoice::Mode(ToolMode::None)) => None,
-            Some(ToolChoice::Mode(ToolMode::Auto)) | None => {
-                Some(self.tools).filter(|t| !t.is_empty())
-            }
+            _ => Some(self.tools).filter(|t| !t.is_empty()),
         };
         let tools = tools.map(|tools| {
             tools
-                .into_iter()
-                .map(|t| {
-                    let parameters = t
-                        .parameters
-                        .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
-                    template_tool(t.name, t.description, parameters)
-                })
+                .iter()
+                .map(|t| template_tool(t.name.clone(), t.description.clone(), parameters(t)))
                 .collect()
         });
         let mut chat = Vec::new();
@@ -187,7 +199,7 @@ impl ResponsesRequest {
         if chat.iter().all(|m| m.role == "system") {
             return Err(ApiError::bad_param("input", "input must not be empty"));
         }
-        Ok((chat, tools))
+        Ok((chat, tools, forced))
     }
 }
 
@@ -672,8 +684,11 @@ impl Reply {
 pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Response, ApiError> {
     let (common, req): (CommonFields, ResponsesRequest) = (body.parse()?, body.parse()?);
     let model = app.models.get(&common.model).await?;
-    let settings = common.settings(req.max_output_tokens, None)?;
-    let (messages, tools) = req.into_chat()?;
+    let mut settings = common.settings(req.max_output_tokens, None)?;
+    let (messages, tools, forced) = req.into_chat()?;
+    if let Some(call) = forced {
+        structured::constrain(&mut settings, &model, call, "tool_choice")?;
+    }
     let prompt = model.chat_prompt(&messages, tools.as_deref())?;
     let generation = Generation::start(
         model,
@@ -795,12 +810,11 @@ async fn stream_response(mut generation: Generation, reply: Reply, tx: Sender<Ss
 
 #[cfg(test)]
 mod tests {
-    use axum::http::StatusCode;
     use serde_json::json;
 
     use super::*;
 
-    fn request(body: Value) -> Result<(Vec<ChatMessage>, Option<Vec<Value>>), ApiError> {
+    fn request(body: Value) -> Result<ChatInput, ApiError> {
         serde_json::from_value::<ResponsesRequest>(body)
             .map_err(|e| ApiError::bad_param("body", e.to_string()))?
             .into_chat()
@@ -808,7 +822,7 @@ mod tests {
 
     #[test]
     fn input_items_become_template_turns_and_tools() {
-        let (chat, tools) = request(json!({
+        let (chat, tools, _) = request(json!({
             "instructions": "Be brief.",
             "tools": [{"type": "function", "name": "weather", "description": "Weather now",
                        "parameters": {"type": "object"}, "strict": true}],
@@ -850,23 +864,25 @@ mod tests {
                 "name": "weather", "description": "Weather now",
                 "parameters": {"type": "object"}}})])
         );
-        let (chat, _) = request(json!({"input": "Hi"})).unwrap();
+        let (chat, _, _) = request(json!({"input": "Hi"})).unwrap();
         assert_eq!(chat, [ChatMessage::new("user", "Hi")]);
     }
 
     #[test]
-    fn stateful_and_forcing_requests_are_refused() {
+    fn stateful_requests_are_refused_and_forcing_ones_force_a_call() {
         let e = request(json!({"input": "Hi", "previous_response_id": "resp_1"})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("previous_response_id"));
         assert!(e.message.contains("stateless"), "{}", e.message);
         let tools = json!([{"type": "function", "name": "f"}]);
         for forced in [json!("required"), json!({"type": "function", "name": "f"})] {
-            let e =
-                request(json!({"input": "Hi", "tools": tools, "tool_choice": forced})).unwrap_err();
-            assert_eq!(e.status, StatusCode::BAD_REQUEST);
-            assert!(e.message.contains("not supported yet"), "{}", e.message);
+            let (_, _, call) =
+                request(json!({"input": "Hi", "tools": tools, "tool_choice": forced})).unwrap();
+            let Some(seedbar_grammar::Format::ToolCall(calls)) = call else {
+                panic!("{call:?} forces no call")
+            };
+            assert_eq!(calls[0].name, "f");
         }
-        let (_, none) =
+        let (_, none, _) =
             request(json!({"input": "Hi", "tools": tools, "tool_choice": "none"})).unwrap();
         assert_eq!(none, None);
         let e = request(json!({"input": [{"type": "function_call", "name": "f"}]})).unwrap_err();

@@ -8,6 +8,14 @@ use serde_json::Value;
 
 use crate::{error::ApiError, generation::Settings, models::LoadedModel};
 
+/// A chat request as templates see it: the messages, the tools offered to the model, and the
+/// call a tool choice forces.
+pub type ChatInput = (
+    Vec<seedbar_engine::ChatMessage>,
+    Option<Vec<Value>>,
+    Option<Format>,
+);
+
 /// OpenAI's `response_format`.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -109,26 +117,32 @@ impl ToolChoice {
                 .clone()
                 .unwrap_or_else(|| serde_json::json!({"type": "object"})),
         };
-        let forced: Vec<ToolSchema> = match self {
-            ToolChoice::Mode(_) => declared.iter().map(schema).collect(),
-            ToolChoice::Named(named) => declared
-                .iter()
-                .filter(|tool| tool.function.name == named.function.name)
-                .map(schema)
-                .collect(),
+        let declared = declared.iter().map(schema).collect();
+        let name = match self {
+            ToolChoice::Named(named) => Some(named.function.name.as_str()),
+            ToolChoice::Mode(_) => None,
         };
-        if forced.is_empty() {
-            let message = match self {
-                ToolChoice::Named(named) => format!(
-                    "tool_choice names the function '{}', which tools does not declare",
-                    named.function.name
-                ),
-                _ => "tool_choice 'required' needs at least one tool in tools".to_string(),
-            };
-            return Err(ApiError::bad_param("tool_choice", message));
-        }
-        Ok(Some(Format::ToolCall(forced)))
+        forced_call(declared, name).map(Some)
     }
+}
+
+/// One call of the declared `tools` (of `name` only, when the request names one): what a
+/// tool choice that forces a call demands. 400 when no declared tool qualifies.
+pub fn forced_call(tools: Vec<ToolSchema>, name: Option<&str>) -> Result<Format, ApiError> {
+    let forced: Vec<ToolSchema> = tools
+        .into_iter()
+        .filter(|tool| name.is_none_or(|name| tool.name == name))
+        .collect();
+    if forced.is_empty() {
+        let message = match name {
+            Some(name) => {
+                format!("tool_choice names the function '{name}', which tools does not declare")
+            }
+            None => "a tool_choice that forces a call needs at least one tool in tools".into(),
+        };
+        return Err(ApiError::bad_param("tool_choice", message));
+    }
+    Ok(Format::ToolCall(forced))
 }
 
 /// Ollama's `format`: `"json"`, a JSON schema, or empty for free text.
