@@ -605,3 +605,29 @@ def test_sigterm_quits_cleanly(tmp_path):
         assert not _answers(port)
     finally:
         desktop.close()
+
+
+def test_a_busy_port_falls_back_to_a_free_one(tmp_path):
+    """Another program holds the configured port: the app serves on a free port and says which
+    (the endpoint it prints is the one Copy Endpoint URL and /app/status give)."""
+    home = store_with_default_model(tmp_path / "home")
+    desktop = Desktop(tmp_path)
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    busy = holder.getsockname()[1]
+    try:
+        desktop.spawn("app", [str(APP), "--hidden"], env=dict(
+            desktop.env, SEEDBAR_HOME=str(home), SEEDBAR_PORT=str(busy), HOME=str(tmp_path)))
+        log = tmp_path / "app.log"
+        line = wait_for(lambda: re.search(r"Seedbar serving \S+ at http://127\.0\.0\.1:(\d+)/v1", log.read_text()),
+                        120, message="the app to serve")
+        port = int(line.group(1))
+        assert port != busy
+        assert f"port {busy} is in use" in log.read_text()
+        assert http_status(f"http://127.0.0.1:{port}/v1/models") == 200
+        status = json.loads(LOCAL.open(f"http://127.0.0.1:{port}/app/status", timeout=10).read())
+        assert str(port) in json.dumps(status), status
+    finally:
+        desktop.close()
+        holder.close()

@@ -135,10 +135,9 @@ async fn start<R: Runtime>(
     // not after a download or a long load); connections wait in the backlog until `serve`.
     let mut config = config(launch, &saved, String::new());
     config.check().map_err(|e| error(&e))?;
-    let address = SocketAddr::new(config.host, config.port);
-    let listener = TcpListener::bind(address)
+    let listener = bind(SocketAddr::new(config.host, config.port))
         .await
-        .map_err(|e| error(&format!("cannot listen on {address}: {e}")))?;
+        .map_err(|e| error(&e))?;
     let address = listener.local_addr().map_err(|e| error(&e))?;
     shell.set_connection(Connection {
         api: format!("http://{address}"),
@@ -182,6 +181,29 @@ async fn start<R: Runtime>(
         return Err(error(&format!("the server stopped: {e}")));
     }
     Ok(())
+}
+
+/// Listen on `address`; when another program holds its port, on a free one instead (the
+/// tray's endpoint, Copy Endpoint URL and `/app/status` give the port actually bound), so a
+/// busy port never leaves the app without its window's backend.
+async fn bind(address: SocketAddr) -> Result<TcpListener, String> {
+    match TcpListener::bind(address).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let listener = TcpListener::bind(SocketAddr::new(address.ip(), 0))
+                .await
+                .map_err(|e| format!("cannot listen on {}: {e}", address.ip()))?;
+            if let Ok(fallback) = listener.local_addr() {
+                tracing::warn!(
+                    "port {} is in use by another program; serving on port {} instead",
+                    address.port(),
+                    fallback.port()
+                );
+            }
+            Ok(listener)
+        }
+        Err(e) => Err(format!("cannot listen on {address}: {e}")),
+    }
 }
 
 /// Download progress shown in the tray, in whole percents.
