@@ -190,6 +190,35 @@ def test_a_pinned_seed_regenerates_the_same_reply(api):
     assert stored[1]["id"] == again[0]["message_id"] != first[1]["message_id"]
 
 
+def test_export_as_markdown_and_json_reproduces_a_pinned_reply(api, server):
+    conversation = create(api, "Colors: a list!", temperature=0.8, seed=777, max_tokens=SHORT)
+    cid = conversation["id"]
+    answer = reply(api, cid, {"content": "Name three colors."})[-1]["message"]["content"]
+
+    md = api.get(f"/app/conversations/{cid}/export")
+    assert md.status_code == 200, md.text
+    assert md.headers["content-type"].startswith("text/markdown")
+    assert md.headers["content-disposition"] == 'attachment; filename="Colors--a-list.md"'
+    assert md.text.startswith("# Colors: a list!\n")
+    assert "seed pinned 777" in md.text and "## User\n\nName three colors.\n" in md.text
+    assert f"seed 777)\n\n{answer.strip()}" in md.text
+
+    exported = api.get(f"/app/conversations/{cid}/export", params={"format": "json"}).json()
+    assert (exported["format"], exported["version"]) == ("seedbar.conversation", 1)
+    question, reply_message = exported["messages"]
+    assert reply_message["seed"] == 777 and reply_message["content"] == answer
+    # Reproduced elsewhere: the same seed and sampling through the OpenAI API give the reply.
+    sampling = reply_message["sampling"]
+    again = httpx.post(server.base_url + "/chat/completions", timeout=120, json={
+        "model": sampling["model"], "messages": [{"role": "user", "content": question["content"]}],
+        "seed": reply_message["seed"], "temperature": sampling["temperature"],
+        "top_p": sampling["top_p"], "max_tokens": sampling["max_tokens"]})
+    assert again.json()["choices"][0]["message"]["content"] == answer
+
+    assert_error(api.get(f"/app/conversations/{cid}/export", params={"format": "pdf"}), 400, "format")
+    assert api.get("/app/conversations/999999/export").status_code == 404
+
+
 def test_an_unpinned_reply_can_be_repeated_from_its_seed(api):
     conversation = create(api, temperature=0.9, max_tokens=SHORT)
     cid = conversation["id"]

@@ -1,5 +1,6 @@
 // The chat window against a real `seedbar serve` and the real SmolLM2-135M model.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
 import {
   MODEL, launchBrowser, messages, missing, newChat, pinSeed, regenerate, replyTo, screenshotPath, send, startServer, tid,
@@ -67,6 +68,25 @@ describe('chat window', { skip, timeout: 900_000 }, () => {
     await page.waitForSelector(tid('settings-panel'), { state: 'detached' });
     await page.mouse.move(0, 0);
     await page.screenshot({ path: screenshotPath('chat-browser.png') });
+  });
+
+  it('exports the conversation as Markdown and as JSON with its seeds', async () => {
+    const saved = async (testid) => {
+      await page.click(tid('export-toggle'));
+      const [download] = await Promise.all([page.waitForEvent('download'), page.click(tid(testid))]);
+      return { name: download.suggestedFilename(), text: readFileSync(await download.path(), 'utf8') };
+    };
+    const [, reply] = await messages(page);
+    const md = await saved('export-markdown');
+    assert.match(md.name, /\.md$/);
+    assert.match(md.text, /seed pinned 1234/);
+    assert.ok(md.text.includes(reply.text.trim()), 'the reply is in the Markdown');
+    const json = await saved('export-json');
+    assert.match(json.name, /\.json$/);
+    const exported = JSON.parse(json.text);
+    assert.equal(exported.format, 'seedbar.conversation');
+    assert.equal(exported.conversation.settings.seed, 1234);
+    assert.deepEqual(exported.messages.map((m) => m.seed), [null, 1234]);
   });
 
   it('pins the seed of a reply, and unpins with one click', async () => {

@@ -1,7 +1,7 @@
 // What the UI does: every request goes through here, and every failure ends as a message
 // on screen (a toast, or inline where the caller shows it).
 
-import { ApiError, Client, apiBase, isAbort, saveApiKey, storedApiKey } from './api';
+import { ApiError, Client, apiBase, isAbort, saveApiKey, storedApiKey, type ExportFormat } from './api';
 import {
   applyReplyEvent, beginReply, endReply, removeConversation, titleFrom, touchConversation, upsertConversation,
   type ReplyKind,
@@ -358,6 +358,25 @@ export async function submitApiKey(key: string) {
 }
 
 /** Copies text to the clipboard, with a fallback for webviews without the async API. */
+/** Saves the conversation as a file (the browser's download). */
+export async function exportConversation(id: number, format: ExportFormat): Promise<boolean> {
+  try {
+    const { name, blob } = await client.exportConversation(id, format);
+    const url = URL.createObjectURL(blob);
+    const link = document.createElement('a');
+    link.href = url;
+    link.download = name;
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
+  }
+}
+
 export async function copyText(text: string, label = 'Copied'): Promise<boolean> {
   try {
     if (navigator.clipboard?.writeText) {

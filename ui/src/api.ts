@@ -29,6 +29,8 @@ export class ApiError extends Error {
   }
 }
 
+export type ExportFormat = 'markdown' | 'json';
+
 export type ClientOptions = {
   base: string;
   /** The key sent as `Authorization: Bearer`, read on every request. */
@@ -156,6 +158,14 @@ export class Client {
     const response = await this.send('POST', `/app/conversations/${id}/reply`, what, body, signal);
     if (!response.body) throw new ApiError(`${what}: the server sent no stream`, response.status);
     await readReplyStream(response.body, onEvent, what);
+  }
+
+  /** The conversation as a file to save: Markdown, or JSON with each reply's seed and sampling. */
+  async exportConversation(id: number, format: ExportFormat): Promise<{ name: string; blob: Blob }> {
+    const response = await this.send('GET', `/app/conversations/${id}/export?format=${format}`, 'Exporting the conversation failed');
+    const disposition = response.headers.get('Content-Disposition') ?? '';
+    const name = /filename="([^"]+)"/.exec(disposition)?.[1] ?? `conversation.${format === 'json' ? 'json' : 'md'}`;
+    return { name, blob: await response.blob() };
   }
 
   // Models

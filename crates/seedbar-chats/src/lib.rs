@@ -2,8 +2,10 @@
 //! (each reply with the seed and sampling it used, and how it ended), and the app's
 //! settings. One database file in the data directory, in WAL mode with `synchronous=FULL`
 //! so that a write that returned survives a killed process and a power cut; schema
-//! migrations are numbered through `PRAGMA user_version` (see `schema`).
+//! migrations are numbered through `PRAGMA user_version` (see `schema`). `export` turns a
+//! conversation into Markdown or versioned JSON.
 
+pub mod export;
 mod schema;
 mod types;
 

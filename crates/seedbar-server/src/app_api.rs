@@ -53,6 +53,7 @@ pub fn routes() -> Router<Arc<App>> {
                 .delete(delete_conversation),
         )
         .route("/app/conversations/{id}/reply", post(reply))
+        .route("/app/conversations/{id}/export", get(export_conversation))
         .route("/app/models", get(list_models))
         .route("/app/models/{name}", delete(delete_model))
         .route("/app/models/pull", post(pull_model))
@@ -165,6 +166,68 @@ async fn get_conversation(
         conversation,
         messages,
     }))
+}
+
+/// `?format=`: `markdown` (the default) or `json`.
+#[derive(Debug, Default, Deserialize)]
+struct ExportQuery {
+    #[serde(default)]
+    format: ExportFormat,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum ExportFormat {
+    #[default]
+    Markdown,
+    Json,
+}
+
+/// A conversation as a download: Markdown to read, or JSON with every reply's seed and
+/// sampling (`seedbar_chats::export`).
+async fn export_conversation(
+    State(app): State<Arc<App>>,
+    id: Result<Path<i64>, PathRejection>,
+    query: Result<Query<ExportQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let id = path_id(id)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_param("format", e.body_text()))?;
+    let (conversation, messages) = db(&app, move |s| Ok((s.get(id)?, s.messages(id)?))).await?;
+    let (body, content_type, extension) = match query.format {
+        ExportFormat::Markdown => (
+            seedbar_chats::export::markdown(&conversation, &messages),
+            "text/markdown; charset=utf-8",
+            "md",
+        ),
+        ExportFormat::Json => (
+            serde_json::to_string_pretty(&seedbar_chats::export::Export::new(
+                &conversation,
+                &messages,
+            ))
+            .map_err(ApiError::internal)?,
+            "application/json",
+            "json",
+        ),
+    };
+    let name: String = conversation
+        .title
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let name = name.trim_matches('-');
+    let name = if name.is_empty() {
+        "conversation"
+    } else {
+        name
+    };
+    Response::builder()
+        .header(axum::http::header::CONTENT_TYPE, content_type)
+        .header(
+            axum::http::header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{name}.{extension}\""),
+        )
+        .body(body.into())
+        .map_err(ApiError::internal)
 }
 
 async fn update_conversation(

@@ -1,11 +1,11 @@
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
-import { newConversation, reply, stop } from '../actions';
+import { exportConversation, newConversation, reply, stop } from '../actions';
 import { drafts } from '../drafts';
 import { useAppState } from '../store';
 import { MessageItem } from './MessageItem';
 import { SeedPin } from './SeedPin';
 import { SettingsPanel } from './SettingsPanel';
-import { IconSend, IconSliders, IconStop } from './icons';
+import { IconDownload, IconSend, IconSliders, IconStop } from './icons';
 
 
 export function ChatView({ id }: { id: number | null }) {
@@ -65,6 +65,7 @@ export function ChatView({ id }: { id: number | null }) {
             <span class="chat-model" data-testid="chat-model">{conversation.settings.model}</span>
           </div>
           <SeedPin conversation={conversation} lastSeed={lastSeed} />
+          <ExportMenu id={id} />
           <button type="button" class={`icon-button${showSettings ? ' active' : ''}`} data-testid="toggle-settings"
             aria-label="Chat settings" aria-expanded={showSettings} title="Chat settings" onClick={toggleSettings}>
             <IconSliders size={18} />
@@ -181,5 +182,28 @@ function Composer({ id: convId, streaming }: { id: number | null; streaming: boo
         </button>
       )}
     </form>
+  );
+}
+
+/** Export the conversation: Markdown to read, JSON with the seeds that reproduce each reply. */
+function ExportMenu({ id }: { id: number }) {
+  const [open, setOpen] = useState(false);
+  const save = (format: 'markdown' | 'json') => {
+    setOpen(false);
+    void exportConversation(id, format);
+  };
+  return (
+    <div class="export-menu">
+      <button type="button" class={`icon-button${open ? ' active' : ''}`} data-testid="export-toggle"
+        aria-label="Export conversation" aria-expanded={open} title="Export conversation" onClick={() => setOpen((v) => !v)}>
+        <IconDownload size={18} />
+      </button>
+      {open && (
+        <div class="export-options" role="menu">
+          <button type="button" role="menuitem" data-testid="export-markdown" onClick={() => save('markdown')}>Markdown</button>
+          <button type="button" role="menuitem" data-testid="export-json" onClick={() => save('json')}>JSON (with seeds)</button>
+        </div>
+      )}
+    </div>
   );
 }

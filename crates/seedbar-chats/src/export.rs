@@ -1,0 +1,172 @@
+//! A conversation exported for use elsewhere: Markdown to read or share, and JSON that keeps
+//! everything needed to reproduce a pinned-seed reply (each reply's seed, model and sampling,
+//! the conversation's settings). The JSON is versioned (`seedbar.conversation`, version 1).
+
+use serde::Serialize;
+
+use crate::{Conversation, Message, Role, Status};
+
+/// The JSON export's format name and version.
+pub const FORMAT: &str = "seedbar.conversation";
+pub const VERSION: u32 = 1;
+
+/// The JSON export: the conversation as the app API lists it, and its messages.
+#[derive(Debug, Serialize)]
+pub struct Export<'a> {
+    pub format: &'static str,
+    pub version: u32,
+    pub conversation: &'a Conversation,
+    pub messages: &'a [Message],
+}
+
+impl<'a> Export<'a> {
+    pub fn new(conversation: &'a Conversation, messages: &'a [Message]) -> Self {
+        Export {
+            format: FORMAT,
+            version: VERSION,
+            conversation,
+            messages,
+        }
+    }
+}
+
+/// The conversation as Markdown: its title and settings, then each message under its
+/// author, a reply with the seed and sampling it used and how it ended if not complete.
+pub fn markdown(conversation: &Conversation, messages: &[Message]) -> String {
+    let settings = &conversation.settings;
+    let mut out = format!("# {}\n\n", one_line(&conversation.title));
+    out.push_str(&format!(
+        "Model `{}` · temperature {} · top-p {} · max tokens {} · seed {}\n",
+        settings.model,
+        settings.temperature,
+        settings.top_p,
+        settings.max_tokens,
+        settings
+            .seed
+            .map_or_else(|| "drawn per reply".to_string(), |s| format!("pinned {s}")),
+    ));
+    if !settings.system_prompt.is_empty() {
+        out.push_str(&format!(
+            "\n> System: {}\n",
+            quoted(&settings.system_prompt)
+        ));
+    }
+    for message in messages {
+        let heading = match message.role {
+            Role::User => "User".to_string(),
+            Role::Assistant => {
+                let mut about = Vec::new();
+                if let Some(sampling) = &message.sampling {
+                    about.push(format!("`{}`", sampling.model));
+                    about.push(format!("temperature {}", sampling.temperature));
+                }
+                if let Some(seed) = message.seed {
+                    about.push(format!("seed {seed}"));
+                }
+                if message.status != Status::Complete {
+                    about.push(message.status.as_str().to_string());
+                }
+                if about.is_empty() {
+                    "Assistant".to_string()
+                } else {
+                    format!("Assistant ({})", about.join(", "))
+                }
+            }
+        };
+        out.push_str(&format!(
+            "\n## {heading}\n\n{}\n",
+            message.content.trim_end()
+        ));
+    }
+    out
+}
+
+/// A title on one line (a heading ends at the line's end).
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Text kept inside a block quote, line by line.
+fn quoted(text: &str) -> String {
+    text.lines().collect::<Vec<_>>().join("\n> ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Sampling, Settings};
+
+    fn message(id: i64, role: Role, content: &str, seed: Option<u64>, status: Status) -> Message {
+        Message {
+            id,
+            conversation_id: 1,
+            role,
+            content: content.into(),
+            seed,
+            sampling: seed.map(|_| Sampling {
+                model: "SmolLM2".into(),
+                temperature: 0.7,
+                top_p: 1.0,
+                max_tokens: 64,
+                system_prompt: String::new(),
+            }),
+            status,
+            created_at: "2026-12-01T10:00:00Z".into(),
+        }
+    }
+
+    fn conversation(seed: Option<u64>) -> Conversation {
+        Conversation {
+            id: 1,
+            title: "Capitals\nof Europe".into(),
+            created_at: "2026-12-01T10:00:00Z".into(),
+            updated_at: "2026-12-01T10:01:00Z".into(),
+            settings: Settings {
+                seed,
+                system_prompt: "Be brief.\nUse English.".into(),
+                ..Settings::for_model("SmolLM2")
+            },
+        }
+    }
+
+    #[test]
+    fn markdown_names_each_author_and_the_seed_of_each_reply() {
+        let messages = [
+            message(1, Role::User, "Capital of France?", None, Status::Complete),
+            message(2, Role::Assistant, "Paris.\n", Some(42), Status::Complete),
+            message(3, Role::User, "And Spain?", None, Status::Complete),
+            message(4, Role::Assistant, "Mad", Some(43), Status::Stopped),
+        ];
+        let text = markdown(&conversation(Some(42)), &messages);
+        assert_eq!(
+            text,
+            "# Capitals of Europe\n\n\
+             Model `SmolLM2` · temperature 0.7 · top-p 1 · max tokens 512 · seed pinned 42\n\n\
+             > System: Be brief.\n> Use English.\n\n\
+             ## User\n\nCapital of France?\n\n\
+             ## Assistant (`SmolLM2`, temperature 0.7, seed 42)\n\nParis.\n\n\
+             ## User\n\nAnd Spain?\n\n\
+             ## Assistant (`SmolLM2`, temperature 0.7, seed 43, stopped)\n\nMad\n"
+        );
+        assert!(markdown(&conversation(None), &[]).contains("seed drawn per reply"));
+    }
+
+    #[test]
+    fn json_keeps_what_reproduces_a_reply() {
+        let messages = [message(
+            2,
+            Role::Assistant,
+            "Paris.",
+            Some(42),
+            Status::Complete,
+        )];
+        let conversation = conversation(Some(42));
+        let value = serde_json::to_value(Export::new(&conversation, &messages)).unwrap();
+        assert_eq!(value["format"], FORMAT);
+        assert_eq!(value["version"], 1);
+        assert_eq!(value["conversation"]["settings"]["seed"], 42);
+        assert_eq!(value["messages"][0]["seed"], 42);
+        assert_eq!(value["messages"][0]["sampling"]["temperature"], 0.7);
+        assert_eq!(value["messages"][0]["content"], "Paris.");
+    }
+}
