@@ -52,7 +52,7 @@ lint: ui
 	cargo clippy --workspace --all-targets -- -D warnings
 
 bench: build default-model
-	scripts/setup.sh --tests
+	scripts/setup.sh --bench
 	scripts/bench.sh
 
 # A long soak (tests/soak.py): 64 concurrent clients for 10 minutes against a server of its own

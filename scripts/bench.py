@@ -1,7 +1,8 @@
 """Seedbar vs mlx-lm on the same SmolLM2 weights, in one run: prefill of a 512-token prompt,
 batch-1 decode, aggregate throughput at 1/2/4/8 concurrent streams (mlx-lm's batched
 generation, and mlx-lm's server behaviour for seeded requests: one at a time), and Seedbar's
-seeded identity rate in random concurrent mixes. Prints the ratios (Seedbar / mlx-lm).
+seeded identity rate in random concurrent mixes. Prints the ratios (Seedbar / mlx-lm). Then the
+CPU peer a Linux user would pick, llama.cpp's llama-server, over HTTP (scripts/cpu_peer.py).
 
 Run through `make bench` (which prepares everything); mlx-lm reads the MLX directory that
 `seedbar convert` makes from the default GGUF."""
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import cpu_peer
 from mlx_lm import batch_generate, stream_generate
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import load
@@ -106,7 +108,13 @@ def main() -> None:
         print(f"  {name:<14} identical to alone {d['identical']}/{det['mixes']} ({d['identity_rate']:.0%}), "
               f"batched aggregate {d['batched_aggregate_tok_s']:.1f} tok/s")
     print(f"  cost of invariance: {det['invariance_cost']:+.1%} (goal <= 10%)")
+    print()
     sys.stdout.flush()
+    llama_server = CACHE / "llama-server.path"
+    if llama_server.exists():
+        cpu_peer.compare(SEEDBAR, Path(llama_server.read_text().strip()), gguf, PROMPTS)
+    else:
+        print("llama-server is not built: `make bench` builds it (scripts/setup.sh --bench)")
 
 
 if __name__ == "__main__":

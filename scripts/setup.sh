@@ -3,6 +3,7 @@
 #   scripts/setup.sh          system packages, MLX for mlx-rs (Linux), the default models,
 #                             Node.js, the chat UI's npm packages, the Tauri CLI
 #   scripts/setup.sh --tests  the same, plus the Python test tools (mlx-lm, openai, ...)
+#   scripts/setup.sh --bench  the same as --tests, plus llama-server (the CPU peer of `make bench`)
 # On macOS it first checks what it does not install itself (Xcode with the Metal toolchain,
 # CMake, Rust, Node.js, Python >= 3.10), names everything missing at once with the command
 # that installs it, and stops; then it writes .cargo/config.toml for mlx-sys's build of MLX
@@ -15,8 +16,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=versions.env
 source "$ROOT/scripts/versions.env"
 CACHE="${SEEDBAR_DEV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/seedbar-dev}"
-WITH_TESTS=0
+WITH_TESTS=0 WITH_BENCH=0
 [[ "${1:-}" == "--tests" ]] && WITH_TESTS=1
+[[ "${1:-}" == "--bench" ]] && WITH_TESTS=1 WITH_BENCH=1
 mkdir -p "$CACHE"
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 as_root() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
@@ -268,6 +270,31 @@ test_tools() {
   touch "$stamp"
 }
 
+# llama.cpp's llama-server, the peer `make bench` runs on the same GGUF: built (Release,
+# native CPU kernels, no network features, no web UI download) from the llama.cpp vendored in
+# the pinned llama-cpp-python sdist; its path goes to $CACHE/llama-server.path.
+llama_server() {
+  local dir="$CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION" work
+  if [[ ! -x "$dir/bin/llama-server" ]]; then
+    log "llama-server: building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION's llama.cpp (minutes)"
+    work="$dir.build" && rm -rf "$work" && mkdir -p "$work"
+    "$CACHE/venv/bin/pip" download -q --no-deps --no-binary :all: \
+      "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$work"
+    local sdist="$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
+    sha256_ok "$LLAMA_CPP_PYTHON_SHA256" "$sdist" || { echo "sha256 mismatch for $sdist" >&2; exit 1; }
+    tar xzf "$sdist" -C "$work"
+    cmake -S "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp" -B "$work/build" \
+      -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+      -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+      -DLLAMA_OPENSSL=OFF >/dev/null
+    cmake --build "$work/build" --target llama-server -j "$(getconf _NPROCESSORS_ONLN)" >/dev/null
+    mkdir -p "$dir/bin" && cp "$work/build/bin/llama-server" "$dir/bin/"
+    rm -rf "$work"
+  fi
+  echo "$dir/bin/llama-server" >"$CACHE/llama-server.path"
+}
+
 # Node.js for the chat UI and the Tauri CLI. The system's `node` when it is recent enough;
 # else (Debian 12 ships 18) the official binary that the npm registry carries as
 # node-<os>-<arch>, with its own npm, under $CACHE/node-$NODE_VERSION, linked from
@@ -349,4 +376,5 @@ node_toolchain
 ui_packages
 tauri_cli
 ((WITH_TESTS)) && test_tools
+((WITH_BENCH)) && llama_server
 log "ready"

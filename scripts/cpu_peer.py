@@ -1,0 +1,131 @@
+"""Seedbar vs llama.cpp's own llama-server on the same GGUF, over the same OpenAI HTTP API, in
+one run: aggregate throughput of 1, 8 and 16 concurrent seeded chats (llama-server with as many
+parallel slots, continuous batching), time to first token, batch-1 decode and the prefill of a
+512-token prompt. Both servers stay up side by side and each scenario runs on one, then the
+other, so drift on a shared machine hits both. Prints Seedbar / llama-server ratios.
+
+`make bench` builds llama-server (scripts/setup.sh --bench) and runs this from scripts/bench.py."""
+
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+CHATS, TOKENS, PREFILL_TOKENS, REPEAT = [1, 8, 16], 128, 512, 3
+# SmolLM2's end-of-reply ids (<|endoftext|>, <|im_end|>): banned, so every chat writes TOKENS.
+NO_EOS = {"0": -100, "2": -100}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def running(argv, port, env=None):
+    """A server process, once its /health answers 200; stopped on exit."""
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            if process.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"{argv[0]} exited: {log.read().decode(errors='replace')[-2000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"{argv[0]} did not become ready")
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def chat(url, model, prompt, seed, max_tokens):
+    """One streamed seeded chat: (seconds to first token, seconds to end, prompt and reply tokens)."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "seed": seed,
+            "temperature": 0.8, "max_tokens": max_tokens, "logit_bias": NO_EOS, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start, first, usage, chunks = time.perf_counter(), None, None, 0
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = httpx.Response(200, content=line[6:]).json()
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+                chunks += 1
+                first = first or time.perf_counter() - start
+    end = time.perf_counter() - start
+    prompt_tokens = usage["prompt_tokens"] if usage else 0
+    completion = usage["completion_tokens"] if usage else chunks
+    return first or end, end, prompt_tokens, completion
+
+
+def concurrent(url, model, prompts, n):
+    """n chats at once: aggregate tok/s and the median time to first token."""
+    results = [None] * n
+
+    def run(i):
+        results[i] = chat(url, model, prompts[i % len(prompts)], 1000 + i, TOKENS)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return {"tok_s": sum(r[3] for r in results) / wall, "ttft_s": statistics.median(r[0] for r in results),
+            "decode_tok_s": statistics.median((r[3] - 1) / (r[1] - r[0]) for r in results)}
+
+
+def prefill(url, model, filler):
+    """(prompt tokens, best tokens per second) of a ~512-token prompt, fresh each run (no prompt
+    cache can serve it)."""
+    runs = [chat(url, model, f"Run {run}: {filler}", run, 1) for run in range(REPEAT)]
+    return runs[0][2], max(r[2] / r[0] for r in runs)
+
+
+def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> None:
+    cores = str(os.cpu_count() or 2)
+    filler = "The quick brown fox jumps over the lazy dog. " * (PREFILL_TOKENS // 10)
+    print(f"Seedbar vs llama-server (-np N -t {cores}), same GGUF, {TOKENS} tokens per chat, temperature 0.8, seeded")
+    print(f"{'chats':<7}{'seedbar tok/s':>14}{'llama tok/s':>13}{'ratio':>8}{'seedbar ttft':>14}{'llama ttft':>12}")
+    seedbar_port = free_port()
+    with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port)], seedbar_port) as ours:
+        model = httpx.get(ours + "/v1/models").json()["data"][0]["id"]
+        single = {}
+        for n in CHATS:
+            port = free_port()
+            argv = [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", str(n), "-t", cores,
+                    "-c", str(1024 * n), "--log-disable"]
+            with running(argv, port) as peer:
+                concurrent(ours, model, prompts, n)  # warm-up: shapes, caches
+                concurrent(peer, model, prompts, n)
+                a, b = concurrent(ours, model, prompts, n), concurrent(peer, model, prompts, n)
+                print(f"{n:<7}{a['tok_s']:>14.1f}{b['tok_s']:>13.1f}{a['tok_s'] / b['tok_s']:>7.2f}x"
+                      f"{a['ttft_s']:>13.2f}s{b['ttft_s']:>11.2f}s")
+                if n == 1:
+                    single = {"ours": a, "peer": b, "ours_prefill": prefill(ours, model, filler),
+                              "peer_prefill": prefill(peer, model, filler)}
+    a, b = single["ours"]["decode_tok_s"], single["peer"]["decode_tok_s"]
+    print(f"batch-1 decode: seedbar {a:.1f} tok/s, llama-server {b:.1f} tok/s ({a / b:.2f}x)")
+    (tokens, a), (_, b) = single["ours_prefill"], single["peer_prefill"]
+    print(f"prefill of {tokens} tokens: seedbar {a:.0f} tok/s, llama-server {b:.0f} tok/s ({a / b:.2f}x)")
