@@ -130,7 +130,15 @@ def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None,
     model = module.Model(module.ModelArgs.from_dict(config))
     # Wider weights than the default init so logits are well separated and greedy
     # continuations do not hinge on ties.
+    gemma = config["model_type"].startswith("gemma")
     model.update(tree_map(lambda p: p * 3.0 if p.ndim == 2 else p, model.parameters()))
+    if gemma:
+        # Gemma scales embeddings by sqrt(d) and its norms by 1 + w (w starts at 1): keep the
+        # embeddings at their initial size and draw small w, so the input token does not
+        # drown the layers (the tied head would then repeat it) and the offset shows.
+        model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.1 if p.ndim == 1 else p, model.parameters()))
+        embed = model.model.embed_tokens
+        embed.weight = embed.weight / 3.0
     if quantize_bits:
         nn.quantize(model, group_size=32, bits=quantize_bits)
         config["quantization"] = {"group_size": 32, "bits": quantize_bits}

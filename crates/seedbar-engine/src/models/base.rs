@@ -133,15 +133,13 @@ impl RmsNorm {
         eps: f32,
         unit_offset: bool,
     ) -> Result<Self> {
-        let weight = weights.vector(name, size)?;
-        Ok(RmsNorm {
-            weight: if unit_offset {
-                weight.add(ops::ones_dtype(&[size], weight.dtype())?)?
-            } else {
-                weight
-            },
-            eps,
-        })
+        let mut weight = weights.vector(name, size)?;
+        if unit_offset {
+            weight = weight.add(ops::ones_dtype(&[size], weight.dtype())?)?;
+            // Now, on the loading thread: the engine thread cannot run its work.
+            weight.eval()?;
+        }
+        Ok(RmsNorm { weight, eps })
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {

@@ -58,13 +58,16 @@ pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Resu
             let scales: Vec<f32> = (0..head_dim)
                 .map(|i| if i < dims { mscale } else { 1.0 })
                 .collect();
+            let scales = Array::from_slice(&scales, &[head_dim]).as_dtype(dtype)?;
+            // Now, on the loading thread: the engine thread cannot run its work.
+            scales.eval()?;
             rope = Rope {
                 dims,
                 traditional: false,
                 base: None,
                 scale: 1.0,
                 freqs: Some(Array::from_slice(&periods, &[dims / 2])),
-                input_scale: Some(Array::from_slice(&scales, &[head_dim]).as_dtype(dtype)?),
+                input_scale: Some(scales),
             };
         }
     }
