@@ -249,3 +249,38 @@ impl ModelConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// transformers >= 5 writes Gemma 3's RoPE per layer type.
+    #[test]
+    fn per_layer_type_rope_parameters_are_lifted() {
+        let path = std::env::temp_dir().join(format!("seedbar-config-{}.json", std::process::id()));
+        let config = serde_json::json!({
+            "model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
+            "sliding_window": 512,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        });
+        std::fs::write(&path, config.to_string()).unwrap();
+        let config = ModelConfig::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(config.rope_theta, 1e6);
+        assert_eq!(config.rope_scaling.unwrap().factor, 8.0);
+        assert_eq!(config.extra["rope_local_base_freq"], 1e4);
+        assert_eq!(config.extra["sliding_window"], 512);
+    }
+
+    #[test]
+    fn an_unsupported_architecture_lists_the_supported_ones() {
+        let err = Architecture::parse("gpt_neox").unwrap_err().to_string();
+        assert!(err.contains("`gpt_neox`"), "{err}");
+        assert!(err.contains(&format!("(supported: {})", Architecture::supported())));
+        assert!(Architecture::supported().contains("gemma3_text, llama"));
+    }
+}

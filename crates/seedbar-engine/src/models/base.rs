@@ -85,6 +85,7 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// `x` times the input scale, if any.
     fn scaled(&self, x: &Array) -> Result<Array> {
         Ok(match &self.input_scale {
             Some(s) => x.multiply(s)?,
