@@ -42,6 +42,41 @@ ARCHITECTURES = {
     "mistral": dict(model_type="mistral", num_key_value_heads=1),
     "qwen2": dict(model_type="qwen2", tie_word_embeddings=True),
     "qwen3": dict(model_type="qwen3", head_dim=32),
+    # Window 8 with a 12-token prompt: sliding layers (0 and 2) mask inside the prefill and
+    # their decode runs past the window; sqrt(96) is not a bfloat16, so the embedding
+    # scale's rounding shows.
+    "gemma3": dict(
+        model_type="gemma3_text",
+        hidden_size=96,
+        num_hidden_layers=3,
+        head_dim=32,
+        query_pre_attn_scalar=48,
+        rope_theta=1_000_000.0,
+        rope_local_base_freq=10_000.0,
+        sliding_window=8,
+        sliding_window_pattern=2,
+    ),
+    "gemma2": dict(
+        model_type="gemma2",
+        head_dim=32,
+        query_pre_attn_scalar=24,
+        attn_logit_softcapping=20.0,
+        final_logit_softcapping=60.0,
+        tie_word_embeddings=True,
+    ),
+    "phi3": dict(model_type="phi3"),
+    # Long-rope on half of each head's dimensions, past its original context of 64.
+    "phi3_longrope": dict(
+        model_type="phi3",
+        partial_rotary_factor=0.5,
+        original_max_position_embeddings=64,
+        rope_scaling=dict(
+            type="longrope",
+            long_factor=[1.0, 1.5, 2.0, 4.0],
+            short_factor=[1.0, 1.0, 1.0, 1.0],
+        ),
+    ),
+    "smollm3": dict(model_type="smollm3", no_rope_layers=[1, 0]),
 }
 
 # A Qwen-style template exercising what Hugging Face templates use: namespaces, loop
@@ -95,7 +130,15 @@ def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None,
     model = module.Model(module.ModelArgs.from_dict(config))
     # Wider weights than the default init so logits are well separated and greedy
     # continuations do not hinge on ties.
+    gemma = config["model_type"].startswith("gemma")
     model.update(tree_map(lambda p: p * 3.0 if p.ndim == 2 else p, model.parameters()))
+    if gemma:
+        # Gemma scales embeddings by sqrt(d) and its norms by 1 + w (w starts at 1): keep the
+        # embeddings at their initial size and draw small w, so the input token does not
+        # drown the layers (the tied head would then repeat it) and the offset shows.
+        model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.1 if p.ndim == 1 else p, model.parameters()))
+        embed = model.model.embed_tokens
+        embed.weight = embed.weight / 3.0
     if quantize_bits:
         nn.quantize(model, group_size=32, bits=quantize_bits)
         config["quantization"] = {"group_size": 32, "bits": quantize_bits}

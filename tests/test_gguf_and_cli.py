@@ -113,7 +113,11 @@ def test_unsupported_architecture_is_named(seedbar, tmp_path):
     path = write_checkpoint(tmp_path / "ckpt", "llama")
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**config, "model_type": "gpt_neox"}))
-    assert_clear_failure(seedbar.run("run", "--model", path, "hi", check=False), "unsupported model architecture `gpt_neox`")
+    assert_clear_failure(
+        seedbar.run("run", "--model", path, "hi", check=False),
+        "unsupported model architecture `gpt_neox`",
+        "(supported: gemma2, gemma3_text, llama, mistral, phi3, qwen2, qwen3, smollm3)",
+    )
 
 
 def test_wrong_shapes_name_the_tensor(seedbar, tmp_path):

@@ -8,28 +8,50 @@ use serde::{Deserialize, Serialize};
 use crate::error::{EngineError, Result};
 
 /// Decoder-only transformer families Seedbar runs, one file each under `models/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
+    Gemma2,
+    Gemma3Text,
     Llama,
     Mistral,
+    Phi3,
     Qwen2,
     Qwen3,
+    SmolLm3,
 }
+
+/// Each architecture under the `model_type` its `config.json` names it by.
+const MODEL_TYPES: [(&str, Architecture); 8] = [
+    ("gemma2", Architecture::Gemma2),
+    ("gemma3_text", Architecture::Gemma3Text),
+    ("llama", Architecture::Llama),
+    ("mistral", Architecture::Mistral),
+    ("phi3", Architecture::Phi3),
+    ("qwen2", Architecture::Qwen2),
+    ("qwen3", Architecture::Qwen3),
+    ("smollm3", Architecture::SmolLm3),
+];
 
 impl Architecture {
     pub fn parse(model_type: &str) -> Result<Self> {
-        match model_type {
-            "llama" => Ok(Self::Llama),
-            "mistral" => Ok(Self::Mistral),
-            "qwen2" => Ok(Self::Qwen2),
-            "qwen3" => Ok(Self::Qwen3),
-            other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
-        }
+        MODEL_TYPES
+            .iter()
+            .find(|(name, _)| *name == model_type)
+            .map(|&(_, arch)| arch)
+            .ok_or_else(|| EngineError::UnsupportedArchitecture {
+                name: model_type.to_string(),
+                supported: Self::supported(),
+            })
+    }
+
+    /// The `model_type`s Seedbar loads, comma-separated (for error messages).
+    pub fn supported() -> String {
+        MODEL_TYPES.map(|(name, _)| name).join(", ")
     }
 }
 
-/// `rope_scaling` as Llama 3.x configs write it (`rope_type: "llama3"`).
+/// `rope_scaling` as configs write it: Llama 3.x (`rope_type: "llama3"`), linear, and
+/// Phi-3's long-rope (`type: "longrope"` or `"su"`, with per-frequency factors).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RopeScaling {
     #[serde(alias = "type")]
@@ -42,6 +64,9 @@ pub struct RopeScaling {
     pub high_freq_factor: f32,
     #[serde(default = "default_original_max")]
     pub original_max_position_embeddings: i32,
+    /// Long-rope: each frequency's factor past the original context (one per frequency).
+    #[serde(default)]
+    pub long_factor: Option<Vec<f32>>,
 }
 
 fn one() -> f32 {
@@ -111,6 +136,10 @@ pub struct ModelConfig {
     pub bos_token_id: Option<u32>,
     #[serde(default)]
     pub eos_token_id: Option<TokenIds>,
+    /// Everything else `config.json` holds: the architecture-specific settings, which each
+    /// architecture's file reads with [`ModelConfig::params`].
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ModelConfig {
@@ -129,9 +158,18 @@ impl ModelConfig {
     }
 
     fn lift_rope_parameters(&mut self, path: &Path) -> Result<()> {
-        let Some(params) = self.rope_parameters.take() else {
+        let Some(mut params) = self.rope_parameters.take() else {
             return Ok(());
         };
+        // Per layer type (Gemma 3): the global layers' RoPE is the model's, the sliding
+        // layers' base goes where older configs put it.
+        if let Some(full) = params.get("full_attention").cloned() {
+            let local = params["sliding_attention"]["rope_theta"].clone();
+            if !local.is_null() {
+                self.extra.entry("rope_local_base_freq").or_insert(local);
+            }
+            params = full;
+        }
         if let Some(theta) = params.get("rope_theta").and_then(|v| v.as_f64()) {
             self.rope_theta = theta as f32;
         }
@@ -145,6 +183,16 @@ impl ModelConfig {
             })?);
         }
         Ok(())
+    }
+
+    /// The architecture's own settings (a struct of the `config.json` fields it reads).
+    pub fn params<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_value(serde_json::Value::Object(self.extra.clone())).map_err(|e| {
+            EngineError::bad_file(
+                "config.json",
+                format!("invalid {} settings: {e}", self.model_type),
+            )
+        })
     }
 
     pub fn architecture(&self) -> Result<Architecture> {
@@ -184,7 +232,14 @@ impl ModelConfig {
             ));
         }
         if let Some(scaling) = &self.rope_scaling {
-            if !matches!(scaling.rope_type.as_str(), "llama3" | "default" | "linear") {
+            let long = matches!(scaling.rope_type.as_str(), "longrope" | "su");
+            if long && scaling.long_factor.is_none() {
+                return Err(EngineError::bad_file(
+                    path,
+                    "rope_scaling of type longrope needs `long_factor`",
+                ));
+            }
+            if !long && !matches!(scaling.rope_type.as_str(), "llama3" | "default" | "linear") {
                 return Err(EngineError::bad_file(
                     path,
                     format!("unsupported rope_scaling type `{}`", scaling.rope_type),
@@ -192,5 +247,40 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// transformers >= 5 writes Gemma 3's RoPE per layer type.
+    #[test]
+    fn per_layer_type_rope_parameters_are_lifted() {
+        let path = std::env::temp_dir().join(format!("seedbar-config-{}.json", std::process::id()));
+        let config = serde_json::json!({
+            "model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256,
+            "sliding_window": 512,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        });
+        std::fs::write(&path, config.to_string()).unwrap();
+        let config = ModelConfig::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(config.rope_theta, 1e6);
+        assert_eq!(config.rope_scaling.unwrap().factor, 8.0);
+        assert_eq!(config.extra["rope_local_base_freq"], 1e4);
+        assert_eq!(config.extra["sliding_window"], 512);
+    }
+
+    #[test]
+    fn an_unsupported_architecture_lists_the_supported_ones() {
+        let err = Architecture::parse("gpt_neox").unwrap_err().to_string();
+        assert!(err.contains("`gpt_neox`"), "{err}");
+        assert!(err.contains(&format!("(supported: {})", Architecture::supported())));
+        assert!(Architecture::supported().contains("gemma3_text, llama"));
     }
 }

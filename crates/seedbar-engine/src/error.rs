@@ -5,8 +5,8 @@ use std::path::PathBuf;
 /// Errors from loading models, tokenizing, and generating.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("unsupported model architecture `{0}` (supported: llama, mistral, qwen2, qwen3)")]
-    UnsupportedArchitecture(String),
+    #[error("unsupported model architecture `{name}` (supported: {supported})")]
+    UnsupportedArchitecture { name: String, supported: String },
     #[error("{path}: {message}")]
     BadModelFile { path: PathBuf, message: String },
     #[error("{path}: file not found")]

@@ -80,9 +80,10 @@ pub fn read(path: &Path) -> Result<GgufContents> {
         .string("general.architecture")?
         .ok_or_else(|| EngineError::bad_file(path, "metadata `general.architecture` is missing"))?;
     if arch != "llama" {
-        return Err(EngineError::UnsupportedArchitecture(format!(
-            "{arch} (in GGUF)"
-        )));
+        return Err(EngineError::UnsupportedArchitecture {
+            name: format!("{arch} (in GGUF)"),
+            supported: "llama".into(),
+        });
     }
     let key = |k: &str| format!("{arch}.{k}");
     let int = |k: &str| -> Result<i32> { Ok(meta.required(&key(k))? as i32) };
@@ -117,6 +118,7 @@ pub fn read(path: &Path) -> Result<GgufContents> {
         max_position_embeddings: meta.number(&key("context_length"))?.map(|v| v as i32),
         bos_token_id: bos,
         eos_token_id: eos.map(TokenIds::One),
+        extra: Default::default(),
     };
     config.validate(path)?;
     let head_dim = config.head_dim();

@@ -7,7 +7,10 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use mlx_rs::{ops, Array, Dtype};
+use mlx_rs::{
+    ops::{self, indexing::IndexOp},
+    Array, Dtype,
+};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
@@ -125,6 +128,35 @@ impl WeightMap {
         Ok(Linear { weight, bias })
     }
 
+    /// Projections stored as one under `prefix` (rows of each end to end, as Phi-3's
+    /// `qkv_proj` and `gate_up_proj`), split at load into `outputs[i]` rows each.
+    pub fn fused_linear<const N: usize>(
+        &mut self,
+        prefix: &str,
+        input: i32,
+        outputs: [i32; N],
+        bias: bool,
+    ) -> Result<[Linear; N]> {
+        let whole = self.linear(prefix, input, outputs.iter().sum(), bias)?;
+        let mut start = 0;
+        let parts = outputs
+            .iter()
+            .map(|&rows| {
+                let part = start..start + rows;
+                start += rows;
+                Ok(Linear {
+                    weight: whole.weight.rows(part.clone())?,
+                    bias: whole
+                        .bias
+                        .as_ref()
+                        .map(|b| materialize(b.index(part)))
+                        .transpose()?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(parts.try_into().expect("one part per output"))
+    }
+
     /// The embedding table under `prefix`: `rows` tokens of `width` features.
     pub fn embedding(&mut self, prefix: &str, rows: i32, width: i32) -> Result<Embedding> {
         Ok(Embedding {
@@ -234,6 +266,20 @@ pub enum Matrix {
 }
 
 impl Matrix {
+    /// Rows `range` of the matrix, as a matrix of their own.
+    fn rows(&self, range: std::ops::Range<i32>) -> Result<Matrix> {
+        let rows = |a: &Array| materialize(a.index((range.clone(), ..)));
+        Ok(match self {
+            Matrix::Dense(w) => Matrix::Dense(rows(w)?),
+            Matrix::Quantized(q) => Matrix::Quantized(Quantized {
+                weight: rows(&q.weight)?,
+                scales: rows(&q.scales)?,
+                biases: rows(&q.biases)?,
+                ..q.clone()
+            }),
+        })
+    }
+
     /// `x @ self.T`
     fn matmul_transposed(&self, x: &Array) -> Result<Array> {
         Ok(match self {

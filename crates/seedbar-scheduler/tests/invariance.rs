@@ -1,6 +1,7 @@
-//! Seed isolation and batch invariance on the real SmolLM2 model (CPU): a seeded request's
-//! whole reply is the same alone and batched with any neighbours, arriving at any step, and
-//! with its prefix cached or computed.
+//! Seed isolation and batch invariance on the real SmolLM2 model (CPU), and on a small
+//! random-weight Gemma 3 whose sliding windows are shorter than its prompts: a seeded
+//! request's whole reply is the same alone and batched with any neighbours, arriving at
+//! any step, and with its prefix cached or computed.
 
 use seedbar_engine::{
     step_plan::{Backend, Layout, WeightKind},
@@ -27,12 +28,15 @@ const PROMPTS: [&str; 8] = [
 ];
 
 fn request(model: &Model, prompt: &str, seed: u64, max_tokens: usize) -> Request {
-    let mut r = Request::new(
-        model
-            .chat_prompt(&[ChatMessage::new("user", prompt)], None)
-            .unwrap(),
-        max_tokens,
-    );
+    let tokens = model
+        .chat_prompt(&[ChatMessage::new("user", prompt)], None)
+        .unwrap();
+    seeded(tokens, seed, max_tokens)
+}
+
+/// A request sampling at temperature 0.8 with `seed`.
+fn seeded(tokens: Vec<u32>, seed: u64, max_tokens: usize) -> Request {
+    let mut r = Request::new(tokens, max_tokens);
     r.seed = Some(seed);
     r.sampling = SamplingParams {
         temperature: 0.8,
@@ -90,7 +94,8 @@ fn alone(scheduler: &Scheduler, r: Request) -> Reply {
 
 #[test]
 fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
-    independent_of_siblings_and_arrival(SchedulerConfig::default(), PROMPTS[0]);
+    let (model, target, siblings) = chat_case(PROMPTS[0]);
+    independent_of_siblings_and_arrival(model, SchedulerConfig::default(), target, siblings);
 }
 
 /// The GPU layout's pooled decode attention (KV slots by capacity class, one scatter and a
@@ -104,17 +109,28 @@ fn pooled_decode_attention_is_independent_too() {
         ..SchedulerConfig::default()
     };
     let long = format!("{} ", PROMPTS[3]).repeat(9);
-    independent_of_siblings_and_arrival(config, &long);
+    let (model, target, siblings) = chat_case(&long);
+    independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
-fn independent_of_siblings_and_arrival(config: SchedulerConfig, prompt: &str) {
+/// The real model, a 64-token seeded reply to `prompt` and seven siblings' requests.
+fn chat_case(prompt: &str) -> (Model, Request, Vec<Request>) {
     let model = model();
-    let mut target = request(&model, prompt, 42, 64);
-    // Never end early, so the whole 64-token reply is compared.
-    target.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
-    let siblings: Vec<Request> = (1..8)
+    let target = request(&model, prompt, 42, 64);
+    let siblings = (1..8)
         .map(|i| request(&model, PROMPTS[i], 1000 + i as u64, 40 + 7 * i))
         .collect();
+    (model, target, siblings)
+}
+
+fn independent_of_siblings_and_arrival(
+    model: Model,
+    config: SchedulerConfig,
+    mut target: Request,
+    siblings: Vec<Request>,
+) {
+    // Never end early, so the whole 64-token reply is compared.
+    target.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
     let scheduler = Scheduler::start(model, config);
     let reference = alone(&scheduler, target.clone());
     assert_eq!(reference.tokens.len(), 64);
@@ -327,4 +343,182 @@ fn a_constrained_seeded_reply_is_independent_of_free_neighbours() {
         assert_eq!(tokens, reference.tokens, "among {others} free rows");
         drop((early, late));
     }
+}
+
+/// A random-weight Gemma 3 (gemma3_text) in a scratch folder: two layers, the first with a
+/// sliding window of 16 positions, a 256-token vocabulary with a word-level tokenizer.
+fn sliding_window_model() -> Model {
+    use mlx_rs::{random, Array};
+    const WINDOW: i32 = 16;
+    let (d, heads, kv_heads, head_dim, inner, vocab) = (64, 4, 2, 32, 128, 256);
+    // Tests run in parallel: each call writes a folder of its own.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("seedbar-gemma3-{}-{call}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = serde_json::json!({
+        "model_type": "gemma3_text", "hidden_size": d, "num_hidden_layers": 2,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+        "intermediate_size": inner, "vocab_size": vocab, "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
+        "query_pre_attn_scalar": head_dim, "sliding_window": WINDOW,
+        "sliding_window_pattern": 2, "eos_token_id": vocab - 1,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let words: serde_json::Map<String, serde_json::Value> =
+        (0..vocab).map(|i| (format!("t{i}"), i.into())).collect();
+    let tokenizer = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null, "model": {"type": "WordLevel", "vocab": words, "unk_token": "t0"},
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    // Projections of variance 1 / fan-in and an output head of its own whose logits spread
+    // about 2, so the samples vary.
+    let key = std::cell::Cell::new(0);
+    let normal = |shape: &[i32], std: f32| {
+        key.set(key.get() + 1);
+        let k = random::key(key.get()).unwrap();
+        random::normal::<f32>(shape, None, std, &k).unwrap()
+    };
+    let matrix = |rows: i32, cols: i32| normal(&[rows, cols], 1.0 / (cols as f32).sqrt());
+    let mut tensors: Vec<(String, Array)> = vec![
+        (
+            "model.embed_tokens.weight".into(),
+            normal(&[vocab, d], 0.25),
+        ),
+        ("model.norm.weight".into(), normal(&[d], 0.1)),
+        (
+            "lm_head.weight".into(),
+            normal(&[vocab, d], 2.0 / (d as f32).sqrt()),
+        ),
+    ];
+    for layer in 0..2 {
+        let p = format!("model.layers.{layer}");
+        let norms = [
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ];
+        for norm in norms {
+            tensors.push((format!("{p}.{norm}.weight"), normal(&[d], 0.1)));
+        }
+        for (name, rows, cols) in [
+            ("self_attn.q_proj", heads * head_dim, d),
+            ("self_attn.k_proj", kv_heads * head_dim, d),
+            ("self_attn.v_proj", kv_heads * head_dim, d),
+            ("self_attn.o_proj", d, heads * head_dim),
+            ("mlp.gate_proj", inner, d),
+            ("mlp.up_proj", inner, d),
+            ("mlp.down_proj", d, inner),
+        ] {
+            tensors.push((format!("{p}.{name}.weight"), matrix(rows, cols)));
+        }
+        for norm in ["q_norm", "k_norm"] {
+            tensors.push((
+                format!("{p}.self_attn.{norm}.weight"),
+                normal(&[head_dim], 0.1),
+            ));
+        }
+    }
+    Array::save_safetensors(
+        tensors.iter().map(|(name, t)| (name.as_str(), t)),
+        &std::collections::HashMap::new(),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    seedbar_engine::runtime::prepare();
+    let model = Model::load(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    model
+}
+
+/// `len` token ids from `seed` (a fixed pseudo-random walk over the vocabulary).
+fn token_ids(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (seed * 7919 + i * 104_729) % 250)
+        .collect()
+}
+
+/// The sliding-window model's case: prompts and replies well past the window.
+fn sliding_window_case() -> (Model, Request, Vec<Request>) {
+    let target = seeded(token_ids(1, 40), 42, 64);
+    let siblings = (1..8)
+        .map(|i| {
+            seeded(
+                token_ids(10 + i, 20 + 9 * i as usize),
+                1000 + i as u64,
+                30 + 7 * i as usize,
+            )
+        })
+        .collect();
+    (sliding_window_model(), target, siblings)
+}
+
+#[test]
+fn sliding_window_replies_are_independent_of_siblings_and_arrival() {
+    let (model, target, siblings) = sliding_window_case();
+    independent_of_siblings_and_arrival(model, SchedulerConfig::default(), target, siblings);
+}
+
+/// The GPU layout's pooled decode, whose masks carry the sliding layers' windows.
+#[test]
+fn sliding_window_pooled_decode_is_independent_too() {
+    let (model, target, siblings) = sliding_window_case();
+    let config = SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
+        max_rows: 32,
+        ..SchedulerConfig::default()
+    };
+    independent_of_siblings_and_arrival(model, config, target, siblings);
+}
+
+/// The pooled layout's windowed masks select what the per-row layout's sliced keys do:
+/// greedy replies agree.
+#[test]
+fn sliding_window_pooled_decode_agrees_with_per_row_attention() {
+    let mut greedy = seeded(token_ids(5, 40), 0, 64);
+    greedy.sampling.temperature = 0.0;
+    let pooled = SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
+        ..SchedulerConfig::default()
+    };
+    let replies: Vec<Vec<u32>> = [SchedulerConfig::default(), pooled]
+        .into_iter()
+        .map(|config| {
+            let scheduler = Scheduler::start(sliding_window_model(), config);
+            alone(&scheduler, greedy.clone()).tokens
+        })
+        .collect();
+    assert_eq!(replies[0], replies[1]);
+}
+
+/// A second turn whose prompt holds the first turn's prompt (three prefill chunks) and reply:
+/// the prefix cache's reuse of sliding layers' KV gives the reply a cold start gives.
+#[test]
+fn sliding_window_prefix_cache_hit_equals_miss() {
+    let chunk = seedbar_engine::generate::PREFILL_CHUNK;
+    let first_turn = token_ids(3, 2 * chunk + 40);
+    let warm = Scheduler::start(sliding_window_model(), SchedulerConfig::default());
+    let answer = alone(&warm, seeded(first_turn.clone(), 7, 48));
+    // Positive control: another seed, another reply.
+    let other = alone(&warm, seeded(first_turn.clone(), 8, 48));
+    assert_ne!(answer.tokens, other.tokens);
+    let distinct: std::collections::BTreeSet<&u32> = answer.tokens.iter().collect();
+    assert!(
+        distinct.len() > 8,
+        "a degenerate model: {:?}",
+        answer.tokens
+    );
+    let mut second_turn = first_turn;
+    second_turn.extend(&answer.tokens);
+    second_turn.extend(token_ids(4, 20));
+    let turn2 = seeded(second_turn, 9, 48);
+    let cold = Scheduler::start(sliding_window_model(), SchedulerConfig::default());
+    let miss = alone(&cold, turn2.clone());
+    let hit = alone(&warm, turn2);
+    assert_eq!(miss.cached, 0);
+    assert!(hit.cached >= 2 * chunk, "cached {}", hit.cached);
+    assert_eq!(hit.tokens, miss.tokens);
 }

@@ -1,7 +1,12 @@
 //! The decoder-only transformer every supported architecture is an instance of:
-//! embeddings, pre-norm attention + SwiGLU blocks, final norm, output head. Architectures
-//! differ only in the switches of [`Variant`], set by their own files. How a step's rows
-//! are laid out into matmuls and attention calls comes from a [`StepPlan`].
+//! embeddings, pre-norm attention + gated-MLP blocks, final norm, output head. Architectures
+//! differ only in the switches of [`Variant`] and in each layer's [`LayerAttention`] (its
+//! RoPE, or none, and its sliding window), set by their own files. How a step's rows are
+//! laid out into matmuls and attention calls comes from a [`StepPlan`].
+//!
+//! Sliding-window layers keep every position's keys and values and mask those outside the
+//! window (so the prefix cache and the KV pool treat them like any layer); a cache that
+//! keeps only the window would save memory past it.
 
 use std::collections::{hash_map::Entry, BTreeMap, HashMap};
 
@@ -24,8 +29,45 @@ use crate::{
 pub struct Variant {
     /// Biases on the q/k/v projections (Qwen2).
     pub qkv_bias: bool,
-    /// RMS norms on each head's queries and keys before RoPE (Qwen3).
+    /// RMS norms on each head's queries and keys before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// Norm weights stored as offsets from one: `x * (1 + w)` (Gemma).
+    pub unit_offset_norms: bool,
+    /// Norms on the attention and MLP outputs too (Gemma 2/3): `post_attention_layernorm`
+    /// then normalizes the attention output and `pre_feedforward_layernorm` /
+    /// `post_feedforward_layernorm` wrap the MLP.
+    pub sandwich_norms: bool,
+    /// The gate's activation in the MLP.
+    pub activation: Activation,
+    /// `qkv_proj` and `gate_up_proj` stored fused (Phi-3); split into rows at load.
+    pub fused_projections: bool,
+    /// Attention's query scale when it is not `1/sqrt(head_dim)` (Gemma).
+    pub attention_scale: Option<f32>,
+    /// `cap * tanh(scores / cap)` on attention scores before the mask (Gemma 2).
+    pub attention_softcap: Option<f32>,
+    /// `cap * tanh(logits / cap)` on the output logits (Gemma 2).
+    pub logit_softcap: Option<f32>,
+    /// Factor the token embeddings are multiplied by, in the compute dtype (Gemma: sqrt(d)).
+    pub embedding_scale: Option<f32>,
+}
+
+/// The MLP gate's activation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Activation {
+    /// `x * sigmoid(x)` (SwiGLU).
+    #[default]
+    Silu,
+    /// GELU with the tanh approximation (GeGLU, Gemma).
+    GeluTanh,
+}
+
+/// How one layer's attention sees positions.
+#[derive(Debug, Clone)]
+pub struct LayerAttention {
+    /// The layer's rotary embedding; `None` for a layer without one (SmolLM3's NoPE layers).
+    pub rope: Option<Rope>,
+    /// A query at position `p` sees keys in `(p - window, p]`; `None`: every earlier key.
+    pub window: Option<i32>,
 }
 
 /// Rotary position embedding settings.
@@ -37,13 +79,24 @@ pub struct Rope {
     pub scale: f32,
     /// Per-frequency periods, when the architecture rescales frequencies (Llama 3).
     pub freqs: Option<Array>,
+    /// Per-feature factors (`[head_dim]`) the input is multiplied by before rotating
+    /// (long-rope's attention scaling on the rotated features).
+    pub input_scale: Option<Array>,
 }
 
 impl Rope {
+    /// `x` times the input scale, if any.
+    fn scaled(&self, x: &Array) -> Result<Array> {
+        Ok(match &self.input_scale {
+            Some(s) => x.multiply(s)?,
+            None => x.clone(),
+        })
+    }
+
     /// `x` (`[B, H, L, hd]`) rotated for positions `offset..offset + L`.
     fn apply(&self, x: &Array, offset: i32) -> Result<Array> {
         Ok(fast::rope(
-            x,
+            self.scaled(x)?,
             self.dims,
             self.traditional,
             self.base,
@@ -56,7 +109,7 @@ impl Rope {
     /// `x` (`[B, H, 1, hd]`) with row `b` rotated for position `positions[b]`.
     fn apply_at(&self, x: &Array, positions: &Array) -> Result<Array> {
         Ok(fast::rope_dynamic(
-            x,
+            self.scaled(x)?,
             self.dims,
             self.traditional,
             self.base,
@@ -73,11 +126,21 @@ struct RmsNorm {
 }
 
 impl RmsNorm {
-    fn load(weights: &mut WeightMap, name: &str, size: i32, eps: f32) -> Result<Self> {
-        Ok(RmsNorm {
-            weight: weights.vector(name, size)?,
-            eps,
-        })
+    /// The norm stored as `name`; with `unit_offset` the stored weight is `w` of `1 + w`.
+    fn load(
+        weights: &mut WeightMap,
+        name: &str,
+        size: i32,
+        eps: f32,
+        unit_offset: bool,
+    ) -> Result<Self> {
+        let mut weight = weights.vector(name, size)?;
+        if unit_offset {
+            weight = weight.add(ops::ones_dtype(&[size], weight.dtype())?)?;
+            // Now, on the loading thread: the engine thread cannot run its work.
+            weight.eval()?;
+        }
+        Ok(RmsNorm { weight, eps })
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {
@@ -95,29 +158,115 @@ struct Attention {
     heads: i32,
     kv_heads: i32,
     head_dim: i32,
+    scale: f32,
+    softcap: Option<f32>,
+    positions: LayerAttention,
 }
 
 impl Attention {
-    fn load(weights: &mut WeightMap, prefix: &str, c: &ModelConfig, v: Variant) -> Result<Self> {
+    fn load(
+        weights: &mut WeightMap,
+        prefix: &str,
+        c: &ModelConfig,
+        v: Variant,
+        positions: LayerAttention,
+    ) -> Result<Self> {
         let (d, hd) = (c.hidden_size, c.head_dim());
         let (heads, kv_heads) = (c.num_attention_heads, c.kv_heads());
         let bias = v.qkv_bias || c.attention_bias;
         let norm = |w: &mut WeightMap, n: &str| -> Result<Option<RmsNorm>> {
             v.qk_norm
-                .then(|| RmsNorm::load(w, &format!("{prefix}.{n}.weight"), hd, c.rms_norm_eps))
+                .then(|| {
+                    let name = format!("{prefix}.{n}.weight");
+                    RmsNorm::load(w, &name, hd, c.rms_norm_eps, v.unit_offset_norms)
+                })
                 .transpose()
         };
+        let outputs = [heads * hd, kv_heads * hd, kv_heads * hd];
+        let [q_proj, k_proj, v_proj] = if v.fused_projections {
+            weights.fused_linear(&format!("{prefix}.qkv_proj"), d, outputs, bias)?
+        } else {
+            let [q, k, v] = outputs;
+            [
+                weights.linear(&format!("{prefix}.q_proj"), d, q, bias)?,
+                weights.linear(&format!("{prefix}.k_proj"), d, k, bias)?,
+                weights.linear(&format!("{prefix}.v_proj"), d, v, bias)?,
+            ]
+        };
         Ok(Attention {
-            q_proj: weights.linear(&format!("{prefix}.q_proj"), d, heads * hd, bias)?,
-            k_proj: weights.linear(&format!("{prefix}.k_proj"), d, kv_heads * hd, bias)?,
-            v_proj: weights.linear(&format!("{prefix}.v_proj"), d, kv_heads * hd, bias)?,
+            q_proj,
+            k_proj,
+            v_proj,
             o_proj: weights.linear(&format!("{prefix}.o_proj"), heads * hd, d, c.attention_bias)?,
             q_norm: norm(weights, "q_norm")?,
             k_norm: norm(weights, "k_norm")?,
             heads,
             kv_heads,
             head_dim: hd,
+            scale: v.attention_scale.unwrap_or((hd as f32).powf(-0.5)),
+            softcap: v.attention_softcap,
+            positions,
         })
+    }
+
+    /// RoPE for positions `offset..` (`x` is `[B, H, L, hd]`), or `x` in a NoPE layer.
+    fn rotate(&self, x: Array, offset: i32) -> Result<Array> {
+        match &self.positions.rope {
+            Some(rope) => rope.apply(&x, offset),
+            None => Ok(x),
+        }
+    }
+
+    /// RoPE with row `b` at `positions[b]` (`x` is `[B, H, 1, hd]`), or `x` in a NoPE layer.
+    fn rotate_at(&self, x: Array, positions: &Array) -> Result<Array> {
+        match &self.positions.rope {
+            Some(rope) => rope.apply_at(&x, positions),
+            None => Ok(x),
+        }
+    }
+
+    /// Scaled dot-product attention, through MLX's fused kernel unless scores are soft-capped.
+    fn attend(
+        &self,
+        q: Array,
+        k: Array,
+        v: Array,
+        mask: Option<ScaledDotProductAttentionMask>,
+    ) -> Result<Array> {
+        let Some(cap) = self.softcap else {
+            return Ok(fast::scaled_dot_product_attention(
+                q, k, v, self.scale, mask, None,
+            )?);
+        };
+        // Queries grouped per KV head: `[B, kv_heads, repeats, L, hd]` against `[B, kv_heads,
+        // 1, T, hd]`, so the scores are `[B, kv_heads, repeats, L, T]`.
+        let (b, len, t) = (q.shape()[0], q.shape()[2], k.shape()[2]);
+        let repeats = self.heads / self.kv_heads;
+        let q = q
+            .multiply(Array::from_f32(self.scale).as_dtype(q.dtype())?)?
+            .reshape(&[b, self.kv_heads, repeats, len, self.head_dim])?;
+        let (k, v) = (k.expand_dims(2)?, v.expand_dims(2)?);
+        let scores = q.matmul(k.swap_axes(-1, -2)?)?;
+        let scores = softcap(&scores, cap)?;
+        let scores = match mask {
+            None => scores,
+            Some(ScaledDotProductAttentionMask::Array(m)) => {
+                // `[rows, 1, 1, T]` decode masks gain the repeats axis; `[L, T]` broadcast.
+                let m = if m.ndim() == 4 {
+                    m.expand_dims(2)?
+                } else {
+                    m.clone()
+                };
+                scores.add(m)?
+            }
+            Some(ScaledDotProductAttentionMask::Causal) => {
+                scores.add(window_mask(len, t, None, scores.dtype())?)?
+            }
+        };
+        let weights = ops::softmax_axis(&scores, -1, true)?;
+        Ok(weights
+            .matmul(v)?
+            .reshape(&[b, self.heads, len, self.head_dim])?)
     }
 
     /// `[B, H, L, hd]` from `[B, L, H*hd]`, normed per head when the variant asks.
@@ -140,7 +289,6 @@ impl Attention {
         plan: &StepPlan,
         caches: &mut [&mut KvCache],
         decode_kv: &mut DecodeKv,
-        rope: &Rope,
     ) -> Result<Vec<Array>> {
         let project = |proj: &Linear| {
             xs.iter()
@@ -152,7 +300,6 @@ impl Attention {
             project(&self.k_proj)?,
             project(&self.v_proj)?,
         );
-        let scale = (self.head_dim as f32).powf(-0.5);
         let pooled = plan.attention == AttentionLayout::Capacity;
         // Queries, keys and values, RoPE applied. A decode group is split into heads and
         // rotated as a whole (`[W, H, 1, hd]`, each row at its own position) and kept whole
@@ -172,9 +319,9 @@ impl Attention {
                 let heads = |x: &Array, n: i32, norm: &Option<RmsNorm>| -> Result<Array> {
                     self.split_heads(x.reshape(&[width, 1, n * self.head_dim])?, n, norm)
                 };
-                let q = rope.apply_at(&heads(&q_all[g], self.heads, &self.q_norm)?, &positions)?;
+                let q = self.rotate_at(heads(&q_all[g], self.heads, &self.q_norm)?, &positions)?;
                 let k =
-                    rope.apply_at(&heads(&k_all[g], self.kv_heads, &self.k_norm)?, &positions)?;
+                    self.rotate_at(heads(&k_all[g], self.kv_heads, &self.k_norm)?, &positions)?;
                 let v = heads(&v_all[g], self.kv_heads, &None)?;
                 if pooled {
                     groups[g] = Some((q, k, v));
@@ -191,12 +338,12 @@ impl Attention {
                 let slot = &plan.slots[i];
                 let span = |a: &[Array]| a[g].index((.., slot.offset..slot.offset + slot.len, ..));
                 let offset = caches[i].len();
-                let q = rope.apply(
-                    &self.split_heads(span(&q_all), self.heads, &self.q_norm)?,
+                let q = self.rotate(
+                    self.split_heads(span(&q_all), self.heads, &self.q_norm)?,
                     offset,
                 )?;
-                let k = rope.apply(
-                    &self.split_heads(span(&k_all), self.kv_heads, &self.k_norm)?,
+                let k = self.rotate(
+                    self.split_heads(span(&k_all), self.kv_heads, &self.k_norm)?,
                     offset,
                 )?;
                 let v = self.split_heads(span(&v_all), self.kv_heads, &None)?;
@@ -204,7 +351,7 @@ impl Attention {
             }
         }
         let group_outs = if pooled {
-            self.pooled_decode(&groups, plan, caches, decode_kv, scale)?
+            self.pooled_decode(&groups, plan, caches, decode_kv)?
         } else {
             vec![None; plan.widths.len()]
         };
@@ -213,17 +360,13 @@ impl Attention {
         let mut outs: Vec<Option<Array>> = vec![None; plan.slots.len()];
         if matches!(plan.attention, AttentionLayout::Padded) && decoding {
             let all = rows.into_iter().map(|r| r.expect("every row")).collect();
-            for (i, out) in self
-                .padded_decode(all, caches, scale)?
-                .into_iter()
-                .enumerate()
-            {
+            for (i, out) in self.padded_decode(all, caches)?.into_iter().enumerate() {
                 outs[i] = Some(out);
             }
         } else {
             for (i, row) in rows.into_iter().enumerate() {
                 if let Some(row) = row {
-                    outs[i] = Some(self.own_cache(row, &mut *caches[i], scale)?);
+                    outs[i] = Some(self.own_cache(row, &mut *caches[i])?);
                 }
             }
         }
@@ -275,19 +418,39 @@ impl Attention {
         Ok(grouped)
     }
 
-    /// One row against its own unpadded cache (causal within a prefill chunk).
-    fn own_cache(
-        &self,
-        (q, k, v): (Array, Array, Array),
-        cache: &mut KvCache,
-        scale: f32,
-    ) -> Result<Array> {
+    /// One row against its own unpadded cache (causal within a prefill chunk). In a
+    /// sliding-window layer only the keys some query of the row sees take part, masked
+    /// per query where the window moves within the chunk.
+    fn own_cache(&self, (q, k, v): (Array, Array, Array), cache: &mut KvCache) -> Result<Array> {
         let len = q.shape()[2];
         let (k, v) = cache.append(k, v)?;
-        let mask = (len > 1).then_some(ScaledDotProductAttentionMask::Causal);
-        Ok(fast::scaled_dot_product_attention(
-            q, k, v, scale, mask, None,
-        )?)
+        let total = cache.len();
+        let start = self
+            .positions
+            .window
+            .map_or(0, |w| (total - len + 1 - w).max(0));
+        let (k, v) = if start > 0 {
+            let tail = |a: &Array| a.index((.., .., start.., ..));
+            (tail(&k), tail(&v))
+        } else {
+            (k, v)
+        };
+        let window_moves = self.positions.window.is_some_and(|w| total - w > start);
+        let mask = if len > 1 && window_moves {
+            Some(window_mask(
+                len,
+                total - start,
+                self.positions.window,
+                q.dtype(),
+            )?)
+        } else {
+            None
+        };
+        let mask = match &mask {
+            Some(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+            None => (len > 1).then_some(ScaledDotProductAttentionMask::Causal),
+        };
+        self.attend(q, k, v, mask)
     }
 
     /// The decode groups (`groups[g]`: group `g`'s rotated `[W, ., 1, hd]` queries, keys and
@@ -301,7 +464,6 @@ impl Attention {
         plan: &StepPlan,
         caches: &mut [&mut KvCache],
         decode_kv: &mut DecodeKv,
-        scale: f32,
     ) -> Result<Vec<Option<Array>>> {
         if groups.iter().all(Option::is_none) {
             return Ok(vec![None; groups.len()]);
@@ -383,14 +545,15 @@ impl Attention {
                 }
                 let queries = q.take_axis(Array::from_slice(&queries, &[SLOTS_PER_CALL]), 0)?;
                 let (keys, values) = decode_kv.pool.call(layer, capacity, first);
-                let mask = decode_kv.masks.get(capacity, lens, queries.dtype())?;
-                outs.push(fast::scaled_dot_product_attention(
+                let window = self.positions.window;
+                let mask = decode_kv
+                    .masks
+                    .get(capacity, window, lens, queries.dtype())?;
+                outs.push(self.attend(
                     queries,
                     keys,
                     values,
-                    scale,
-                    ScaledDotProductAttentionMask::Array(mask),
-                    None,
+                    Some(ScaledDotProductAttentionMask::Array(mask)),
                 )?);
             }
         }
@@ -417,7 +580,6 @@ impl Attention {
         &self,
         rows: Vec<(Array, Array, Array)>,
         caches: &mut [&mut KvCache],
-        scale: f32,
     ) -> Result<Vec<Array>> {
         let count = rows.len() as i32;
         let lens: Vec<i32> = caches.iter().map(|c| c.len() + 1).collect();
@@ -430,21 +592,13 @@ impl Attention {
             vs.push(ops::pad(&v, &pad, None, None)?);
             qs.push(q);
         }
-        let mask: Vec<f32> = lens
-            .iter()
-            .flat_map(|&len| {
-                (0..longest).map(move |t| if t < len { 0.0 } else { f32::NEG_INFINITY })
-            })
-            .collect();
         let q = ops::concatenate(&qs, 0)?;
-        let mask = Array::from_slice(&mask, &[count, 1, 1, longest]).as_dtype(q.dtype())?;
-        let out = fast::scaled_dot_product_attention(
+        let mask = decode_mask(longest, self.positions.window, &lens, q.dtype())?;
+        let out = self.attend(
             q,
             ops::concatenate(&ks, 0)?,
             ops::concatenate(&vs, 0)?,
-            scale,
-            ScaledDotProductAttentionMask::Array(&mask),
-            None,
+            Some(ScaledDotProductAttentionMask::Array(&mask)),
         )?;
         Ok((0..count).map(|i| out.index(i..i + 1)).collect())
     }
@@ -466,52 +620,177 @@ fn join_rows(parts: &[&Array]) -> Result<Array> {
     })
 }
 
-/// The masks of a step's batched decode-attention calls.
+/// The masks of a step's batched decode-attention calls, by capacity, window and lengths.
 #[derive(Default)]
-struct Masks(HashMap<(i32, Vec<i32>), Array>);
+struct Masks(HashMap<(i32, Option<i32>, Vec<i32>), Array>);
 
 impl Masks {
-    /// `[rows, 1, 1, capacity]`: 0 before each row's length, -inf after.
-    fn get(&mut self, capacity: i32, lens: Vec<i32>, dtype: Dtype) -> Result<&Array> {
-        let rows = lens.len() as i32;
-        match self.0.entry((capacity, lens)) {
+    /// See [`decode_mask`]; built once per step for the layers that share it.
+    fn get(
+        &mut self,
+        capacity: i32,
+        window: Option<i32>,
+        lens: Vec<i32>,
+        dtype: Dtype,
+    ) -> Result<&Array> {
+        match self.0.entry((capacity, window, lens)) {
             Entry::Occupied(mask) => Ok(mask.into_mut()),
             Entry::Vacant(slot) => {
-                let values: Vec<f32> = slot
-                    .key()
-                    .1
-                    .iter()
-                    .flat_map(|&len| {
-                        (0..capacity).map(move |t| if t < len { 0.0 } else { f32::NEG_INFINITY })
-                    })
-                    .collect();
-                let mask = Array::from_slice(&values, &[rows, 1, 1, capacity]).as_dtype(dtype)?;
+                let mask = decode_mask(capacity, window, &slot.key().2, dtype)?;
                 Ok(slot.insert(mask))
             }
         }
     }
 }
 
+/// `[rows, 1, 1, capacity]` for decode rows whose caches hold `lens[i]` positions, the new
+/// one last: 0 where the row's query sees the key (before its length, and within `window`
+/// of it), -inf elsewhere.
+fn decode_mask(capacity: i32, window: Option<i32>, lens: &[i32], dtype: Dtype) -> Result<Array> {
+    let values: Vec<f32> = lens
+        .iter()
+        .flat_map(|&len| {
+            let first = window.map_or(0, |w| len - w);
+            (0..capacity).map(move |t| {
+                if t < len && t >= first {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    let rows = lens.len() as i32;
+    Ok(Array::from_slice(&values, &[rows, 1, 1, capacity]).as_dtype(dtype)?)
+}
+
+/// `[len, keys]` for the last `len` of `keys` consecutive positions as queries: 0 where a
+/// query sees the key (at or before it, and within `window` of it), -inf elsewhere.
+fn window_mask(len: i32, keys: i32, window: Option<i32>, dtype: Dtype) -> Result<Array> {
+    let values: Vec<f32> = (0..len)
+        .flat_map(|i| {
+            let at = keys - len + i;
+            let first = window.map_or(0, |w| at + 1 - w);
+            (0..keys).map(move |t| {
+                if t <= at && t >= first {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    Ok(Array::from_slice(&values, &[len, keys]).as_dtype(dtype)?)
+}
+
 struct Mlp {
     gate_proj: Linear,
     up_proj: Linear,
     down_proj: Linear,
+    activation: Activation,
 }
 
 impl Mlp {
+    fn load(weights: &mut WeightMap, prefix: &str, c: &ModelConfig, v: Variant) -> Result<Self> {
+        let (d, i) = (c.hidden_size, c.intermediate_size);
+        let [gate_proj, up_proj] = if v.fused_projections {
+            weights.fused_linear(&format!("{prefix}.gate_up_proj"), d, [i, i], false)?
+        } else {
+            [
+                weights.linear(&format!("{prefix}.gate_proj"), d, i, false)?,
+                weights.linear(&format!("{prefix}.up_proj"), d, i, false)?,
+            ]
+        };
+        Ok(Mlp {
+            gate_proj,
+            up_proj,
+            down_proj: weights.linear(&format!("{prefix}.down_proj"), i, d, false)?,
+            activation: v.activation,
+        })
+    }
+
     fn forward(&self, x: &Array) -> Result<Array> {
         let gate = self.gate_proj.forward(x)?;
-        let activated = gate.multiply(ops::sigmoid(&gate)?)?;
+        let activated = match self.activation {
+            Activation::Silu => gate.multiply(ops::sigmoid(&gate)?)?,
+            Activation::GeluTanh => mlx_rs::nn::gelu_approximate(&gate)?,
+        };
         self.down_proj
             .forward(&activated.multiply(self.up_proj.forward(x)?)?)
     }
 }
 
+/// One layer: `x + attn_out(attn(attn_in(x)))`, then `h + mlp_out(mlp(mlp_in(h)))`, where
+/// the output norms exist only in sandwich-norm variants.
 struct Block {
-    input_layernorm: RmsNorm,
+    attn_in: RmsNorm,
     self_attn: Attention,
-    post_attention_layernorm: RmsNorm,
+    attn_out: Option<RmsNorm>,
+    mlp_in: RmsNorm,
     mlp: Mlp,
+    mlp_out: Option<RmsNorm>,
+}
+
+impl Block {
+    fn load(
+        weights: &mut WeightMap,
+        prefix: &str,
+        c: &ModelConfig,
+        v: Variant,
+        positions: LayerAttention,
+    ) -> Result<Self> {
+        let mut norm = |name: &str| {
+            let name = format!("{prefix}.{name}.weight");
+            RmsNorm::load(
+                weights,
+                &name,
+                c.hidden_size,
+                c.rms_norm_eps,
+                v.unit_offset_norms,
+            )
+        };
+        let attn_in = norm("input_layernorm")?;
+        let (attn_out, mlp_in, mlp_out) = if v.sandwich_norms {
+            (
+                Some(norm("post_attention_layernorm")?),
+                norm("pre_feedforward_layernorm")?,
+                Some(norm("post_feedforward_layernorm")?),
+            )
+        } else {
+            (None, norm("post_attention_layernorm")?, None)
+        };
+        Ok(Block {
+            attn_in,
+            self_attn: Attention::load(weights, &format!("{prefix}.self_attn"), c, v, positions)?,
+            attn_out,
+            mlp_in,
+            mlp: Mlp::load(weights, &format!("{prefix}.mlp"), c, v)?,
+            mlp_out,
+        })
+    }
+}
+
+/// `cap * tanh(x / cap)`, in `x`'s dtype.
+fn softcap(x: &Array, cap: f32) -> Result<Array> {
+    let cap = Array::from_f32(cap).as_dtype(x.dtype())?;
+    Ok(ops::tanh(x.divide(&cap)?)?.multiply(&cap)?)
+}
+
+/// `x + norm(r)` where the variant normalizes a sublayer's output, else `x + r`. Normed
+/// sums in float16 are taken in float32 and clipped to float16's range (Gemma's residual
+/// stream outgrows it).
+fn residual(x: &Array, r: Array, norm: &Option<RmsNorm>) -> Result<Array> {
+    let Some(n) = norm else {
+        return Ok(x.add(r)?);
+    };
+    let r = n.forward(&r)?;
+    if x.dtype() != Dtype::Float16 {
+        return Ok(x.add(r)?);
+    }
+    let wide = |a: &Array| a.as_dtype(Dtype::Float32);
+    let bound = 65504.0; // the largest float16
+    let sum = wide(x)?.add(wide(&r)?)?;
+    Ok(ops::clip(&sum, (-bound, bound))?.as_dtype(Dtype::Float16)?)
 }
 
 /// Which positions the output head runs on.
@@ -530,12 +809,14 @@ pub struct Transformer {
     layers: Vec<Block>,
     norm: RmsNorm,
     lm_head: Linear,
-    rope: Rope,
+    embedding_scale: Option<f32>,
+    logit_softcap: Option<f32>,
     dtype: Dtype,
 }
 
 impl Transformer {
-    /// Build from Hugging Face–named weights (`model.layers.N.self_attn.q_proj.weight`, ...).
+    /// Build from Hugging Face–named weights (`model.layers.N.self_attn.q_proj.weight`, ...),
+    /// every layer attending every earlier position through `rope`.
     pub fn load(
         config: ModelConfig,
         variant: Variant,
@@ -543,50 +824,41 @@ impl Transformer {
         weights: &mut WeightMap,
         dtype: Dtype,
     ) -> Result<Self> {
+        let layers = vec![
+            LayerAttention {
+                rope: Some(rope),
+                window: None,
+            };
+            config.num_hidden_layers as usize
+        ];
+        Self::load_layers(config, variant, layers, weights, dtype)
+    }
+
+    /// [`load`](Self::load) with each layer's own positions (`layers[i]` for layer `i`).
+    pub fn load_layers(
+        config: ModelConfig,
+        variant: Variant,
+        layers: Vec<LayerAttention>,
+        weights: &mut WeightMap,
+        dtype: Dtype,
+    ) -> Result<Self> {
         let c = &config;
-        let (d, eps) = (c.hidden_size, c.rms_norm_eps);
+        let d = c.hidden_size;
         let embed_tokens = weights.embedding("model.embed_tokens", c.vocab_size, d)?;
-        let layers = (0..c.num_hidden_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                Ok(Block {
-                    input_layernorm: RmsNorm::load(
-                        weights,
-                        &format!("{p}.input_layernorm.weight"),
-                        d,
-                        eps,
-                    )?,
-                    self_attn: Attention::load(weights, &format!("{p}.self_attn"), c, variant)?,
-                    post_attention_layernorm: RmsNorm::load(
-                        weights,
-                        &format!("{p}.post_attention_layernorm.weight"),
-                        d,
-                        eps,
-                    )?,
-                    mlp: Mlp {
-                        gate_proj: weights.linear(
-                            &format!("{p}.mlp.gate_proj"),
-                            d,
-                            c.intermediate_size,
-                            false,
-                        )?,
-                        up_proj: weights.linear(
-                            &format!("{p}.mlp.up_proj"),
-                            d,
-                            c.intermediate_size,
-                            false,
-                        )?,
-                        down_proj: weights.linear(
-                            &format!("{p}.mlp.down_proj"),
-                            c.intermediate_size,
-                            d,
-                            false,
-                        )?,
-                    },
-                })
+        let layers = layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, positions)| {
+                Block::load(weights, &format!("model.layers.{i}"), c, variant, positions)
             })
             .collect::<Result<Vec<_>>>()?;
-        let norm = RmsNorm::load(weights, "model.norm.weight", d, eps)?;
+        let norm = RmsNorm::load(
+            weights,
+            "model.norm.weight",
+            d,
+            c.rms_norm_eps,
+            variant.unit_offset_norms,
+        )?;
         let lm_head = if c.tie_word_embeddings || !weights.contains("lm_head.weight") {
             embed_tokens.as_linear()
         } else {
@@ -602,7 +874,8 @@ impl Transformer {
             layers,
             norm,
             lm_head,
-            rope,
+            embedding_scale: variant.embedding_scale,
+            logit_softcap: variant.logit_softcap,
             dtype,
         })
     }
@@ -646,7 +919,11 @@ impl Transformer {
             .iter()
             .map(|ids| {
                 let input = Array::from_slice(ids, &[1, ids.len() as i32]);
-                self.embed_tokens.forward(&input, self.dtype)
+                let h = self.embed_tokens.forward(&input, self.dtype)?;
+                match self.embedding_scale {
+                    Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
+                    None => Ok(h),
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         if plan.attention == AttentionLayout::Capacity {
@@ -669,27 +946,28 @@ impl Transformer {
                 caches.iter_mut().map(|c| &mut c[layer]).collect();
             let normed = h
                 .iter()
-                .map(|x| block.input_layernorm.forward(x))
+                .map(|x| block.attn_in.forward(x))
                 .collect::<Result<Vec<_>>>()?;
-            let attended = block.self_attn.forward(
-                &normed,
-                plan,
-                &mut layer_caches,
-                &mut decode_kv,
-                &self.rope,
-            )?;
+            let attended =
+                block
+                    .self_attn
+                    .forward(&normed, plan, &mut layer_caches, &mut decode_kv)?;
             for (x, r) in h.iter_mut().zip(attended) {
-                let x1 = x.add(r)?;
-                let r = block
-                    .mlp
-                    .forward(&block.post_attention_layernorm.forward(&x1)?)?;
-                *x = x1.add(r)?;
+                let x1 = residual(x, r, &block.attn_out)?;
+                let r = block.mlp.forward(&block.mlp_in.forward(&x1)?)?;
+                *x = residual(&x1, r, &block.mlp_out)?;
             }
         }
         let positions = |slot: &Slot, from: i32| {
             h[slot.group].index((.., slot.offset + from..slot.offset + slot.len, ..))
         };
-        let head = |x: &Array| self.lm_head.forward(&self.norm.forward(x)?);
+        let head = |x: &Array| -> Result<Array> {
+            let logits = self.lm_head.forward(&self.norm.forward(x)?)?;
+            match self.logit_softcap {
+                Some(cap) => softcap(&logits, cap),
+                None => Ok(logits),
+            }
+        };
         let out = match logits {
             Logits::All => {
                 let all = plan
@@ -748,6 +1026,7 @@ impl Rope {
             base: Some(c.rope_theta),
             scale,
             freqs: None,
+            input_scale: None,
         }
     }
 }

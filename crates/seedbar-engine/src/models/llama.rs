@@ -6,11 +6,16 @@ use super::base::{Rope, Transformer, Variant};
 use crate::{config::ModelConfig, error::Result, weights::WeightMap};
 
 pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Result<Transformer> {
-    let rope = match &config.rope_scaling {
-        Some(s) if s.rope_type == "llama3" => llama3_rope(&config),
-        _ => Rope::standard(&config),
-    };
+    let rope = rope(&config);
     Transformer::load(config, Variant::default(), rope, weights, dtype)
+}
+
+/// Llama's RoPE: plain or linear-scaled, or Llama 3's rescaled frequencies.
+pub(super) fn rope(config: &ModelConfig) -> Rope {
+    match &config.rope_scaling {
+        Some(s) if s.rope_type == "llama3" => llama3_rope(config),
+        _ => Rope::standard(config),
+    }
 }
 
 /// Llama 3 keeps high frequencies, divides low ones by `factor`, and blends in between.
@@ -44,5 +49,6 @@ fn llama3_rope(c: &ModelConfig) -> Rope {
         base: None,
         scale: 1.0,
         freqs: Some(Array::from_slice(&periods, &[dims / 2])),
+        input_scale: None,
     }
 }

@@ -1,10 +1,13 @@
 //! Model architectures: one file each on the shared decoder in `base.rs`.
 
 pub mod base;
+mod gemma3;
 mod llama;
 mod mistral;
+mod phi3;
 mod qwen2;
 mod qwen3;
+mod smollm3;
 
 pub use base::{Logits, Transformer};
 
@@ -22,9 +25,15 @@ pub fn build(
 ) -> Result<Transformer> {
     let dtype = options.compute_dtype;
     match config.architecture()? {
+        Architecture::Gemma2 => gemma3::build(gemma3::Generation::Gemma2, config, weights, dtype),
+        Architecture::Gemma3Text => {
+            gemma3::build(gemma3::Generation::Gemma3, config, weights, dtype)
+        }
         Architecture::Llama => llama::build(config, weights, dtype),
         Architecture::Mistral => mistral::build(config, weights, dtype),
+        Architecture::Phi3 => phi3::build(config, weights, dtype),
         Architecture::Qwen2 => qwen2::build(config, weights, dtype),
         Architecture::Qwen3 => qwen3::build(config, weights, dtype),
+        Architecture::SmolLm3 => smollm3::build(config, weights, dtype),
     }
 }

@@ -9,7 +9,7 @@ pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Resu
     let rope = Rope::standard(&config);
     let variant = Variant {
         qkv_bias: true,
-        qk_norm: false,
+        ..Variant::default()
     };
     Transformer::load(config, variant, rope, weights, dtype)
 }

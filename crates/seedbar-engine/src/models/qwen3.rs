@@ -8,8 +8,8 @@ use crate::{config::ModelConfig, error::Result, weights::WeightMap};
 pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Result<Transformer> {
     let rope = Rope::standard(&config);
     let variant = Variant {
-        qkv_bias: false,
         qk_norm: true,
+        ..Variant::default()
     };
     Transformer::load(config, variant, rope, weights, dtype)
 }
