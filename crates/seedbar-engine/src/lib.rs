@@ -9,6 +9,7 @@ pub mod embedding;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod inventory;
 mod hub;
 pub mod kv_cache;
 pub mod model;
