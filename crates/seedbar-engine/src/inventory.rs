@@ -66,8 +66,8 @@ pub fn human_count(count: u64) -> String {
 fn ggml_type_name(id: u32) -> String {
     const NAMES: [&str; 31] = [
         "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K",
-        "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-        "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16",
+        "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
+        "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16",
     ];
     NAMES
         .get(id as usize)
@@ -258,7 +258,8 @@ struct TensorHeader {
 
 fn read_folder(dir: &Path) -> Result<Inventory> {
     let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path).map_err(|e| EngineError::io(&config_path, e))?;
+    let text =
+        std::fs::read_to_string(&config_path).map_err(|e| EngineError::io(&config_path, e))?;
     let config: Value = serde_json::from_str(&text)
         .map_err(|e| EngineError::bad_file(&config_path, e.to_string()))?;
     let bits = config.pointer("/quantization/bits").and_then(Value::as_u64);
@@ -276,7 +277,9 @@ fn read_folder(dir: &Path) -> Result<Inventory> {
     let mut parameters = 0;
     for (name, tensor) in &tensors {
         // An MLX quantized matrix is `X.weight` (packed in u32s), `X.scales` and `X.biases`.
-        let stem = name.rsplit_once('.').map_or(name.as_str(), |(stem, _)| stem);
+        let stem = name
+            .rsplit_once('.')
+            .map_or(name.as_str(), |(stem, _)| stem);
         let packed_bits = bits.filter(|_| tensors.contains_key(&format!("{stem}.scales")));
         if packed_bits.is_some() && !name.ends_with(".weight") {
             continue;
@@ -299,7 +302,10 @@ fn read_folder(dir: &Path) -> Result<Inventory> {
         .filter_map(|(config_key, key)| Some((key.to_string(), config[*config_key].as_u64()?)))
         .collect();
     Ok(Inventory {
-        architecture: config["model_type"].as_str().unwrap_or("unknown").to_string(),
+        architecture: config["model_type"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string(),
         basename: None,
         parameters,
         quantization: most(elements_by_type).unwrap_or_else(|| "F32".into()),
@@ -315,7 +321,10 @@ fn safetensors_header(path: &Path) -> Result<HashMap<String, TensorHeader>> {
         .map_err(|e| EngineError::io(path, e))?;
     let len = u64::from_le_bytes(len);
     if len > 100 << 20 {
-        return Err(EngineError::bad_file(path, "the safetensors header is over 100 MiB"));
+        return Err(EngineError::bad_file(
+            path,
+            "the safetensors header is over 100 MiB",
+        ));
     }
     let mut header = vec![0; len as usize];
     file.read_exact(&mut header)

@@ -16,8 +16,8 @@ use crate::{
     error::{AnthropicError, ApiError},
     extract::{AnthropicBody, TextOr},
     generation::{
-        stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel,
-        Settings, StopReason, Translator,
+        stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel, Settings,
+        StopReason, Translator,
     },
     openai::{
         arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
@@ -561,7 +561,11 @@ pub async fn messages(
     }
     let reply = generation.collect().await?.pop().unwrap_or_default();
     let end = frame.end(reply.reason());
-    let message = frame.message(content_blocks(&reply), Some(end), reply.usage().completion_tokens);
+    let message = frame.message(
+        content_blocks(&reply),
+        Some(end),
+        reply.usage().completion_tokens,
+    );
     Ok(with_seed(seed, Json(message)))
 }
 
@@ -593,8 +597,18 @@ impl Translator for MessageStream {
         vec![StreamEvent::MessageStart { message }.sse()]
     }
 
-    fn token(&mut self, _: usize, _: u32, deltas: Vec<Delta>, _: Option<Logprob>) -> Vec<SseMessage> {
-        self.blocks.push(deltas).iter().map(StreamEvent::sse).collect()
+    fn token(
+        &mut self,
+        _: usize,
+        _: u32,
+        deltas: Vec<Delta>,
+        _: Option<Logprob>,
+    ) -> Vec<SseMessage> {
+        self.blocks
+            .push(deltas)
+            .iter()
+            .map(StreamEvent::sse)
+            .collect()
     }
 
     fn finish(&mut self, _: usize, finish: Finish) -> Vec<SseMessage> {

@@ -369,12 +369,23 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
 #[serde(tag = "type", rename_all = "snake_case")]
 enum ReplyEvent {
     /// The user's message as stored (not on regenerate).
-    User { message: Message },
-    Start { message_id: i64, seed: Option<u64> },
-    Delta { text: String },
+    User {
+        message: Message,
+    },
+    Start {
+        message_id: i64,
+        seed: Option<u64>,
+    },
+    Delta {
+        text: String,
+    },
     /// The reply as stored, complete.
-    Done { message: Message },
-    Error { message: String },
+    Done {
+        message: Message,
+    },
+    Error {
+        message: String,
+    },
 }
 
 impl ReplyEvent {
@@ -435,7 +446,13 @@ impl Translator for ReplyStream {
             .collect()
     }
 
-    fn token(&mut self, _: usize, _: u32, deltas: Vec<Delta>, _: Option<Logprob>) -> Vec<SseMessage> {
+    fn token(
+        &mut self,
+        _: usize,
+        _: u32,
+        deltas: Vec<Delta>,
+        _: Option<Logprob>,
+    ) -> Vec<SseMessage> {
         self.delta(deltas)
     }
 

@@ -15,7 +15,9 @@ use std::{
 };
 
 use futures_util::{stream, Stream, StreamExt};
-use seedbar_engine::{ChatMessage, FinishReason, SamplingParams, ToolCall, ToolCallParser, ToolOutput};
+use seedbar_engine::{
+    ChatMessage, FinishReason, SamplingParams, ToolCall, ToolCallParser, ToolOutput,
+};
 use seedbar_grammar::{Constraint, Format};
 use seedbar_scheduler::{draw_seed, Request, RequestStream, TokenLogprob, Usage};
 use serde_json::Value;
@@ -468,7 +470,9 @@ impl ChoiceRun {
             None => self.metrics.time_to_first_token.observe(now - self.started),
             Some(before) => self.metrics.inter_token_latency.observe(now - before),
         }
-        self.metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .generated_tokens
+            .fetch_add(1, Ordering::Relaxed);
         self.first_token.get_or_insert(now);
         self.last_token = Some(now);
     }
@@ -599,8 +603,13 @@ pub trait Translator: Send + 'static {
     }
 
     /// A choice's sampled token.
-    fn token(&mut self, index: usize, id: u32, deltas: Vec<Delta>, logprob: Option<Logprob>)
-        -> Vec<Self::Wire>;
+    fn token(
+        &mut self,
+        index: usize,
+        id: u32,
+        deltas: Vec<Delta>,
+        logprob: Option<Logprob>,
+    ) -> Vec<Self::Wire>;
 
     /// A choice's end.
     fn finish(&mut self, index: usize, finish: Finish) -> Vec<Self::Wire>;
@@ -719,10 +728,7 @@ mod tests {
         ] {
             assert_eq!(StopReason::new(reason, true), StopReason::ToolCalls);
         }
-        assert_eq!(
-            StopReason::new(FinishReason::Stop, false),
-            StopReason::Stop
-        );
+        assert_eq!(StopReason::new(FinishReason::Stop, false), StopReason::Stop);
         assert_eq!(
             StopReason::new(FinishReason::StopString(2), false),
             StopReason::StopString(2)

@@ -347,7 +347,10 @@ pub async fn show(
         details: Details::new(&card, &facts),
         model_info: ModelInfo {
             architecture: architecture.clone(),
-            basename: inventory.basename.clone().unwrap_or_else(|| card.name.clone()),
+            basename: inventory
+                .basename
+                .clone()
+                .unwrap_or_else(|| card.name.clone()),
             parameter_count: inventory.parameters,
             hyperparameters: hyperparameters
                 .into_iter()
@@ -432,7 +435,9 @@ pub async fn pull(
                         completed: None,
                     }),
                     PullStatus::Error | PullStatus::Cancelled => json_line(&OllamaErrorBody {
-                        error: pull.error.unwrap_or_else(|| "the download was cancelled".into()),
+                        error: pull
+                            .error
+                            .unwrap_or_else(|| "the download was cancelled".into()),
                     }),
                 };
                 let ended = pull.status != PullStatus::Downloading;
@@ -700,7 +705,9 @@ impl Translator for ReplyLines {
 impl ReplyLines {
     /// A line for `deltas`, unless they hold no text and no call.
     fn pieces(&self, deltas: Vec<Delta>) -> Vec<String> {
-        let empty = deltas.iter().all(|d| matches!(d, Delta::Text(t) if t.is_empty()));
+        let empty = deltas
+            .iter()
+            .all(|d| matches!(d, Delta::Text(t) if t.is_empty()));
         if empty {
             return Vec::new();
         }
@@ -737,6 +744,112 @@ fn timestamp() -> String {
 }
 
 fn timestamp_of(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs))
-        .to_string()
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use seedbar_engine::ToolCall;
+    use seedbar_scheduler::Usage;
+    use serde_json::json;
+
+    use super::*;
+
+    fn lines(route: Route) -> ReplyLines {
+        ReplyLines {
+            route,
+            model: "m".into(),
+            seed: 3,
+            prompt_tokens: 2,
+            context: vec![1, 2],
+        }
+    }
+
+    /// The lines as JSON, `created_at` checked and dropped.
+    fn wire(lines: Vec<String>) -> Vec<Value> {
+        lines
+            .iter()
+            .map(|line| {
+                let mut value: Value = serde_json::from_str(line).unwrap();
+                let stamp = value["created_at"].take();
+                assert!(humantime::parse_rfc3339(stamp.as_str().unwrap()).is_ok());
+                value.as_object_mut().unwrap().remove("created_at");
+                value
+            })
+            .collect()
+    }
+
+    fn finish(reason: StopReason) -> Finish {
+        Finish {
+            deltas: vec![Delta::Text("!".into())],
+            reason,
+            usage: Usage {
+                prompt_tokens: 2,
+                completion_tokens: 2,
+                cached_tokens: 0,
+            },
+            timings: Timings {
+                load: Duration::from_nanos(5),
+                prompt_eval: Duration::from_nanos(10),
+                eval: Duration::from_nanos(20),
+                total: Duration::from_nanos(40),
+            },
+        }
+    }
+
+    #[test]
+    fn chat_lines_from_neutral_events() {
+        let mut chat = lines(Route::Chat);
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: r#"{"x":1}"#.into(),
+        };
+        let mut out = chat.token(0, 7, vec![Delta::Text("Hi".into())], None);
+        out.extend(chat.token(0, 8, vec![Delta::Text(String::new())], None));
+        out.extend(chat.token(0, 9, vec![Delta::ToolCall(call)], None));
+        out.extend(chat.finish(0, finish(StopReason::ToolCalls)));
+        assert_eq!(
+            wire(out),
+            [
+                json!({"model": "m", "message": {"role": "assistant", "content": "Hi"},
+                       "done": false}),
+                json!({"model": "m", "message": {"role": "assistant", "content": "",
+                       "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+                       "done": false}),
+                json!({"model": "m", "message": {"role": "assistant", "content": "!"},
+                       "done": false}),
+                json!({"model": "m", "message": {"role": "assistant", "content": ""},
+                       "done": true, "done_reason": "stop", "total_duration": 40,
+                       "load_duration": 5, "prompt_eval_count": 2, "prompt_eval_duration": 10,
+                       "eval_count": 2, "eval_duration": 20, "seed": 3}),
+            ]
+        );
+        assert_eq!(chat.failed("boom".into()), [r#"{"error":"boom"}"#]);
+    }
+
+    #[test]
+    fn generate_lines_end_with_the_context() {
+        let mut generate = lines(Route::Generate);
+        let mut out = generate.token(0, 7, vec![Delta::Text("Hi".into())], None);
+        out.extend(generate.finish(0, finish(StopReason::Length)));
+        let out = wire(out);
+        assert_eq!(
+            out[0],
+            json!({"model": "m", "response": "Hi", "done": false})
+        );
+        assert_eq!(out[2]["done_reason"], "length");
+        assert_eq!(out[2]["response"], "");
+        assert_eq!(out[2]["context"], json!([1, 2, 7]));
+        let whole = lines(Route::Generate).whole(Reply {
+            pieces: vec![Delta::Text("Hi!".into())],
+            tokens: vec![7, 8],
+            ..Reply::default()
+        });
+        let whole = serde_json::to_value(whole).unwrap();
+        assert_eq!(
+            (&whole["response"], &whole["context"], &whole["done"]),
+            (&json!("Hi!"), &json!([1, 2, 7, 8]), &json!(true))
+        );
+    }
 }

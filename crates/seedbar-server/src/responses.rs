@@ -643,7 +643,12 @@ impl ResponseFrame {
     }
 
     /// The finished response: incomplete when `max_output_tokens` cut its text short.
-    fn finished(&self, output: Vec<OutputItem>, reason: StopReason, tokens: usize) -> ResponseObject {
+    fn finished(
+        &self,
+        output: Vec<OutputItem>,
+        reason: StopReason,
+        tokens: usize,
+    ) -> ResponseObject {
         let cut = reason == StopReason::Length;
         ResponseObject {
             status: if cut {
@@ -702,7 +707,11 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
     let mut output = Output::new(&frame.id);
     output.push(reply.pieces.clone());
     output.finish();
-    let response = frame.finished(output.items, reply.reason(), reply.usage().completion_tokens);
+    let response = frame.finished(
+        output.items,
+        reply.reason(),
+        reply.usage().completion_tokens,
+    );
     Ok(with_seed(seed, Json(response)))
 }
 
@@ -745,7 +754,13 @@ impl Translator for ResponseStream {
         self.numbered(vec![created, in_progress])
     }
 
-    fn token(&mut self, _: usize, _: u32, deltas: Vec<Delta>, _: Option<Logprob>) -> Vec<SseMessage> {
+    fn token(
+        &mut self,
+        _: usize,
+        _: u32,
+        deltas: Vec<Delta>,
+        _: Option<Logprob>,
+    ) -> Vec<SseMessage> {
         let events = self.output.push(deltas);
         self.numbered(events)
     }
