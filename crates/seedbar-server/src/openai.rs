@@ -1046,11 +1046,12 @@ pub(crate) fn sse(
     events: impl futures_util::Stream<Item = SseMessage> + Send + 'static,
 ) -> Response {
     let events = events.map(|message| {
-        let event = SseEvent::default().data(message.data);
-        Ok::<_, Infallible>(match message.name {
-            Some(name) => event.event(name),
-            None => event,
-        })
+        // The name goes first: clients read `event:` as naming the `data:` after it.
+        let event = match message.name {
+            Some(name) => SseEvent::default().event(name),
+            None => SseEvent::default(),
+        };
+        Ok::<_, Infallible>(event.data(message.data))
     });
     Sse::new(events)
         .keep_alive(KeepAlive::default())
