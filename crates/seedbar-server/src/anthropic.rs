@@ -16,8 +16,8 @@ use crate::{
     error::{AnthropicError, ApiError},
     extract::{AnthropicBody, TextOr},
     generation::{
-        stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel, Settings,
-        StopReason, Translator,
+        stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel, Settings,
+        StopReason, Token, Translator,
     },
     openai::{
         arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
@@ -597,15 +597,9 @@ impl Translator for MessageStream {
         vec![StreamEvent::MessageStart { message }.sse()]
     }
 
-    fn token(
-        &mut self,
-        _: usize,
-        _: u32,
-        deltas: Vec<Delta>,
-        _: Option<Logprob>,
-    ) -> Vec<SseMessage> {
+    fn token(&mut self, _: usize, token: Token) -> Vec<SseMessage> {
         self.blocks
-            .push(deltas)
+            .push(token.deltas)
             .iter()
             .map(StreamEvent::sse)
             .collect()
@@ -636,6 +630,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::generation::test_events::{call, finish, token};
 
     fn conversation(body: Value) -> Result<ChatInput, ApiError> {
         serde_json::from_value::<Conversation>(body)
@@ -774,27 +769,6 @@ mod tests {
         assert_eq!(end(StopReason::ToolCalls), (MessageStop::ToolUse, None));
     }
 
-    fn call() -> ToolCall {
-        ToolCall {
-            id: "call_abc123".into(),
-            name: "f".into(),
-            arguments: r#"{"x":1}"#.into(),
-        }
-    }
-
-    fn finish(deltas: Vec<Delta>, reason: StopReason) -> Finish {
-        Finish {
-            deltas,
-            reason,
-            usage: seedbar_scheduler::Usage {
-                prompt_tokens: 10,
-                completion_tokens: 4,
-                cached_tokens: 0,
-            },
-            timings: Default::default(),
-        }
-    }
-
     /// The `data` of each event, as JSON.
     fn wire(events: Vec<SseMessage>) -> Vec<Value> {
         events
@@ -821,7 +795,7 @@ mod tests {
                     text: "Sure.".into()
                 },
                 OutBlock::ToolUse {
-                    id: "toolu_abc123".into(),
+                    id: "toolu_1".into(),
                     name: "f".into(),
                     input: json!({"x": 1})
                 }
@@ -836,10 +810,10 @@ mod tests {
             blocks: BlockStream::default(),
         };
         let mut events = stream.start();
-        events.extend(stream.token(0, 1, vec![Delta::Text("Hi".into())], None));
-        events.extend(stream.token(0, 2, vec![Delta::Text(String::new())], None));
-        events.extend(stream.token(0, 3, vec![Delta::ToolCall(call())], None));
-        events.extend(stream.finish(0, finish(Vec::new(), StopReason::ToolCalls)));
+        events.extend(stream.token(0, token(1, vec![Delta::Text("Hi".into())])));
+        events.extend(stream.token(0, token(2, vec![Delta::Text(String::new())])));
+        events.extend(stream.token(0, token(3, vec![Delta::ToolCall(call())])));
+        events.extend(stream.finish(0, finish(StopReason::ToolCalls, 4)));
         let events = wire(events);
         assert_eq!(
             events[0],
@@ -863,7 +837,7 @@ mod tests {
         assert_eq!(
             events[5],
             json!({"type": "content_block_start", "index": 1, "content_block":
-                   {"type": "tool_use", "id": "toolu_abc123", "name": "f", "input": {}}})
+                   {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}})
         );
         assert_eq!(
             events[6],
@@ -887,7 +861,7 @@ mod tests {
             frame: frame(),
             blocks: BlockStream::default(),
         };
-        let events = wire(stream.finish(0, finish(Vec::new(), StopReason::StopString(0))));
+        let events = wire(stream.finish(0, finish(StopReason::StopString(0), 4)));
         let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(
             types,

@@ -29,8 +29,8 @@ use crate::{
     error::ApiError,
     extract::ApiJson,
     generation::{
-        self, drive, spawn_body, Delta, Ending, Finish, Generation, Job, Logprob, Prompt,
-        ServedModel, Translator,
+        self, drive, spawn_body, Delta, Ending, Finish, Generation, Job, Prompt, ServedModel,
+        Token, Translator,
     },
     openai::{sse, with_seed, SseMessage},
     pulls::Pull,
@@ -446,14 +446,8 @@ impl Translator for ReplyStream {
             .collect()
     }
 
-    fn token(
-        &mut self,
-        _: usize,
-        _: u32,
-        deltas: Vec<Delta>,
-        _: Option<Logprob>,
-    ) -> Vec<SseMessage> {
-        self.delta(deltas)
+    fn token(&mut self, _: usize, token: Token) -> Vec<SseMessage> {
+        self.delta(token.deltas)
     }
 
     fn finish(&mut self, _: usize, finish: Finish) -> Vec<SseMessage> {

@@ -242,16 +242,19 @@ pub struct Finish {
     pub timings: Timings,
 }
 
+/// A sampled token: what of the reply it released, and its log-probabilities when the
+/// request asked for them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    pub id: u32,
+    pub deltas: Vec<Delta>,
+    pub logprob: Option<Logprob>,
+}
+
 /// What happens to a choice.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    /// A sampled token: what of the reply it released, and its log-probabilities when the
-    /// request asked for them.
-    Token {
-        id: u32,
-        deltas: Vec<Delta>,
-        logprob: Option<Logprob>,
-    },
+    Token(Token),
     Finish(Finish),
     /// The engine failed, or the choice's events ended before it finished.
     Failed(String),
@@ -383,14 +386,10 @@ impl Generation {
         while let Some(ChoiceEvent { index, event }) = events.next().await {
             let reply = &mut replies[index];
             match event {
-                Event::Token {
-                    id,
-                    deltas,
-                    logprob,
-                } => {
-                    reply.tokens.push(id);
-                    reply.logprobs.extend(logprob);
-                    reply.push(deltas);
+                Event::Token(token) => {
+                    reply.tokens.push(token.id);
+                    reply.logprobs.extend(token.logprob);
+                    reply.push(token.deltas);
                 }
                 Event::Finish(finish) => {
                     reply.push(finish.deltas);
@@ -434,11 +433,11 @@ impl ChoiceRun {
                 self.observe_token();
                 let logprob = logprob.map(|lp| self.logprob(id, &lp));
                 self.offset += text.len();
-                Event::Token {
+                Event::Token(Token {
                     id,
                     deltas: self.split(&text),
                     logprob,
-                }
+                })
             }
             seedbar_scheduler::Event::Finished {
                 reason,
@@ -603,13 +602,7 @@ pub trait Translator: Send + 'static {
     }
 
     /// A choice's sampled token.
-    fn token(
-        &mut self,
-        index: usize,
-        id: u32,
-        deltas: Vec<Delta>,
-        logprob: Option<Logprob>,
-    ) -> Vec<Self::Wire>;
+    fn token(&mut self, index: usize, token: Token) -> Vec<Self::Wire>;
 
     /// A choice's end.
     fn finish(&mut self, index: usize, finish: Finish) -> Vec<Self::Wire>;
@@ -655,11 +648,7 @@ pub async fn drive<T: Translator>(
         let wire = match next {
             None => break,
             Some(ChoiceEvent { index, event }) => match event {
-                Event::Token {
-                    id,
-                    deltas,
-                    logprob,
-                } => translator.token(index, id, deltas, logprob),
+                Event::Token(token) => translator.token(index, token),
                 Event::Finish(finish) => {
                     usage.add(&finish.usage);
                     translator.finish(index, finish)
@@ -713,6 +702,43 @@ where
     stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
+}
+
+/// Neutral events for the translators' tests.
+#[cfg(test)]
+pub mod test_events {
+    use super::*;
+
+    pub fn call() -> ToolCall {
+        ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: r#"{"x":1}"#.into(),
+        }
+    }
+
+    /// A token that released `deltas`.
+    pub fn token(id: u32, deltas: Vec<Delta>) -> Token {
+        Token {
+            id,
+            deltas,
+            logprob: None,
+        }
+    }
+
+    /// An end with nothing held back, after `completion_tokens` of 10 prompt tokens.
+    pub fn finish(reason: StopReason, completion_tokens: usize) -> Finish {
+        Finish {
+            deltas: Vec::new(),
+            reason,
+            usage: Usage {
+                prompt_tokens: 10,
+                completion_tokens,
+                cached_tokens: 0,
+            },
+            timings: Timings::default(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,8 +23,8 @@ use crate::{
     error::{ApiError, OllamaError, OllamaErrorBody},
     extract::OllamaJson,
     generation::{
-        spawn_body, stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply,
-        ServedModel, Settings, StopReason, Timings, Translator,
+        spawn_body, stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel,
+        Settings, StopReason, Timings, Token, Translator,
     },
     models::{ModelCard, ModelFacts},
     openai::{seed_value, with_seed},
@@ -681,9 +681,9 @@ impl ReplyLines {
 impl Translator for ReplyLines {
     type Wire = String;
 
-    fn token(&mut self, _: usize, id: u32, deltas: Vec<Delta>, _: Option<Logprob>) -> Vec<String> {
-        self.context.push(id);
-        self.pieces(deltas)
+    fn token(&mut self, _: usize, token: Token) -> Vec<String> {
+        self.context.push(token.id);
+        self.pieces(token.deltas)
     }
 
     fn finish(&mut self, _: usize, finish: Finish) -> Vec<String> {
@@ -749,11 +749,10 @@ fn timestamp_of(secs: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use seedbar_engine::ToolCall;
-    use seedbar_scheduler::Usage;
     use serde_json::json;
 
     use super::*;
+    use crate::generation::test_events::{call, finish, token};
 
     fn lines(route: Route) -> ReplyLines {
         ReplyLines {
@@ -779,36 +778,27 @@ mod tests {
             .collect()
     }
 
-    fn finish(reason: StopReason) -> Finish {
+    /// An end that releases "!" after 2 tokens, with its timings.
+    fn ending(reason: StopReason) -> Finish {
         Finish {
             deltas: vec![Delta::Text("!".into())],
-            reason,
-            usage: Usage {
-                prompt_tokens: 2,
-                completion_tokens: 2,
-                cached_tokens: 0,
-            },
             timings: Timings {
                 load: Duration::from_nanos(5),
                 prompt_eval: Duration::from_nanos(10),
                 eval: Duration::from_nanos(20),
                 total: Duration::from_nanos(40),
             },
+            ..finish(reason, 2)
         }
     }
 
     #[test]
     fn chat_lines_from_neutral_events() {
         let mut chat = lines(Route::Chat);
-        let call = ToolCall {
-            id: "call_1".into(),
-            name: "f".into(),
-            arguments: r#"{"x":1}"#.into(),
-        };
-        let mut out = chat.token(0, 7, vec![Delta::Text("Hi".into())], None);
-        out.extend(chat.token(0, 8, vec![Delta::Text(String::new())], None));
-        out.extend(chat.token(0, 9, vec![Delta::ToolCall(call)], None));
-        out.extend(chat.finish(0, finish(StopReason::ToolCalls)));
+        let mut out = chat.token(0, token(7, vec![Delta::Text("Hi".into())]));
+        out.extend(chat.token(0, token(8, vec![Delta::Text(String::new())])));
+        out.extend(chat.token(0, token(9, vec![Delta::ToolCall(call())])));
+        out.extend(chat.finish(0, ending(StopReason::ToolCalls)));
         assert_eq!(
             wire(out),
             [
@@ -831,8 +821,8 @@ mod tests {
     #[test]
     fn generate_lines_end_with_the_context() {
         let mut generate = lines(Route::Generate);
-        let mut out = generate.token(0, 7, vec![Delta::Text("Hi".into())], None);
-        out.extend(generate.finish(0, finish(StopReason::Length)));
+        let mut out = generate.token(0, token(7, vec![Delta::Text("Hi".into())]));
+        out.extend(generate.finish(0, ending(StopReason::Length)));
         let out = wire(out);
         assert_eq!(
             out[0],

@@ -25,7 +25,7 @@ use crate::{
     extract::JsonBody,
     generation::{
         stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel, Settings,
-        TotalUsage, Translator,
+        Token, TotalUsage, Translator,
     },
     models::ModelCard,
     structured::{ResponseFormat, ToolChoice, ToolMode},
@@ -771,15 +771,9 @@ impl Translator for ChatStream {
             .collect()
     }
 
-    fn token(
-        &mut self,
-        index: usize,
-        _id: u32,
-        deltas: Vec<Delta>,
-        logprob: Option<Logprob>,
-    ) -> Vec<SseMessage> {
-        let mut deltas = self.deltas(index, deltas);
-        let mut logprobs = logprob.map(|lp| ChatLogprobs {
+    fn token(&mut self, index: usize, token: Token) -> Vec<SseMessage> {
+        let mut deltas = self.deltas(index, token.deltas);
+        let mut logprobs = token.logprob.map(|lp| ChatLogprobs {
             content: vec![(&lp).into()],
         });
         if deltas.is_empty() && logprobs.is_some() {
@@ -999,16 +993,10 @@ impl Translator for CompletionStream {
             .collect()
     }
 
-    fn token(
-        &mut self,
-        index: usize,
-        _id: u32,
-        deltas: Vec<Delta>,
-        logprob: Option<Logprob>,
-    ) -> Vec<SseMessage> {
+    fn token(&mut self, index: usize, token: Token) -> Vec<SseMessage> {
         let start = self.echoes[index].len();
-        let logprobs = logprob.map(|lp| LegacyLogprobs::new([&lp], start));
-        vec![self.chunk(index, text_of(deltas), logprobs, None)]
+        let logprobs = token.logprob.map(|lp| LegacyLogprobs::new([&lp], start));
+        vec![self.chunk(index, text_of(token.deltas), logprobs, None)]
     }
 
     fn finish(&mut self, index: usize, finish: Finish) -> Vec<SseMessage> {
@@ -1069,6 +1057,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::generation::test_events::{call, finish, token};
     use crate::generation::{StopReason, Timings};
 
     fn envelope(object: &'static str) -> Envelope {
@@ -1095,24 +1084,14 @@ mod tests {
                "system_fingerprint": "fp_1", "seed": 3, "choices": choices})
     }
 
-    fn finish(reason: StopReason, completion_tokens: usize) -> Finish {
-        Finish {
-            deltas: Vec::new(),
-            reason,
-            usage: Usage {
-                prompt_tokens: 5,
-                completion_tokens,
-                cached_tokens: 2,
-            },
-            timings: Timings::default(),
-        }
+    fn text(text: &str) -> Vec<Delta> {
+        vec![Delta::Text(text.into())]
     }
 
-    fn call() -> ToolCall {
-        ToolCall {
-            id: "call_1".into(),
-            name: "f".into(),
-            arguments: r#"{"x":1}"#.into(),
+    fn with_logprob(token: Token) -> Token {
+        Token {
+            logprob: Some(logprob()),
+            ..token
         }
     }
 
@@ -1134,10 +1113,10 @@ mod tests {
             include_usage: true,
         };
         let mut events = stream.start();
-        events.extend(stream.token(0, 9, vec![Delta::Text("Hi".into())], Some(logprob())));
-        events.extend(stream.token(0, 10, vec![Delta::Text(String::new())], Some(logprob())));
-        events.extend(stream.token(0, 11, vec![Delta::Text(String::new())], None));
-        events.extend(stream.token(0, 12, vec![Delta::ToolCall(call())], None));
+        events.extend(stream.token(0, with_logprob(token(9, text("Hi")))));
+        events.extend(stream.token(0, with_logprob(token(10, text("")))));
+        events.extend(stream.token(0, token(11, text(""))));
+        events.extend(stream.token(0, token(12, vec![Delta::ToolCall(call())])));
         events.extend(stream.finish(0, finish(StopReason::ToolCalls, 4)));
         events.extend(stream.done(TotalUsage {
             prompt_tokens: 5,
@@ -1225,8 +1204,8 @@ mod tests {
             include_usage: false,
         };
         let mut events = stream.start();
-        events.extend(stream.token(0, 9, vec![Delta::Text("Hi".into())], Some(logprob())));
-        events.extend(stream.token(0, 10, vec![Delta::Text(String::new())], None));
+        events.extend(stream.token(0, with_logprob(token(9, text("Hi")))));
+        events.extend(stream.token(0, token(10, text(""))));
         events.extend(stream.finish(0, finish(StopReason::StopString(0), 2)));
         events.extend(stream.done(TotalUsage::default()));
         let choice = |text: &str, logprobs: Value, finish: Value| {

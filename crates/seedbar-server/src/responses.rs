@@ -16,7 +16,7 @@ use crate::{
     error::ApiError,
     extract::{JsonBody, TextOr},
     generation::{
-        stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, ServedModel, StopReason,
+        stream_body, Delta, Finish, Generation, Job, Prompt, ServedModel, StopReason, Token,
         Translator,
     },
     openai::{
@@ -754,14 +754,8 @@ impl Translator for ResponseStream {
         self.numbered(vec![created, in_progress])
     }
 
-    fn token(
-        &mut self,
-        _: usize,
-        _: u32,
-        deltas: Vec<Delta>,
-        _: Option<Logprob>,
-    ) -> Vec<SseMessage> {
-        let events = self.output.push(deltas);
+    fn token(&mut self, _: usize, token: Token) -> Vec<SseMessage> {
+        let events = self.output.push(token.deltas);
         self.numbered(events)
     }
 
@@ -788,10 +782,10 @@ impl Translator for ResponseStream {
 
 #[cfg(test)]
 mod tests {
-    use seedbar_engine::ToolCall;
     use serde_json::json;
 
     use super::*;
+    use crate::generation::test_events::{call, finish, token};
 
     fn request(body: Value) -> Result<ChatInput, ApiError> {
         serde_json::from_value::<ResponsesRequest>(body)
@@ -892,27 +886,6 @@ mod tests {
         }
     }
 
-    fn call() -> ToolCall {
-        ToolCall {
-            id: "call_1".into(),
-            name: "f".into(),
-            arguments: r#"{"x":1}"#.into(),
-        }
-    }
-
-    fn finish(reason: StopReason) -> Finish {
-        Finish {
-            deltas: Vec::new(),
-            reason,
-            usage: seedbar_scheduler::Usage {
-                prompt_tokens: 10,
-                completion_tokens: 9,
-                cached_tokens: 0,
-            },
-            timings: Default::default(),
-        }
-    }
-
     /// Each event's name and data.
     fn wire(events: Vec<SseMessage>) -> Vec<(String, Value)> {
         events
@@ -925,10 +898,10 @@ mod tests {
     fn neutral_events_become_numbered_item_events() {
         let mut stream = translator();
         let mut events = stream.start();
-        events.extend(stream.token(0, 1, vec![Delta::Text("Hi".into())], None));
-        events.extend(stream.token(0, 2, vec![Delta::Text(" there".into())], None));
-        events.extend(stream.token(0, 3, vec![Delta::ToolCall(call())], None));
-        events.extend(stream.finish(0, finish(StopReason::ToolCalls)));
+        events.extend(stream.token(0, token(1, vec![Delta::Text("Hi".into())])));
+        events.extend(stream.token(0, token(2, vec![Delta::Text(" there".into())])));
+        events.extend(stream.token(0, token(3, vec![Delta::ToolCall(call())])));
+        events.extend(stream.finish(0, finish(StopReason::ToolCalls, 9)));
         let events = wire(events);
         let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
         assert_eq!(
@@ -981,8 +954,8 @@ mod tests {
     #[test]
     fn a_cut_reply_is_incomplete_and_a_failure_is_failed() {
         let mut stream = translator();
-        stream.token(0, 1, vec![Delta::Text("ok".into())], None);
-        let events = wire(stream.finish(0, finish(StopReason::Length)));
+        stream.token(0, token(1, vec![Delta::Text("ok".into())]));
+        let events = wire(stream.finish(0, finish(StopReason::Length, 9)));
         let (name, last) = events.last().unwrap();
         assert_eq!(name, "response.incomplete");
         assert_eq!(
