@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import ollama
 import pytest
 
 from conftest import DEFAULT_MODEL, Seedbar, default_gguf, serving, start_server, wait_for
@@ -471,6 +472,24 @@ def test_pull_downloads_with_progress_and_cancels(keyed):
 
     assert_error(client.delete("/app/models/pulls/org/never"), 404)
     assert_error(client.post("/app/models/pull", json={"repo": "not-a-repo"}), 400, "repo")
+
+
+def test_ollama_pull_streams_status_lines(keyed):
+    srv, client, _, _ = keyed
+    with client.stream("POST", "/api/pull", json={"model": "org/tiny"}) as resp:
+        assert resp.status_code == 200, resp.read()
+        assert resp.headers["content-type"].startswith("application/x-ndjson")
+        lines = [json.loads(line) for line in resp.iter_lines() if line]
+    assert lines[0] == {"status": "pulling manifest"}, lines
+    assert lines[-1] == {"status": "success"}, lines
+    progress = [line for line in lines if line["status"].startswith("downloading")]
+    assert all(0 <= p["completed"] <= p["total"] for p in progress), progress
+    assert any(m["name"] == "org--tiny" for m in client.get("/app/models").json())
+    again = ollama.Client(host=srv.url, headers={"Authorization": f"Bearer {KEY}"}).pull("org/tiny")
+    assert again.status == "success"
+    assert client.delete("/app/models/org--tiny").status_code == 204
+    bad = client.post("/api/pull", json={"model": "not-a-repo", "stream": False})
+    assert bad.status_code == 400 and isinstance(bad.json()["error"], str), bad.text
 
 
 def test_pull_without_a_reachable_hub_fails_quickly(keyed):

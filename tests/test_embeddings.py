@@ -7,6 +7,7 @@ import math
 
 import httpx
 import numpy as np
+import ollama
 import pytest
 from openai import OpenAI
 from safetensors.numpy import load_file
@@ -170,6 +171,20 @@ def test_ollama_embed_and_the_older_embeddings_route(http, client):
     legacy = http.post("/api/embeddings", json={"model": EMBEDDING_MODEL, "prompt": SENTENCES[0]})
     assert legacy.status_code == 200 and set(legacy.json()) == {"embedding"}
     assert np.abs(np.array(legacy.json()["embedding"]) - floats[0]).max() <= 1e-5
+
+
+def test_ollama_show_tags_and_client_know_the_embedding_model(http, server):
+    show = http.post("/api/show", json={"model": EMBEDDING_MODEL}).json()
+    assert show["capabilities"] == ["embedding"]
+    assert show["model_info"]["general.architecture"] == "bert"
+    weights = load_file(str(embedding_model_dir() / "model.safetensors"))
+    assert show["model_info"]["general.parameter_count"] == sum(w.size for w in weights.values())
+    assert show["model_info"]["bert.embedding_length"] == 384
+    tag = next(m for m in http.get("/api/tags").json()["models"] if m["name"] == EMBEDDING_MODEL)
+    assert (tag["details"]["family"], tag["details"]["format"]) == ("bert", "safetensors")
+    assert tag["digest"].startswith("sha256:") and len(tag["digest"]) == 71
+    reply = ollama.Client(host=server.url, timeout=120).embed(model=EMBEDDING_MODEL, input=SENTENCES[0])
+    assert len(reply.embeddings) == 1 and len(reply.embeddings[0]) == 384
 
 
 def test_long_inputs_follow_the_length_rule(http):

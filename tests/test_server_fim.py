@@ -83,3 +83,19 @@ def test_a_model_without_fim_tokens_refuses_suffix(server):
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["param"] == "suffix" and "fill-in-the-middle" in error["message"]
+
+
+def test_ollama_reports_insert_for_fim_models_and_reads_safetensors_folders(server, store, fim_model):
+    show = httpx.post(server.url + "/api/show", json={"model": fim_model["name"]}, timeout=120).json()
+    assert show["capabilities"][0] == "completion" and "insert" in show["capabilities"], show["capabilities"]
+    plain = httpx.post(server.url + "/api/show", json={"model": DEFAULT_MODEL}, timeout=120).json()
+    assert "insert" not in plain["capabilities"]
+    weights = mx.load(str(store.home / "models" / "tiny-fim" / "model.safetensors"))
+    params = sum(w.size for w in weights.values())
+    assert show["model_info"]["general.parameter_count"] == params
+    assert show["model_info"]["general.architecture"] == "llama"
+    tags = httpx.get(server.url + "/api/tags", timeout=120).json()["models"]
+    details = next(m for m in tags if m["name"] == fim_model["name"])["details"]
+    dtypes = {str(w.dtype).split(".")[-1] for w in weights.values() if w.ndim >= 2}
+    assert details["format"] == "safetensors" and details["family"] == "llama"
+    assert details["quantization_level"] == {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}[dtypes.pop()]

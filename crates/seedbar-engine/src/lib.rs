@@ -10,6 +10,7 @@ pub mod error;
 pub mod generate;
 pub mod gguf;
 mod hub;
+pub mod inventory;
 pub mod kv_cache;
 pub mod model;
 pub mod models;

@@ -7,22 +7,22 @@
 
 use std::sync::Arc;
 
-use axum::{extract::State, response::sse::Event as SseEvent, response::Response, Json};
-use seedbar_engine::{
-    tool_calls::{ToolCall, ToolCallParser, ToolOutput},
-    ChatMessage, FinishReason,
-};
-use seedbar_scheduler::Event;
+use axum::{extract::State, response::Response, Json};
+use seedbar_engine::{ChatMessage, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::mpsc::Sender;
 
 use crate::{
     error::{AnthropicError, ApiError},
     extract::{AnthropicBody, TextOr},
-    generation::{next_or_gone, spawn_body, ChoiceEvent, Generation, Settings},
-    openai::{arguments_value, sse, template_calls, template_tool, with_seed, CommonFields},
-    structured::{self, forced_call, ChatInput},
+    generation::{
+        stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel, Settings,
+        StopReason, Token, Translator,
+    },
+    openai::{
+        arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
+    },
+    structured::{forced_call, ChatInput},
     App,
 };
 use seedbar_grammar::ToolSchema;
@@ -261,7 +261,7 @@ pub struct Message {
     role: Role,
     model: String,
     content: Vec<OutBlock>,
-    stop_reason: Option<StopReason>,
+    stop_reason: Option<MessageStop>,
     stop_sequence: Option<String>,
     usage: MessageUsage,
     /// Seedbar's: the seed the reply used.
@@ -283,7 +283,7 @@ enum OutBlock {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum StopReason {
+enum MessageStop {
     EndTurn,
     MaxTokens,
     StopSequence,
@@ -336,7 +336,7 @@ enum BlockDelta {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct MessageEnd {
-    stop_reason: StopReason,
+    stop_reason: MessageStop,
     stop_sequence: Option<String>,
 }
 
@@ -358,10 +358,8 @@ impl StreamEvent {
         }
     }
 
-    fn sse(&self) -> SseEvent {
-        SseEvent::default()
-            .event(self.name())
-            .data(serde_json::to_string(self).unwrap_or_default())
+    fn sse(&self) -> SseMessage {
+        SseMessage::json(Some(self.name()), self)
     }
 }
 
@@ -382,22 +380,17 @@ fn tool_use(call: ToolCall) -> OutBlock {
     }
 }
 
-/// The whole reply's blocks: its text, and its tool calls when tools were offered; at least
-/// one (empty) text block.
-fn content_blocks(text: &str, tools: bool) -> Vec<OutBlock> {
-    let outputs = if tools {
-        ToolCallParser::parse(text)
-    } else {
-        vec![ToolOutput::Text(text.to_string())]
-    };
-    let mut blocks: Vec<OutBlock> = Vec::new();
-    for output in outputs {
-        match (output, blocks.last_mut()) {
-            (ToolOutput::Text(t), Some(OutBlock::Text { text })) => text.push_str(&t),
-            (ToolOutput::Text(t), _) => blocks.push(OutBlock::Text { text: t }),
-            (ToolOutput::Call(call), _) => blocks.push(tool_use(call)),
-        }
-    }
+/// The whole reply's blocks: its text and tool calls, in order; at least one (empty) text
+/// block.
+fn content_blocks(reply: &Reply) -> Vec<OutBlock> {
+    let mut blocks: Vec<OutBlock> = reply
+        .pieces
+        .iter()
+        .map(|piece| match piece {
+            Delta::Text(text) => OutBlock::Text { text: text.clone() },
+            Delta::ToolCall(call) => tool_use(call.clone()),
+        })
+        .collect();
     if blocks.is_empty() {
         blocks.push(OutBlock::Text {
             text: String::new(),
@@ -406,40 +399,21 @@ fn content_blocks(text: &str, tools: bool) -> Vec<OutBlock> {
     blocks
 }
 
-/// A streamed reply's block events, from its text deltas: text goes into a text block
-/// opened on demand; a tool call closes it and comes as a whole `tool_use` block (its input
-/// as one `input_json_delta`). `ping` follows the first block's start.
+/// A streamed reply's block events, from its deltas: text goes into a text block opened on
+/// demand; a tool call closes it and comes as a whole `tool_use` block (its input as one
+/// `input_json_delta`). `ping` follows the first block's start.
+#[derive(Default)]
 struct BlockStream {
-    parser: Option<ToolCallParser>,
     /// Blocks started so far.
     started: usize,
     text_open: bool,
-    called: bool,
 }
 
 impl BlockStream {
-    fn new(tools: bool) -> Self {
-        BlockStream {
-            parser: tools.then(ToolCallParser::new),
-            started: 0,
-            text_open: false,
-            called: false,
-        }
-    }
-
-    fn push(&mut self, text: &str) -> Vec<StreamEvent> {
-        let outputs = match &mut self.parser {
-            Some(parser) => parser.push(text),
-            None => vec![ToolOutput::Text(text.to_string())],
-        };
-        self.events(outputs)
-    }
-
-    /// The last events of the content: held-back text, and the open block's stop (an empty
-    /// text block when the reply had none).
+    /// The last events of the content: the open block's stop (an empty text block when the
+    /// reply had none).
     fn finish(&mut self) -> Vec<StreamEvent> {
-        let outputs = self.parser.as_mut().map(|p| p.finish()).unwrap_or_default();
-        let mut events = self.events(outputs);
+        let mut events = Vec::new();
         if self.started == 0 {
             events.extend(self.start(OutBlock::Text {
                 text: String::new(),
@@ -450,12 +424,12 @@ impl BlockStream {
         events
     }
 
-    fn events(&mut self, outputs: Vec<ToolOutput>) -> Vec<StreamEvent> {
+    fn push(&mut self, deltas: Vec<Delta>) -> Vec<StreamEvent> {
         let mut events = Vec::new();
-        for output in outputs {
-            match output {
-                ToolOutput::Text(text) if text.is_empty() => {}
-                ToolOutput::Text(text) => {
+        for delta in deltas {
+            match delta {
+                Delta::Text(text) if text.is_empty() => {}
+                Delta::Text(text) => {
                     if !self.text_open {
                         events.extend(self.start(OutBlock::Text {
                             text: String::new(),
@@ -467,7 +441,7 @@ impl BlockStream {
                         delta: BlockDelta::TextDelta { text },
                     });
                 }
-                ToolOutput::Call(call) => {
+                Delta::ToolCall(call) => {
                     events.extend(self.close_text());
                     events.extend(self.start(OutBlock::ToolUse {
                         id: tool_use_id(&call),
@@ -482,7 +456,6 @@ impl BlockStream {
                         },
                     });
                     events.push(StreamEvent::ContentBlockStop { index });
-                    self.called = true;
                 }
             }
         }
@@ -508,25 +481,23 @@ impl BlockStream {
     }
 }
 
-/// What shapes a reply: the message's fixed fields, whether tools were offered, and the
-/// stop sequences (to name the one that matched).
-struct Reply {
+/// What shapes a message: its fixed fields, and the stop sequences (to name the one that
+/// matched).
+struct MessageFrame {
     id: String,
     model: String,
     seed: u64,
     input_tokens: usize,
-    tools: bool,
     stops: Vec<String>,
 }
 
-impl Reply {
-    fn new(generation: &Generation, tools: bool, stops: Vec<String>) -> Self {
-        Reply {
+impl MessageFrame {
+    fn new(generation: &Generation, stops: Vec<String>) -> Self {
+        MessageFrame {
             id: generation.id.clone(),
             model: generation.model.card.name.clone(),
             seed: generation.seed,
             input_tokens: generation.prompt_tokens,
-            tools,
             stops,
         }
     }
@@ -548,14 +519,12 @@ impl Reply {
         }
     }
 
-    fn end(&self, finish: Option<FinishReason>, called: bool) -> MessageEnd {
-        let (stop_reason, stop_sequence) = match finish {
-            _ if called => (StopReason::ToolUse, None),
-            Some(FinishReason::StopString(i)) => {
-                (StopReason::StopSequence, self.stops.get(i).cloned())
-            }
-            Some(FinishReason::Length) => (StopReason::MaxTokens, None),
-            Some(FinishReason::Stop) | None => (StopReason::EndTurn, None),
+    fn end(&self, reason: StopReason) -> MessageEnd {
+        let (stop_reason, stop_sequence) = match reason {
+            StopReason::ToolCalls => (MessageStop::ToolUse, None),
+            StopReason::StopString(i) => (MessageStop::StopSequence, self.stops.get(i).cloned()),
+            StopReason::Length => (MessageStop::MaxTokens, None),
+            StopReason::Stop => (MessageStop::EndTurn, None),
         };
         MessageEnd {
             stop_reason,
@@ -572,35 +541,32 @@ pub async fn messages(
 ) -> Result<Response, AnthropicError> {
     let (common, fields, conversation): (CommonFields, MessagesFields, Conversation) =
         (body.parse()?, body.parse()?, body.parse()?);
-    let model = app.models.get(&common.model).await?;
-    let mut settings = settings(&common, fields)?;
+    let model = ServedModel::find(&app, &common.model).await?;
+    let settings = settings(&common, fields)?;
     let (messages, tools, forced) = conversation.into_chat()?;
-    if let Some(call) = forced {
-        structured::constrain(&mut settings, &model, call, "tool_choice")?;
-    }
-    let prompt = model.chat_prompt(&messages, tools.as_deref())?;
     let stops = settings.stop.clone();
-    let generation = Generation::start(
-        model,
-        vec![prompt],
-        1,
-        settings,
-        app.metrics.clone(),
-        "msg_",
-    )?;
-    let reply = Reply::new(&generation, tools.is_some(), stops);
+    let job = Job {
+        format: forced.map(|call| (call, "tool_choice")),
+        ..Job::new(vec![Prompt::Chat { messages, tools }], settings, "msg_")
+    };
+    let generation = Generation::start(&app, model, job)?;
+    let frame = MessageFrame::new(&generation, stops);
+    let seed = frame.seed;
     if common.stream {
-        Ok(with_seed(
-            reply.seed,
-            sse(spawn_body(move |tx| stream_message(generation, reply, tx))),
-        ))
-    } else {
-        let seed = reply.seed;
-        Ok(with_seed(
-            seed,
-            Json(whole_message(generation, reply).await?),
-        ))
+        let translator = MessageStream {
+            frame,
+            blocks: BlockStream::default(),
+        };
+        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
     }
+    let reply = generation.collect().await?.pop().unwrap_or_default();
+    let end = frame.end(reply.reason());
+    let message = frame.message(
+        content_blocks(&reply),
+        Some(end),
+        reply.usage().completion_tokens,
+    );
+    Ok(with_seed(seed, Json(message)))
 }
 
 pub async fn count_tokens(
@@ -608,87 +574,54 @@ pub async fn count_tokens(
     AnthropicBody(body): AnthropicBody,
 ) -> Result<Json<TokenCount>, AnthropicError> {
     let (common, conversation): (CommonFields, Conversation) = (body.parse()?, body.parse()?);
-    let model = app.models.get(&common.model).await?;
+    let model = ServedModel::find(&app, &common.model).await?;
     let (messages, tools, _) = conversation.into_chat()?;
-    let prompt = model.chat_prompt(&messages, tools.as_deref())?;
+    let prompt = Prompt::Chat { messages, tools }.tokens(&model)?;
     Ok(Json(TokenCount {
         input_tokens: prompt.len(),
     }))
 }
 
-async fn whole_message(generation: Generation, reply: Reply) -> Result<Message, ApiError> {
-    let choice = generation
-        .collect()
-        .await?
-        .into_iter()
-        .next()
-        .unwrap_or_default();
-    let content = content_blocks(&choice.text, reply.tools);
-    let called = content
-        .iter()
-        .any(|b| matches!(b, OutBlock::ToolUse { .. }));
-    let end = reply.end(choice.finish, called);
-    Ok(reply.message(content, Some(end), choice.usage.completion_tokens))
+/// A streamed message: `message_start`, the block events, `message_delta` with the stop
+/// reason and usage, `message_stop`; an `error` event when the engine fails.
+struct MessageStream {
+    frame: MessageFrame,
+    blocks: BlockStream,
 }
 
-/// Send `events`; false once the client has gone.
-async fn send(tx: &Sender<SseEvent>, events: Vec<StreamEvent>) -> bool {
-    for event in events {
-        if tx.send(event.sse()).await.is_err() {
-            return false;
-        }
-    }
-    true
-}
+impl Translator for MessageStream {
+    type Wire = SseMessage;
 
-async fn stream_message(mut generation: Generation, reply: Reply, tx: Sender<SseEvent>) {
-    let start = StreamEvent::MessageStart {
-        message: reply.message(Vec::new(), None, 0),
-    };
-    if !send(&tx, vec![start]).await {
-        return;
+    fn start(&mut self) -> Vec<SseMessage> {
+        let message = self.frame.message(Vec::new(), None, 0);
+        vec![StreamEvent::MessageStart { message }.sse()]
     }
-    let mut blocks = BlockStream::new(reply.tools);
-    let mut events = generation.events();
-    let failure = loop {
-        let Some(ChoiceEvent { event, .. }) = next_or_gone(&mut events, &tx).await else {
-            break "the reply ended before it finished".to_string();
-        };
-        match event {
-            Event::Token { text, .. } => {
-                if !send(&tx, blocks.push(&text)).await {
-                    return;
-                }
-            }
-            Event::Finished {
-                reason,
-                usage,
-                text,
-            } => {
-                let mut last = blocks.push(&text);
-                last.extend(blocks.finish());
-                last.push(StreamEvent::MessageDelta {
-                    delta: reply.end(Some(reason), blocks.called),
-                    usage: DeltaUsage {
-                        output_tokens: usage.completion_tokens,
-                    },
-                });
-                last.push(StreamEvent::MessageStop);
-                send(&tx, last).await;
-                return;
-            }
-            Event::Failed(message) => break message,
-        }
-    };
-    // The engine failed (or the client went, and this goes nowhere): never a clean stop.
-    let error = AnthropicError(ApiError::internal(failure)).body();
-    let _ = tx
-        .send(
-            SseEvent::default()
-                .event("error")
-                .data(serde_json::to_string(&error).unwrap_or_default()),
-        )
-        .await;
+
+    fn token(&mut self, _: usize, token: Token) -> Vec<SseMessage> {
+        self.blocks
+            .push(token.deltas)
+            .iter()
+            .map(StreamEvent::sse)
+            .collect()
+    }
+
+    fn finish(&mut self, _: usize, finish: Finish) -> Vec<SseMessage> {
+        let mut events = self.blocks.push(finish.deltas);
+        events.extend(self.blocks.finish());
+        events.push(StreamEvent::MessageDelta {
+            delta: self.frame.end(finish.reason),
+            usage: DeltaUsage {
+                output_tokens: finish.usage.completion_tokens,
+            },
+        });
+        events.push(StreamEvent::MessageStop);
+        events.iter().map(StreamEvent::sse).collect()
+    }
+
+    fn failed(&mut self, message: String) -> Vec<SseMessage> {
+        let error = AnthropicError(ApiError::internal(message)).body();
+        vec![SseMessage::json(Some("error"), &error)]
+    }
 }
 
 #[cfg(test)]
@@ -697,6 +630,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::generation::test_events::{call, finish, token};
 
     fn conversation(body: Value) -> Result<ChatInput, ApiError> {
         serde_json::from_value::<Conversation>(body)
@@ -809,145 +743,160 @@ mod tests {
         assert!(settings(&common, fields).is_err());
     }
 
-    fn reply(tools: bool) -> Reply {
-        Reply {
+    fn frame() -> MessageFrame {
+        MessageFrame {
             id: "msg_1".into(),
             model: "m".into(),
             seed: 3,
             input_tokens: 10,
-            tools,
             stops: vec!["A".into(), "B".into()],
         }
     }
 
     #[test]
     fn stop_reasons() {
-        let r = reply(false);
-        let end = |finish, called| {
-            let e = r.end(finish, called);
+        let f = frame();
+        let end = |reason| {
+            let e = f.end(reason);
             (e.stop_reason, e.stop_sequence)
         };
+        assert_eq!(end(StopReason::Stop), (MessageStop::EndTurn, None));
+        assert_eq!(end(StopReason::Length), (MessageStop::MaxTokens, None));
         assert_eq!(
-            end(Some(FinishReason::Stop), false),
-            (StopReason::EndTurn, None)
+            end(StopReason::StopString(1)),
+            (MessageStop::StopSequence, Some("B".into()))
         );
-        assert_eq!(
-            end(Some(FinishReason::Length), false),
-            (StopReason::MaxTokens, None)
-        );
-        assert_eq!(
-            end(Some(FinishReason::StopString(1)), false),
-            (StopReason::StopSequence, Some("B".into()))
-        );
-        assert_eq!(
-            end(Some(FinishReason::Stop), true),
-            (StopReason::ToolUse, None)
-        );
+        assert_eq!(end(StopReason::ToolCalls), (MessageStop::ToolUse, None));
     }
 
-    const CALL: &str = r#"<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>"#;
+    /// The `data` of each event, as JSON.
+    fn wire(events: Vec<SseMessage>) -> Vec<Value> {
+        events
+            .iter()
+            .map(|event| serde_json::from_str(&event.data).unwrap())
+            .collect()
+    }
 
     #[test]
     fn whole_replies_split_into_blocks() {
         assert_eq!(
-            content_blocks("", false),
+            content_blocks(&Reply::default()),
             [OutBlock::Text { text: "".into() }]
         );
-        assert_eq!(
-            content_blocks(CALL, false),
-            [OutBlock::Text { text: CALL.into() }]
-        );
-        let blocks = content_blocks(&format!("Sure. {CALL}"), true);
-        assert_eq!(
-            blocks[0],
-            OutBlock::Text {
-                text: "Sure.".into()
-            }
-        );
-        let OutBlock::ToolUse { id, name, input } = &blocks[1] else {
-            panic!("{blocks:?}")
+        let reply = Reply {
+            pieces: vec![Delta::Text("Sure.".into()), Delta::ToolCall(call())],
+            ..Reply::default()
         };
-        assert!(id.starts_with("toolu_") && id.len() > 10, "{id}");
-        assert_eq!((name.as_str(), input), ("f", &json!({"x": 1})));
+        let blocks = content_blocks(&reply);
+        assert_eq!(
+            blocks,
+            [
+                OutBlock::Text {
+                    text: "Sure.".into()
+                },
+                OutBlock::ToolUse {
+                    id: "toolu_1".into(),
+                    name: "f".into(),
+                    input: json!({"x": 1})
+                }
+            ]
+        );
     }
 
     #[test]
-    fn streamed_text_and_calls_become_block_events() {
-        let mut blocks = BlockStream::new(true);
-        let mut events = blocks.push("Hi");
-        events.extend(blocks.push(" there "));
-        for piece in CALL.as_bytes().chunks(7) {
-            events.extend(blocks.push(std::str::from_utf8(piece).unwrap()));
-        }
-        events.extend(blocks.finish());
-        let names: Vec<&str> = events.iter().map(StreamEvent::name).collect();
+    fn neutral_events_become_anthropic_stream_events() {
+        let mut stream = MessageStream {
+            frame: frame(),
+            blocks: BlockStream::default(),
+        };
+        let mut events = stream.start();
+        events.extend(stream.token(0, token(1, vec![Delta::Text("Hi".into())])));
+        events.extend(stream.token(0, token(2, vec![Delta::Text(String::new())])));
+        events.extend(stream.token(0, token(3, vec![Delta::ToolCall(call())])));
+        events.extend(stream.finish(0, finish(StopReason::ToolCalls, 4)));
+        let events = wire(events);
         assert_eq!(
-            names,
-            [
-                "content_block_start",
-                "ping",
-                "content_block_delta",
-                "content_block_delta",
-                "content_block_stop",
-                "content_block_start",
-                "content_block_delta",
-                "content_block_stop",
-            ]
+            events[0],
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                   "role": "assistant", "model": "m", "content": [], "stop_reason": null,
+                   "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 0},
+                   "seed": 3}})
         );
-        assert!(blocks.called);
         assert_eq!(
-            serde_json::to_value(&events[2]).unwrap(),
+            events[1],
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "text", "text": ""}})
+        );
+        assert_eq!(events[2], json!({"type": "ping"}));
+        assert_eq!(
+            events[3],
             json!({"type": "content_block_delta", "index": 0,
                    "delta": {"type": "text_delta", "text": "Hi"}})
         );
+        assert_eq!(events[4], json!({"type": "content_block_stop", "index": 0}));
         assert_eq!(
-            serde_json::to_value(&events[6]).unwrap(),
+            events[5],
+            json!({"type": "content_block_start", "index": 1, "content_block":
+                   {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}})
+        );
+        assert_eq!(
+            events[6],
             json!({"type": "content_block_delta", "index": 1,
                    "delta": {"type": "input_json_delta", "partial_json": "{\"x\":1}"}})
         );
-        let StreamEvent::ContentBlockStart {
-            index: 1,
-            content_block: OutBlock::ToolUse { name, input, .. },
-        } = &events[5]
-        else {
-            panic!("{:?}", events[5])
+        assert_eq!(events[7], json!({"type": "content_block_stop", "index": 1}));
+        assert_eq!(
+            events[8],
+            json!({"type": "message_delta",
+                   "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+                   "usage": {"output_tokens": 4}})
+        );
+        assert_eq!(events[9], json!({"type": "message_stop"}));
+        assert_eq!(events.len(), 10);
+    }
+
+    #[test]
+    fn an_empty_stream_still_has_a_text_block_and_a_failure_is_an_error_event() {
+        let mut stream = MessageStream {
+            frame: frame(),
+            blocks: BlockStream::default(),
         };
-        assert_eq!((name.as_str(), input), ("f", &json!({})));
+        let events = wire(stream.finish(0, finish(StopReason::StopString(0), 4)));
+        let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "content_block_start",
+                "ping",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(
+            events[3]["delta"],
+            json!({"stop_reason": "stop_sequence", "stop_sequence": "A"})
+        );
+        assert_eq!(
+            wire(stream.failed("boom".into())),
+            [json!({"type": "error", "error": {"type": "api_error", "message": "boom"}})]
+        );
     }
 
     #[test]
-    fn an_empty_stream_still_has_a_text_block() {
-        let mut blocks = BlockStream::new(false);
-        let events = blocks.finish();
-        let names: Vec<&str> = events.iter().map(StreamEvent::name).collect();
-        assert_eq!(names, ["content_block_start", "ping", "content_block_stop"]);
-    }
-
-    #[test]
-    fn the_message_and_its_events_have_anthropics_shape() {
-        let r = reply(false);
-        let end = r.end(Some(FinishReason::Length), false);
-        let message = r.message(content_blocks("ok", false), Some(end.clone()), 4);
+    fn the_message_has_anthropics_shape() {
+        let f = frame();
+        let reply = Reply {
+            pieces: vec![Delta::Text("ok".into())],
+            ..Reply::default()
+        };
+        let message = f.message(content_blocks(&reply), Some(f.end(StopReason::Length)), 4);
         assert_eq!(
             serde_json::to_value(&message).unwrap(),
             json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
                    "content": [{"type": "text", "text": "ok"}], "stop_reason": "max_tokens",
                    "stop_sequence": null, "usage": {"input_tokens": 10, "output_tokens": 4},
                    "seed": 3})
-        );
-        let delta = StreamEvent::MessageDelta {
-            delta: end,
-            usage: DeltaUsage { output_tokens: 4 },
-        };
-        assert_eq!(
-            serde_json::to_value(&delta).unwrap(),
-            json!({"type": "message_delta",
-                   "delta": {"stop_reason": "max_tokens", "stop_sequence": null},
-                   "usage": {"output_tokens": 4}})
-        );
-        assert_eq!(
-            serde_json::to_value(StreamEvent::MessageStop).unwrap(),
-            json!({"type": "message_stop"})
         );
     }
 }

@@ -1,7 +1,8 @@
 //! The chat app's routes under `/app` (docs/app-api.md): conversations stored in the
 //! `ChatStore` with their replies streamed as server-sent events, the model library
 //! (installed models, deletion, downloads with progress), the app's settings and status.
-//! Handlers stay thin: the store, `ModelHost`, `Pulls` and `Generation` do the work.
+//! Handlers stay thin: the store, `ModelHost`, `Pulls` and the generation service do the
+//! work; a reply's events are [`ReplyEvent`]s, translated from the service's neutral ones.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use axum::{
         Path, Query, State,
     },
     http::{HeaderValue, StatusCode},
-    response::{sse::Event as SseEvent, Response},
+    response::Response,
     routing::{delete, get, post},
     Json, Router,
 };
@@ -20,15 +21,18 @@ use seedbar_chats::{
     SettingsPatch, Status, Turn,
 };
 use seedbar_engine::{ChatMessage, SamplingParams};
-use seedbar_scheduler::{draw_seed, Event};
+use seedbar_scheduler::draw_seed;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use tokio::sync::mpsc::Sender;
 
 use crate::{
     error::ApiError,
     extract::ApiJson,
-    generation::{self, next_or_gone, spawn_body, ChoiceEvent, Generation},
-    openai::{sse, with_seed},
+    generation::{
+        self, drive, spawn_body, Delta, Ending, Finish, Generation, Job, Prompt, ServedModel,
+        Token, Translator,
+    },
+    openai::{sse, with_seed, SseMessage},
     pulls::Pull,
     App,
 };
@@ -329,24 +333,20 @@ async fn reply(
     let settings = conversation.settings;
 
     // Everything that can refuse the request runs before anything is stored.
-    let model = app.models.get(&settings.model).await?;
-    let chat: Vec<ChatMessage> = (!settings.system_prompt.is_empty())
+    let model = ServedModel::find(&app, &settings.model).await?;
+    let messages: Vec<ChatMessage> = (!settings.system_prompt.is_empty())
         .then(|| ChatMessage::new("system", &settings.system_prompt))
         .into_iter()
         .chain(history)
         .collect();
-    let prompt = model.chat_prompt(&chat, None)?;
     let seed = settings.seed.unwrap_or_else(draw_seed);
     let sampling = generation_settings(&settings, seed);
     sampling.validate("settings.")?;
-    let generation = Generation::start(
-        model,
-        vec![prompt],
-        1,
-        sampling,
-        app.metrics.clone(),
-        "reply-",
-    )?;
+    let prompt = Prompt::Chat {
+        messages,
+        tools: None,
+    };
+    let generation = Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-"))?;
 
     // The turn and the streaming reply row in one transaction, refused (409) while another
     // reply streams into this conversation.
@@ -427,84 +427,139 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
     Ok((history, turn))
 }
 
-/// How a reply's stream ended.
-enum Ending {
-    Complete,
-    ClientGone,
-    Failed(String),
+/// The events of a reply's stream (docs/app-api.md).
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ReplyEvent {
+    /// The user's message as stored (not on regenerate).
+    User {
+        message: Message,
+    },
+    Start {
+        message_id: i64,
+        seed: Option<u64>,
+    },
+    Delta {
+        text: String,
+    },
+    /// The reply as stored, complete.
+    Done {
+        message: Message,
+    },
+    Error {
+        message: String,
+    },
+}
+
+impl ReplyEvent {
+    fn sse(&self) -> SseMessage {
+        SseMessage::json(None, self)
+    }
+}
+
+/// A reply's events from the neutral ones: its text as deltas, gathered for the store and
+/// checkpointed there twice a second; the stored message's events come after the loop.
+struct ReplyStream {
+    app: Arc<App>,
+    first: Vec<ReplyEvent>,
+    reply_id: i64,
+    text: String,
+    checkpointed: (std::time::Instant, usize),
+}
+
+impl ReplyStream {
+    fn delta(&mut self, deltas: Vec<Delta>) -> Vec<SseMessage> {
+        let mut events = Vec::new();
+        for delta in deltas {
+            if let Delta::Text(text) = delta {
+                if !text.is_empty() {
+                    self.text.push_str(&text);
+                    events.push(ReplyEvent::Delta { text }.sse());
+                }
+            }
+        }
+        self.checkpoint();
+        events
+    }
+
+    /// Write the text so far to the store when it grew and the last write is old enough.
+    /// A late write cannot undo the final one: it only touches a reply still streaming.
+    fn checkpoint(&mut self) {
+        let (at, length) = self.checkpointed;
+        if length >= self.text.len() || at.elapsed() < CHECKPOINT_EVERY {
+            return;
+        }
+        self.checkpointed = (std::time::Instant::now(), self.text.len());
+        let (app, id, partial) = (self.app.clone(), self.reply_id, self.text.clone());
+        tokio::spawn(async move {
+            if let Err(e) = db(&app, move |s| s.checkpoint_reply(id, &partial)).await {
+                tracing::warn!(error = %e.message, "cannot checkpoint a streaming reply");
+            }
+        });
+    }
+}
+
+impl Translator for ReplyStream {
+    type Wire = SseMessage;
+
+    fn start(&mut self) -> Vec<SseMessage> {
+        std::mem::take(&mut self.first)
+            .iter()
+            .map(ReplyEvent::sse)
+            .collect()
+    }
+
+    fn token(&mut self, _: usize, token: Token) -> Vec<SseMessage> {
+        self.delta(token.deltas)
+    }
+
+    fn finish(&mut self, _: usize, finish: Finish) -> Vec<SseMessage> {
+        self.delta(finish.deltas)
+    }
+
+    fn failed(&mut self, _: String) -> Vec<SseMessage> {
+        Vec::new()
+    }
 }
 
 /// Send the reply's events, storing its text once it ends however it ends.
 async fn stream_reply(
     app: Arc<App>,
-    mut generation: Generation,
+    generation: Generation,
     user: Option<Message>,
     reply: Message,
-    tx: tokio::sync::mpsc::Sender<SseEvent>,
+    tx: Sender<SseMessage>,
 ) {
-    let event = |value: Value| SseEvent::default().data(value.to_string());
-    let mut text = String::new();
-    let ending = 'stream: {
-        let first = user.map(|message| json!({"type": "user", "message": message}));
-        let start = json!({"type": "start", "message_id": reply.id, "seed": reply.seed});
-        for value in first.into_iter().chain([start]) {
-            if tx.send(event(value)).await.is_err() {
-                break 'stream Ending::ClientGone;
-            }
-        }
-        let mut events = generation.events();
-        let mut checkpointed = (std::time::Instant::now(), 0);
-        loop {
-            if checkpointed.1 < text.len() && checkpointed.0.elapsed() >= CHECKPOINT_EVERY {
-                let (id, partial) = (reply.id, text.clone());
-                if let Err(e) = db(&app, move |s| s.checkpoint_reply(id, &partial)).await {
-                    tracing::warn!(error = %e.message, "cannot checkpoint a streaming reply");
-                }
-                checkpointed = (std::time::Instant::now(), text.len());
-            }
-            let (piece, finished) = match next_or_gone(&mut events, &tx).await {
-                Some(ChoiceEvent {
-                    event: Event::Token { text, .. },
-                    ..
-                }) => (text, false),
-                Some(ChoiceEvent {
-                    event: Event::Finished { text, .. },
-                    ..
-                }) => (text, true),
-                Some(ChoiceEvent {
-                    event: Event::Failed(message),
-                    ..
-                }) => break 'stream Ending::Failed(message),
-                None => break 'stream Ending::ClientGone,
-            };
-            text.push_str(&piece);
-            let sent = piece.is_empty()
-                || tx
-                    .send(event(json!({"type": "delta", "text": piece})))
-                    .await
-                    .is_ok();
-            if finished {
-                break 'stream Ending::Complete;
-            }
-            if !sent {
-                break 'stream Ending::ClientGone;
-            }
-        }
+    let start = ReplyEvent::Start {
+        message_id: reply.id,
+        seed: reply.seed,
     };
-    drop(generation);
+    let mut stream = ReplyStream {
+        app: app.clone(),
+        first: user
+            .map(|message| ReplyEvent::User { message })
+            .into_iter()
+            .chain([start])
+            .collect(),
+        reply_id: reply.id,
+        text: String::new(),
+        checkpointed: (std::time::Instant::now(), 0),
+    };
+    let ending = drive(generation, &mut stream, &tx).await;
     let status = match ending {
         Ending::Complete => Status::Complete,
         Ending::ClientGone => Status::Stopped,
         Ending::Failed(_) => Status::Error,
     };
+    let text = stream.text;
     let stored = db(&app, move |s| s.finish_message(reply.id, &text, status)).await;
     let last = match (ending, stored) {
-        (_, Err(e)) => json!({"type": "error", "message": e.message}),
-        (Ending::Failed(message), Ok(_)) => json!({"type": "error", "message": message}),
-        (Ending::Complete, Ok(message)) => json!({"type": "done", "message": message}),
+        (_, Err(e)) => ReplyEvent::Error { message: e.message },
+        (Ending::Failed(message), Ok(_)) => ReplyEvent::Error { message },
+        (Ending::Complete, Ok(message)) => ReplyEvent::Done { message },
         (Ending::ClientGone, Ok(_)) => return,
     };
-    let _ = tx.send(event(last)).await;
+    let _ = tx.send(last.sse()).await;
 }
 
 // ---- Models ----------------------------------------------------------------------------
@@ -636,16 +691,24 @@ async fn put_settings(
     Ok(Json(settings))
 }
 
-async fn status(State(app): State<Arc<App>>) -> Json<Value> {
+#[derive(Serialize)]
+struct ServerStatus {
+    state: &'static str,
+    model: String,
+    endpoint: Option<String>,
+    message: Option<&'static str>,
+}
+
+async fn status(State(app): State<Arc<App>>) -> Json<ServerStatus> {
     let message = app.is_paused().then_some(
         "paused for outside clients (the app's own routes keep working); resume from the menu bar",
     );
-    Json(json!({
-        "state": "serving",
-        "model": app.config.model,
-        "endpoint": app.endpoint().map(|address| format!("http://{address}/v1")),
-        "message": message,
-    }))
+    Json(ServerStatus {
+        state: "serving",
+        model: app.config.model.clone(),
+        endpoint: app.endpoint().map(|address| format!("http://{address}/v1")),
+        message,
+    })
 }
 
 #[cfg(test)]

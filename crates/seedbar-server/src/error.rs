@@ -10,7 +10,6 @@ use axum::{
 };
 use seedbar_scheduler::SubmitError;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -74,10 +73,31 @@ impl ApiError {
     }
 
     /// The OpenAI error body (also sent as an SSE event when a stream fails midway).
-    pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"message": self.message, "type": self.kind(),
-                         "param": self.param, "code": self.code}})
+    pub fn body(&self) -> OpenAiErrorBody {
+        OpenAiErrorBody {
+            error: OpenAiErrorDetail {
+                message: self.message.clone(),
+                kind: self.kind(),
+                param: self.param.clone(),
+                code: self.code,
+            },
+        }
     }
+}
+
+/// OpenAI's error body.
+#[derive(Debug, Serialize)]
+pub struct OpenAiErrorBody {
+    pub error: OpenAiErrorDetail,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OpenAiErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
 }
 
 impl IntoResponse for ApiError {
@@ -127,13 +147,19 @@ impl From<ApiError> for OllamaError {
     }
 }
 
+/// Ollama's error body; also a stream's last line when it fails.
+#[derive(Debug, Serialize)]
+pub struct OllamaErrorBody {
+    pub error: String,
+}
+
 impl IntoResponse for OllamaError {
     fn into_response(self) -> Response {
         let status = self.0.status;
-        closing_if_unread(
-            status,
-            (status, Json(json!({"error": self.0.message}))).into_response(),
-        )
+        let body = OllamaErrorBody {
+            error: self.0.message,
+        };
+        closing_if_unread(status, (status, Json(body)).into_response())
     }
 }
 
@@ -203,6 +229,8 @@ impl IntoResponse for AnthropicError {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

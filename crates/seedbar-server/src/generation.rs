@@ -1,19 +1,29 @@
-//! One API request on one model: its choices become scheduler requests (choice `k` sampled
-//! with `seed + k`, so each is reproducible on its own), their events merge into one
-//! stream, and time-to-first-token / inter-token latency go into the metrics.
+//! The protocol-neutral generation service under every protocol (OpenAI, Ollama, Anthropic,
+//! Responses, the app's replies): model lookup, prompt building (chat template with tools,
+//! fill-in-the-middle, raw text, token ids run as given), the structured-output constraint
+//! (compiled by `structured`), the choices as scheduler requests (choice `k` sampled with
+//! `seed + k`, so each is reproducible on its own), tool-call parsing, the finish-reason rule,
+//! usage and timings. A running [`Generation`] yields neutral [`Event`]s per choice; the one
+//! streaming loop, [`drive`], feeds them to a protocol's [`Translator`], and
+//! [`Generation::collect`] folds them into whole [`Reply`]s for non-streamed responses.
 
 use std::{
+    ops::Deref,
     pin::Pin,
     sync::{atomic::Ordering, Arc},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use futures_util::{stream, Stream, StreamExt};
-use seedbar_engine::{FinishReason, SamplingParams};
-use seedbar_grammar::Constraint;
-use seedbar_scheduler::{draw_seed, Event, Request, RequestStream, TokenLogprob, Usage};
+use seedbar_engine::{
+    ChatMessage, FinishReason, SamplingParams, ToolCall, ToolCallParser, ToolOutput,
+};
+use seedbar_grammar::{Constraint, Format};
+use seedbar_scheduler::{draw_seed, Request, RequestStream, TokenLogprob, Usage};
+use serde_json::Value;
+use tokio::sync::mpsc::Sender;
 
-use crate::{error::ApiError, metrics::Metrics, models::LoadedModel};
+use crate::{error::ApiError, metrics::Metrics, models::LoadedModel, structured, App};
 
 /// Stop strings a request may give (OpenAI allows 4; editors' autocomplete sends ~10).
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -65,147 +75,624 @@ impl Settings {
     }
 }
 
+// ---- model lookup and prompts ----------------------------------------------------------
+
+/// The model a request names, loaded, and how long finding (or loading) it took.
+pub struct ServedModel {
+    pub model: Arc<LoadedModel>,
+    pub load_duration: Duration,
+}
+
+impl ServedModel {
+    /// The model called `name` (case-insensitive; Ollama's `:latest` allowed), loading it
+    /// if needed.
+    pub async fn find(app: &App, name: &str) -> Result<Self, ApiError> {
+        let asked = Instant::now();
+        let model = app.models.get(name).await?;
+        Ok(ServedModel {
+            model,
+            load_duration: asked.elapsed(),
+        })
+    }
+}
+
+impl Deref for ServedModel {
+    type Target = LoadedModel;
+
+    fn deref(&self) -> &LoadedModel {
+        &self.model
+    }
+}
+
+/// What a choice's prompt is made of.
+#[derive(Debug, Clone)]
+pub enum Prompt {
+    /// A chat through the model's template, offering `tools`; their calls are then parsed
+    /// out of the reply.
+    Chat {
+        messages: Vec<ChatMessage>,
+        tools: Option<Vec<Value>>,
+    },
+    /// Text encoded as it is, without the template.
+    Text(String),
+    /// The model writes the middle between `prefix` and `suffix` (its FIM tokens).
+    FillInTheMiddle { prefix: String, suffix: String },
+    /// Token ids run as given.
+    Tokens(Vec<u32>),
+}
+
+impl Prompt {
+    /// The prompt's token ids for `model`.
+    pub fn tokens(&self, model: &LoadedModel) -> Result<Vec<u32>, ApiError> {
+        match self {
+            Prompt::Chat { messages, tools } => model.chat_prompt(messages, tools.as_deref()),
+            Prompt::Text(text) => model.encode(text),
+            Prompt::FillInTheMiddle { prefix, suffix } => model.fill_in_the_middle(prefix, suffix),
+            Prompt::Tokens(ids) => Ok(ids.clone()),
+        }
+    }
+
+    fn offers_tools(&self) -> bool {
+        matches!(self, Prompt::Chat { tools: Some(_), .. })
+    }
+}
+
+/// What a request asks the service to run.
+pub struct Job {
+    pub prompts: Vec<Prompt>,
+    /// Choices per prompt.
+    pub n: usize,
+    pub settings: Settings,
+    /// The format every reply must follow, and the request field that asked for it.
+    pub format: Option<(Format, &'static str)>,
+    /// Token ids run before each prompt, as given (Ollama's `context`).
+    pub context: Vec<u32>,
+    /// The response id is this and 13 hex digits.
+    pub id_prefix: &'static str,
+}
+
+impl Job {
+    /// One choice per prompt, free-form.
+    pub fn new(prompts: Vec<Prompt>, settings: Settings, id_prefix: &'static str) -> Self {
+        Job {
+            prompts,
+            n: 1,
+            settings,
+            format: None,
+            context: Vec::new(),
+            id_prefix,
+        }
+    }
+}
+
+// ---- neutral events --------------------------------------------------------------------
+
+/// A piece of a choice's reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    /// Reply text (tool-call markup taken out when tools were offered); may be empty while
+    /// a token's text is held back.
+    Text(String),
+    ToolCall(ToolCall),
+}
+
+/// A sampled token's log-probability and the likeliest alternatives, each token decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logprob {
+    pub token: String,
+    pub logprob: f32,
+    pub top: Vec<(String, f32)>,
+    /// Where the token's text starts in the reply, in bytes.
+    pub offset: usize,
+}
+
+/// Why a choice ended. A reply that called tools finishes as a tool call, whatever stopped
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model ended its reply.
+    Stop,
+    /// The request's stop string at this index matched.
+    StopString(usize),
+    /// `max_tokens` (or the context) ran out.
+    Length,
+    ToolCalls,
+}
+
+impl StopReason {
+    pub fn new(reason: FinishReason, called_tools: bool) -> Self {
+        match reason {
+            _ if called_tools => StopReason::ToolCalls,
+            FinishReason::Stop => StopReason::Stop,
+            FinishReason::StopString(index) => StopReason::StopString(index),
+            FinishReason::Length => StopReason::Length,
+        }
+    }
+
+    /// OpenAI's `finish_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Stop | StopReason::StopString(_) => "stop",
+            StopReason::Length => "length",
+            StopReason::ToolCalls => "tool_calls",
+        }
+    }
+}
+
+/// Where a choice's time went (Ollama reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Timings {
+    /// Finding or loading the model.
+    pub load: Duration,
+    /// From submitting the prompt to its first reply token.
+    pub prompt_eval: Duration,
+    /// From the first reply token to the end.
+    pub eval: Duration,
+    /// The whole request, load included.
+    pub total: Duration,
+}
+
+/// A choice's end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    /// The last text (held back until now) and calls.
+    pub deltas: Vec<Delta>,
+    pub reason: StopReason,
+    pub usage: Usage,
+    pub timings: Timings,
+}
+
+/// A sampled token: what of the reply it released, and its log-probabilities when the
+/// request asked for them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    pub id: u32,
+    pub deltas: Vec<Delta>,
+    pub logprob: Option<Logprob>,
+}
+
+/// What happens to a choice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Token(Token),
+    Finish(Finish),
+    /// The engine failed, or the choice's events ended before it finished.
+    Failed(String),
+}
+
 /// A choice's event, tagged with its index.
 pub struct ChoiceEvent {
     pub index: usize,
     pub event: Event,
 }
 
+/// The usage of all choices: the prompt counted once per prompt, completions summed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TotalUsage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// The most prompt tokens any choice found in the prefix cache.
+    pub cached_tokens: usize,
+}
+
+impl TotalUsage {
+    fn add(&mut self, usage: &Usage) {
+        self.completion_tokens += usage.completion_tokens;
+        self.cached_tokens = self.cached_tokens.max(usage.cached_tokens);
+    }
+}
+
+// ---- running ---------------------------------------------------------------------------
+
 /// A running request.
 pub struct Generation {
     pub model: Arc<LoadedModel>,
     pub seed: u64,
-    pub prompt_tokens: usize,
     pub id: String,
     pub created: u64,
-    streams: Vec<RequestStream>,
-    metrics: Arc<Metrics>,
-    started: Instant,
+    /// Each prompt's token ids as run (context included).
+    pub prompts: Vec<Vec<u32>>,
+    pub prompt_tokens: usize,
+    choices: Vec<ChoiceRun>,
 }
 
 impl Generation {
-    /// Submit `n` choices for each prompt; choice `k` (prompt-major) uses `seed + k`. The
-    /// id is `id_prefix` and 13 hex digits.
-    pub fn start(
-        model: Arc<LoadedModel>,
-        prompts: Vec<Vec<u32>>,
-        n: usize,
-        settings: Settings,
-        metrics: Arc<Metrics>,
-        id_prefix: &str,
-    ) -> Result<Self, ApiError> {
+    /// Build the prompts, compile the format, and submit `n` choices for each prompt;
+    /// choice `k` (prompt-major) uses `seed + k`.
+    pub fn start(app: &App, served: ServedModel, job: Job) -> Result<Self, ApiError> {
         let started = Instant::now();
+        let ServedModel {
+            model,
+            load_duration,
+        } = served;
+        let mut settings = job.settings;
+        if let Some((format, param)) = job.format {
+            structured::constrain(&mut settings, &model, format, param)?;
+        }
+        let tools = job.prompts.iter().any(Prompt::offers_tools);
+        let prompts = job
+            .prompts
+            .iter()
+            .map(|prompt| Ok([job.context.clone(), prompt.tokens(&model)?].concat()))
+            .collect::<Result<Vec<_>, ApiError>>()?;
         let seed = settings.seed.unwrap_or_else(draw_seed);
-        let mut streams = Vec::with_capacity(prompts.len() * n);
-        let prompt_tokens = prompts.iter().map(Vec::len).sum();
-        for prompt in prompts {
-            for _ in 0..n {
+        let mut choices = Vec::with_capacity(prompts.len() * job.n);
+        for prompt in &prompts {
+            for _ in 0..job.n {
                 let request = Request {
                     prompt: prompt.clone(),
                     sampling: settings.sampling.clone(),
-                    seed: Some(seed.wrapping_add(streams.len() as u64)),
+                    seed: Some(seed.wrapping_add(choices.len() as u64)),
                     max_tokens: settings.max_tokens.unwrap_or(usize::MAX),
                     stop: settings.stop.clone(),
                     logprobs: settings.logprobs,
                     constraint: settings.constraint.clone(),
                 };
                 // On an error the streams already submitted are dropped, which cancels them.
-                streams.push(model.scheduler.submit(request)?);
+                let events = model.scheduler.submit(request)?;
+                choices.push(ChoiceRun {
+                    events,
+                    parser: tools.then(ToolCallParser::new),
+                    called_tools: false,
+                    offset: 0,
+                    first_token: None,
+                    last_token: None,
+                    ended: false,
+                    started,
+                    load_duration,
+                    model: model.clone(),
+                    metrics: app.metrics.clone(),
+                });
             }
         }
-        metrics
+        let prompt_tokens = prompts.iter().map(Vec::len).sum();
+        app.metrics
             .prompt_tokens
             .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
         Ok(Generation {
-            id: format!("{id_prefix}{:013x}", draw_seed()),
+            id: format!("{}{:013x}", job.id_prefix, draw_seed()),
             created: crate::models::now(),
             model,
             seed,
+            prompts,
             prompt_tokens,
-            streams,
-            metrics,
-            started,
+            choices,
         })
     }
 
     pub fn choices(&self) -> usize {
-        self.streams.len()
+        self.choices.len()
     }
 
     /// Every choice's events as they come. Dropping the stream cancels what still runs.
     pub fn events(&mut self) -> Pin<Box<dyn Stream<Item = ChoiceEvent> + Send>> {
-        let streams = std::mem::take(&mut self.streams);
-        let (metrics, started) = (self.metrics.clone(), self.started);
-        let per_choice = streams.into_iter().enumerate().map(move |(index, events)| {
-            let metrics = metrics.clone();
-            stream::unfold(
-                (events, None::<Instant>),
-                move |(mut events, last_token)| {
-                    let metrics = metrics.clone();
-                    async move {
-                        let event = events.next().await?;
-                        let mut last = last_token;
-                        if let Event::Token { .. } = event {
-                            let now = Instant::now();
-                            match last {
-                                None => metrics.time_to_first_token.observe(now - started),
-                                Some(before) => metrics.inter_token_latency.observe(now - before),
-                            }
-                            metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
-                            last = Some(now);
-                        }
-                        Some((ChoiceEvent { index, event }, (events, last)))
-                    }
-                },
-            )
-            .boxed()
-        });
+        let per_choice = std::mem::take(&mut self.choices)
+            .into_iter()
+            .enumerate()
+            .map(|(index, run)| {
+                stream::unfold(run, move |mut run| async move {
+                    let event = run.next().await?;
+                    Some((ChoiceEvent { index, event }, run))
+                })
+                .boxed()
+            });
         stream::select_all(per_choice).boxed()
     }
 
-    /// Run to the end and gather each choice (non-streaming responses).
-    pub async fn collect(mut self) -> Result<Vec<Choice>, ApiError> {
-        let mut choices: Vec<Choice> = (0..self.choices()).map(|_| Choice::default()).collect();
+    /// Run to the end and gather each choice (non-streamed responses).
+    pub async fn collect(mut self) -> Result<Vec<Reply>, ApiError> {
+        let mut replies: Vec<Reply> = (0..self.choices()).map(|_| Reply::default()).collect();
         let mut events = self.events();
         while let Some(ChoiceEvent { index, event }) = events.next().await {
-            let choice = &mut choices[index];
+            let reply = &mut replies[index];
             match event {
-                Event::Token { id, text, logprob } => {
-                    choice.text.push_str(&text);
-                    choice.tokens.push((id, text, logprob));
+                Event::Token(token) => {
+                    reply.tokens.push(token.id);
+                    reply.logprobs.extend(token.logprob);
+                    reply.push(token.deltas);
                 }
-                Event::Finished {
-                    reason,
-                    usage,
-                    text,
-                } => {
-                    choice.text.push_str(&text);
-                    choice.finish = Some(reason);
-                    choice.usage = usage;
+                Event::Finish(finish) => {
+                    reply.push(finish.deltas);
+                    reply.finish = Some((finish.reason, finish.usage, finish.timings));
                 }
                 Event::Failed(message) => return Err(ApiError::internal(message)),
             }
         }
-        Ok(choices)
+        Ok(replies)
+    }
+}
+
+/// One choice's run: its scheduler events made neutral.
+struct ChoiceRun {
+    events: RequestStream,
+    /// Set when tools were offered.
+    parser: Option<ToolCallParser>,
+    called_tools: bool,
+    /// Bytes of reply text so far.
+    offset: usize,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    ended: bool,
+    started: Instant,
+    load_duration: Duration,
+    model: Arc<LoadedModel>,
+    metrics: Arc<Metrics>,
+}
+
+impl ChoiceRun {
+    async fn next(&mut self) -> Option<Event> {
+        if self.ended {
+            return None;
+        }
+        let Some(event) = self.events.next().await else {
+            self.ended = true;
+            return Some(Event::Failed("the reply ended before it finished".into()));
+        };
+        Some(match event {
+            seedbar_scheduler::Event::Token { id, text, logprob } => {
+                self.observe_token();
+                let logprob = logprob.map(|lp| self.logprob(id, &lp));
+                self.offset += text.len();
+                Event::Token(Token {
+                    id,
+                    deltas: self.split(&text),
+                    logprob,
+                })
+            }
+            seedbar_scheduler::Event::Finished {
+                reason,
+                usage,
+                text,
+            } => {
+                self.ended = true;
+                let mut deltas = self.split(&text);
+                let held_back = self.parser.as_mut().map(|p| p.finish()).unwrap_or_default();
+                deltas.extend(self.deltas(held_back));
+                Event::Finish(Finish {
+                    deltas,
+                    reason: StopReason::new(reason, self.called_tools),
+                    usage,
+                    timings: self.timings(),
+                })
+            }
+            seedbar_scheduler::Event::Failed(message) => {
+                self.ended = true;
+                Event::Failed(message)
+            }
+        })
+    }
+
+    /// Time to first token and inter-token latency, into the metrics.
+    fn observe_token(&mut self) {
+        let now = Instant::now();
+        match self.last_token {
+            None => self.metrics.time_to_first_token.observe(now - self.started),
+            Some(before) => self.metrics.inter_token_latency.observe(now - before),
+        }
+        self.metrics
+            .generated_tokens
+            .fetch_add(1, Ordering::Relaxed);
+        self.first_token.get_or_insert(now);
+        self.last_token = Some(now);
+    }
+
+    fn timings(&self) -> Timings {
+        let now = Instant::now();
+        let first = self.first_token.unwrap_or(now);
+        Timings {
+            load: self.load_duration,
+            prompt_eval: first - self.started,
+            eval: now - first,
+            total: self.load_duration + (now - self.started),
+        }
+    }
+
+    fn logprob(&self, id: u32, lp: &TokenLogprob) -> Logprob {
+        let decode = |id: u32| self.model.tokenizer.decode(&[id]).unwrap_or_default();
+        Logprob {
+            token: decode(id),
+            logprob: lp.logprob,
+            top: lp.top.iter().map(|&(t, l)| (decode(t), l)).collect(),
+            offset: self.offset,
+        }
+    }
+
+    /// A token's text as deltas: split into text and calls when tools were offered.
+    fn split(&mut self, text: &str) -> Vec<Delta> {
+        match self.parser.as_mut() {
+            Some(parser) => {
+                let outputs = parser.push(text);
+                self.deltas(outputs)
+            }
+            None => vec![Delta::Text(text.to_string())],
+        }
+    }
+
+    fn deltas(&mut self, outputs: Vec<ToolOutput>) -> Vec<Delta> {
+        outputs
+            .into_iter()
+            .map(|output| match output {
+                ToolOutput::Text(text) => Delta::Text(text),
+                ToolOutput::Call(call) => {
+                    self.called_tools = true;
+                    Delta::ToolCall(call)
+                }
+            })
+            .collect()
     }
 }
 
 /// One finished choice.
 #[derive(Debug, Default)]
-pub struct Choice {
-    pub text: String,
-    /// Each token with the text it released and its log-probabilities.
-    pub tokens: Vec<(u32, String, Option<TokenLogprob>)>,
-    pub finish: Option<FinishReason>,
-    pub usage: Usage,
+pub struct Reply {
+    /// The reply in order, adjacent text merged, empty text left out.
+    pub pieces: Vec<Delta>,
+    /// The reply's token ids.
+    pub tokens: Vec<u32>,
+    /// Each token's log-probabilities, when asked for.
+    pub logprobs: Vec<Logprob>,
+    /// Why it ended, its usage and its timings (`None` before it has).
+    pub finish: Option<(StopReason, Usage, Timings)>,
+}
+
+impl Reply {
+    fn push(&mut self, deltas: Vec<Delta>) {
+        for delta in deltas {
+            match (delta, self.pieces.last_mut()) {
+                (Delta::Text(text), _) if text.is_empty() => {}
+                (Delta::Text(text), Some(Delta::Text(last))) => last.push_str(&text),
+                (delta, _) => self.pieces.push(delta),
+            }
+        }
+    }
+
+    /// All of the reply's text.
+    pub fn text(&self) -> String {
+        self.pieces
+            .iter()
+            .filter_map(|piece| match piece {
+                Delta::Text(text) => Some(text.as_str()),
+                Delta::ToolCall(_) => None,
+            })
+            .collect()
+    }
+
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.pieces.iter().filter_map(|piece| match piece {
+            Delta::ToolCall(call) => Some(call),
+            Delta::Text(_) => None,
+        })
+    }
+
+    pub fn reason(&self) -> StopReason {
+        self.finish.map_or(StopReason::Stop, |(reason, ..)| reason)
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.finish.map(|(_, usage, _)| usage).unwrap_or_default()
+    }
+
+    pub fn timings(&self) -> Timings {
+        self.finish.map(|(.., timings)| timings).unwrap_or_default()
+    }
+}
+
+/// The usage of every reply.
+pub fn total_usage(prompt_tokens: usize, replies: &[Reply]) -> TotalUsage {
+    let mut total = TotalUsage {
+        prompt_tokens,
+        ..TotalUsage::default()
+    };
+    for reply in replies {
+        total.add(&reply.usage());
+    }
+    total
+}
+
+// ---- the one streaming loop ------------------------------------------------------------
+
+/// A protocol's side of a streamed reply: its wire events for the neutral ones.
+pub trait Translator: Send + 'static {
+    /// What the response body is made of (server-sent events, NDJSON lines).
+    type Wire: Send + 'static;
+
+    /// What goes out before any choice's events.
+    fn start(&mut self) -> Vec<Self::Wire> {
+        Vec::new()
+    }
+
+    /// A choice's sampled token.
+    fn token(&mut self, index: usize, token: Token) -> Vec<Self::Wire>;
+
+    /// A choice's end.
+    fn finish(&mut self, index: usize, finish: Finish) -> Vec<Self::Wire>;
+
+    /// What goes out once every choice has finished.
+    fn done(&mut self, _usage: TotalUsage) -> Vec<Self::Wire> {
+        Vec::new()
+    }
+
+    /// The last events when a choice failed (the others are cancelled).
+    fn failed(&mut self, message: String) -> Vec<Self::Wire>;
+}
+
+/// How a streamed reply ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    Complete,
+    ClientGone,
+    Failed(String),
+}
+
+/// The one streaming loop: `generation`'s events through `translator` to `client`, until
+/// every choice has finished, one has failed, or the client has gone (which cancels what
+/// still runs).
+pub async fn drive<T: Translator>(
+    mut generation: Generation,
+    translator: &mut T,
+    client: &Sender<T::Wire>,
+) -> Ending {
+    if !send(client, translator.start()).await {
+        return Ending::ClientGone;
+    }
+    let mut usage = TotalUsage {
+        prompt_tokens: generation.prompt_tokens,
+        ..TotalUsage::default()
+    };
+    let mut events = generation.events();
+    loop {
+        let next = tokio::select! {
+            _ = client.closed() => return Ending::ClientGone,
+            next = events.next() => next,
+        };
+        let wire = match next {
+            None => break,
+            Some(ChoiceEvent { index, event }) => match event {
+                Event::Token(token) => translator.token(index, token),
+                Event::Finish(finish) => {
+                    usage.add(&finish.usage);
+                    translator.finish(index, finish)
+                }
+                Event::Failed(message) => {
+                    send(client, translator.failed(message.clone())).await;
+                    return Ending::Failed(message);
+                }
+            },
+        };
+        if !send(client, wire).await {
+            return Ending::ClientGone;
+        }
+    }
+    if !send(client, translator.done(usage)).await {
+        return Ending::ClientGone;
+    }
+    Ending::Complete
+}
+
+/// Send `items`; false once the client has gone.
+async fn send<T>(client: &Sender<T>, items: Vec<T>) -> bool {
+    for item in items {
+        if client.send(item).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// A streamed response body: `generation` driven through `translator` on a task of its own.
+pub fn stream_body<T: Translator>(
+    generation: Generation,
+    mut translator: T,
+) -> impl Stream<Item = T::Wire> {
+    spawn_body(move |client| async move {
+        drive(generation, &mut translator, &client).await;
+    })
 }
 
 /// A response body fed by `produce` on its own task. When the client goes away the
 /// receiver is dropped, `produce` sees its sender closed and returns, and dropping its
 /// `Generation` cancels the requests and frees their rows.
-pub fn spawn_body<T, F>(
-    produce: impl FnOnce(tokio::sync::mpsc::Sender<T>) -> F,
-) -> impl Stream<Item = T>
+pub fn spawn_body<T, F>(produce: impl FnOnce(Sender<T>) -> F) -> impl Stream<Item = T>
 where
     T: Send + 'static,
     F: std::future::Future<Output = ()> + Send + 'static,
@@ -217,13 +704,121 @@ where
     })
 }
 
-/// The next event of `events`, or `None` once the client has gone or the events end.
-pub async fn next_or_gone<T>(
-    events: &mut Pin<Box<dyn Stream<Item = ChoiceEvent> + Send>>,
-    client: &tokio::sync::mpsc::Sender<T>,
-) -> Option<ChoiceEvent> {
-    tokio::select! {
-        _ = client.closed() => None,
-        event = events.next() => event,
+/// Neutral events for the translators' tests.
+#[cfg(test)]
+pub mod test_events {
+    use super::*;
+
+    pub fn call() -> ToolCall {
+        ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: r#"{"x":1}"#.into(),
+        }
+    }
+
+    /// A token that released `deltas`.
+    pub fn token(id: u32, deltas: Vec<Delta>) -> Token {
+        Token {
+            id,
+            deltas,
+            logprob: None,
+        }
+    }
+
+    /// An end with nothing held back, after `completion_tokens` of 10 prompt tokens.
+    pub fn finish(reason: StopReason, completion_tokens: usize) -> Finish {
+        Finish {
+            deltas: Vec::new(),
+            reason,
+            usage: Usage {
+                prompt_tokens: 10,
+                completion_tokens,
+                cached_tokens: 0,
+            },
+            timings: Timings::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_that_called_tools_finishes_as_a_tool_call() {
+        for reason in [
+            FinishReason::Stop,
+            FinishReason::Length,
+            FinishReason::StopString(1),
+        ] {
+            assert_eq!(StopReason::new(reason, true), StopReason::ToolCalls);
+        }
+        assert_eq!(StopReason::new(FinishReason::Stop, false), StopReason::Stop);
+        assert_eq!(
+            StopReason::new(FinishReason::StopString(2), false),
+            StopReason::StopString(2)
+        );
+        assert_eq!(
+            StopReason::new(FinishReason::Length, false),
+            StopReason::Length
+        );
+        let names: Vec<&str> = [
+            StopReason::Stop,
+            StopReason::StopString(0),
+            StopReason::Length,
+            StopReason::ToolCalls,
+        ]
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+        assert_eq!(names, ["stop", "stop", "length", "tool_calls"]);
+    }
+
+    #[test]
+    fn a_reply_merges_text_and_keeps_calls_in_order() {
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+        };
+        let mut reply = Reply::default();
+        reply.push(vec![Delta::Text("a".into()), Delta::Text(String::new())]);
+        reply.push(vec![Delta::Text("b".into()), Delta::ToolCall(call.clone())]);
+        reply.push(vec![Delta::Text("c".into())]);
+        assert_eq!(
+            reply.pieces,
+            [
+                Delta::Text("ab".into()),
+                Delta::ToolCall(call.clone()),
+                Delta::Text("c".into())
+            ]
+        );
+        assert_eq!(reply.text(), "abc");
+        assert_eq!(reply.tool_calls().collect::<Vec<_>>(), [&call]);
+        assert_eq!(reply.reason(), StopReason::Stop, "unfinished reads as stop");
+    }
+
+    #[test]
+    fn usage_sums_completions_and_keeps_the_best_cache_hit() {
+        let mut total = TotalUsage {
+            prompt_tokens: 5,
+            ..TotalUsage::default()
+        };
+        for (completion_tokens, cached_tokens) in [(3, 2), (4, 0)] {
+            total.add(&Usage {
+                prompt_tokens: 5,
+                completion_tokens,
+                cached_tokens,
+            });
+        }
+        assert_eq!(
+            total,
+            TotalUsage {
+                prompt_tokens: 5,
+                completion_tokens: 7,
+                cached_tokens: 2
+            }
+        );
     }
 }

@@ -41,7 +41,6 @@ use axum::{
 use seedbar_chats::ChatStore;
 use seedbar_engine::store::{ModelStore, StoredModel};
 use seedbar_scheduler::SchedulerConfig;
-use serde_json::{json, Value};
 use tokio::{net::TcpListener, sync::watch};
 
 pub use error::ApiError;
@@ -127,6 +126,7 @@ pub struct App {
 pub fn router(app: Arc<App>) -> Router {
     let api = Router::new()
         .route("/v1/models", get(openai::list_models))
+        .route("/v1/models/{id}", get(openai::get_model))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/embeddings", post(embeddings::openai))
@@ -136,6 +136,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/version", get(ollama::version))
         .route("/api/tags", get(ollama::tags))
         .route("/api/show", post(ollama::show))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/pull", post(ollama::pull))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/embed", post(embeddings::ollama_embed))
@@ -166,14 +168,25 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-async fn health(State(app): State<Arc<App>>) -> Json<Value> {
-    let models: Vec<String> = app
+#[derive(serde::Serialize)]
+struct Health {
+    status: &'static str,
+    version: &'static str,
+    models: Vec<String>,
+}
+
+async fn health(State(app): State<Arc<App>>) -> Json<Health> {
+    let models = app
         .models
         .loaded()
         .iter()
         .map(|m| m.card.name.clone())
         .collect();
-    Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "models": models}))
+    Json(Health {
+        status: "ok",
+        version: env!("CARGO_PKG_VERSION"),
+        models,
+    })
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> String {

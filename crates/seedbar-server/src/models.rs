@@ -1,6 +1,7 @@
 //! The models the server answers for: every model installed in the store, loaded on first
 //! use (the served model at start), each running behind its own scheduler; which stay in
-//! memory, and the reload of one whose engine failed.
+//! memory, the reload of one whose engine failed, and what each model's files say about it
+//! (`ModelFacts`: its inventory and digest, read once per file version).
 
 use std::{
     collections::HashMap,
@@ -16,6 +17,7 @@ use axum::http::StatusCode;
 use seedbar_engine::{
     chat_template::ChatTemplate,
     config::ModelConfig,
+    inventory::Inventory,
     store::{ModelKind, ModelStore, StoredModel},
     tokenizer::Tokenizer,
     ChatMessage, EngineError, Model,
@@ -82,18 +84,23 @@ impl LoadedModel {
         self.tokenizer.encode(text).map_err(ApiError::internal)
     }
 
-    /// A fill-in-the-middle prompt from the model's FIM tokens (StarCoder or Qwen naming):
-    /// prefix, suffix, then the middle the model writes.
-    pub fn fill_in_the_middle(&self, prefix: &str, suffix: &str) -> Result<Vec<u32>, ApiError> {
+    /// The model's fill-in-the-middle tokens (StarCoder or Qwen naming): prefix, suffix,
+    /// middle.
+    pub fn fim_tokens(&self) -> Option<[u32; 3]> {
         const NAMINGS: [[&str; 3]; 2] = [
             ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"],
             ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"],
         ];
-        let ids = NAMINGS.iter().find_map(|names| {
+        NAMINGS.iter().find_map(|names| {
             let [p, s, m] = names.map(|n| self.tokenizer.token_to_id(n));
             Some([p?, s?, m?])
-        });
-        let Some([p, s, m]) = ids else {
+        })
+    }
+
+    /// A fill-in-the-middle prompt from the model's FIM tokens: prefix, suffix, then the
+    /// middle the model writes.
+    pub fn fill_in_the_middle(&self, prefix: &str, suffix: &str) -> Result<Vec<u32>, ApiError> {
+        let Some([p, s, m]) = self.fim_tokens() else {
             return Err(ApiError::bad_param(
                 "suffix",
                 format!(
@@ -109,18 +116,51 @@ impl LoadedModel {
         prompt.push(m);
         Ok(prompt)
     }
+}
 
-    /// Weights in the model, from its shapes.
-    pub fn parameter_count(&self) -> u64 {
-        let c = &self.config;
-        let (d, layers) = (c.hidden_size as u64, c.num_hidden_layers as u64);
-        let q = (c.num_attention_heads * c.head_dim()) as u64;
-        let kv = (c.kv_heads() * c.head_dim()) as u64;
-        let embed = c.vocab_size as u64 * d;
-        let head = if c.tie_word_embeddings { 0 } else { embed };
-        let block = d * q * 2 + d * kv * 2 + 3 * d * c.intermediate_size as u64 + 2 * d;
-        embed + head + layers * block + d
+/// What a model's files say about it.
+#[derive(Debug)]
+pub struct ModelFacts {
+    pub inventory: Inventory,
+    /// `sha256:` and the hex digest of the model file (of a folder's files, in name order).
+    pub digest: String,
+}
+
+/// Facts read from a file version: its size and modification time, and what it said.
+struct FactsEntry {
+    bytes: u64,
+    modified: u64,
+    facts: Arc<ModelFacts>,
+}
+
+/// Read `card`'s files: the inventory from their headers, and the digest of their bytes.
+fn read_facts(card: &ModelCard) -> Result<ModelFacts, ApiError> {
+    use sha2::{Digest, Sha256};
+    let inventory = seedbar_engine::inventory::read(&card.path).map_err(ApiError::internal)?;
+    let mut files = if card.path.is_dir() {
+        std::fs::read_dir(&card.path)
+            .map_err(ApiError::internal)?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.is_file())
+            .collect()
+    } else {
+        vec![card.path.clone()]
+    };
+    files.sort();
+    let mut hasher = Sha256::new();
+    for file in files {
+        let mut reader = std::fs::File::open(&file).map_err(ApiError::internal)?;
+        std::io::copy(&mut reader, &mut hasher).map_err(ApiError::internal)?;
     }
+    let digest = hasher
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect::<String>();
+    Ok(ModelFacts {
+        inventory,
+        digest: format!("sha256:{digest}"),
+    })
 }
 
 /// A loaded model and when a request last asked for it.
@@ -146,6 +186,10 @@ pub struct ModelHost {
     loading: tokio::sync::Mutex<()>,
     /// Set by `stop_all`: nothing is loaded any more.
     stopping: AtomicBool,
+    /// Each model file's facts, by path.
+    facts: Mutex<HashMap<PathBuf, FactsEntry>>,
+    /// Serialises reading facts so that a file is hashed once.
+    reading_facts: tokio::sync::Mutex<()>,
 }
 
 /// The key of a model name: case-insensitive, Ollama's `:latest` tag dropped.
@@ -171,6 +215,8 @@ impl ModelHost {
             loaded: Mutex::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
             stopping: AtomicBool::new(false),
+            facts: Mutex::new(HashMap::new()),
+            reading_facts: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -314,6 +360,38 @@ impl ModelHost {
                 ),
             )),
         }
+    }
+
+    /// What `card`'s files say, read once per file version (hashing takes a while).
+    pub async fn facts(&self, card: &ModelCard) -> Result<Arc<ModelFacts>, ApiError> {
+        let cached = || {
+            let facts = self.facts.lock().unwrap_or_else(|e| e.into_inner());
+            facts
+                .get(&card.path)
+                .filter(|e| (e.bytes, e.modified) == (card.bytes, card.created))
+                .map(|e| e.facts.clone())
+        };
+        if let Some(facts) = cached() {
+            return Ok(facts);
+        }
+        let _reading = self.reading_facts.lock().await;
+        if let Some(facts) = cached() {
+            return Ok(facts);
+        }
+        let read = card.clone();
+        let facts = tokio::task::spawn_blocking(move || read_facts(&read))
+            .await
+            .map_err(ApiError::internal)??;
+        let facts = Arc::new(facts);
+        self.facts.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            card.path.clone(),
+            FactsEntry {
+                bytes: card.bytes,
+                modified: card.created,
+                facts: facts.clone(),
+            },
+        );
+        Ok(facts)
     }
 
     /// Drop the model called `name` from memory, if loaded (requests it runs go on until

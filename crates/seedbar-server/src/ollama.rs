@@ -1,8 +1,11 @@
-//! Ollama-compatible routes, for editors' Ollama providers (Zed, Continue): `/api/version`,
-//! `/api/tags`, `/api/show`, `/api/chat` and `/api/generate`, streamed as NDJSON by default.
+//! Ollama-compatible routes, for editors' Ollama providers (Zed, Continue, VS Code Copilot)
+//! and the `ollama` client: `/api/version`, `/api/tags`, `/api/show`, `/api/ps`,
+//! `/api/pull`, `/api/chat` and `/api/generate` (streamed as NDJSON by default). Owns
+//! Ollama's request and wire structs and the translator from the generation service's
+//! neutral events to its lines. Model details come from the model's files (`ModelFacts`).
 //! `options.seed` pins a reply exactly as `seed` does on the OpenAI routes.
 
-use std::{convert::Infallible, sync::Arc, time::Instant};
+use std::{collections::BTreeMap, convert::Infallible, sync::Arc, time::Duration};
 
 use axum::{
     body::Body,
@@ -12,21 +15,21 @@ use axum::{
     Json,
 };
 use futures_util::StreamExt;
-use seedbar_engine::{
-    tool_calls::{ToolCallParser, ToolOutput},
-    ChatMessage, SamplingParams,
-};
-use seedbar_scheduler::Event;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use seedbar_engine::{inventory::human_count, store::ModelKind, ChatMessage, SamplingParams};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::{
-    error::{ApiError, OllamaError},
+    error::{ApiError, OllamaError, OllamaErrorBody},
     extract::OllamaJson,
-    generation::{next_or_gone, spawn_body, ChoiceEvent, Generation, Settings},
-    models::{LoadedModel, ModelCard},
+    generation::{
+        spawn_body, stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel,
+        Settings, StopReason, Timings, Token, Translator,
+    },
+    models::{ModelCard, ModelFacts},
     openai::{seed_value, with_seed},
-    structured::{self, OllamaFormat},
+    pulls::PullStatus,
+    structured::OllamaFormat,
     App,
 };
 
@@ -48,13 +51,8 @@ struct Options {
 }
 
 impl Options {
-    /// The settings, with the reply held to `format` when one is given.
-    fn settings(
-        &self,
-        model: &LoadedModel,
-        format: Option<&OllamaFormat>,
-    ) -> std::result::Result<Settings, ApiError> {
-        let mut settings = Settings {
+    fn settings(&self) -> std::result::Result<Settings, ApiError> {
+        let settings = Settings {
             sampling: SamplingParams {
                 temperature: self.temperature.unwrap_or(0.8),
                 top_p: self.top_p.unwrap_or(0.9),
@@ -73,11 +71,22 @@ impl Options {
             constraint: None,
         };
         settings.validate("options.")?;
-        if let Some(format) = format.map(OllamaFormat::format).transpose()?.flatten() {
-            structured::constrain(&mut settings, model, format, "format")?;
-        }
         Ok(settings)
     }
+}
+
+/// The job for `prompt`, held to `format` when one is given.
+fn job(
+    prompt: Prompt,
+    options: &Options,
+    format: Option<&OllamaFormat>,
+    id_prefix: &'static str,
+) -> std::result::Result<Job, ApiError> {
+    let format = format.map(OllamaFormat::format).transpose()?.flatten();
+    Ok(Job {
+        format: format.map(|format| (format, "format")),
+        ..Job::new(vec![prompt], options.settings()?, id_prefix)
+    })
 }
 
 fn yes() -> bool {
@@ -88,62 +97,375 @@ fn yes() -> bool {
 /// Copilot's Ollama provider needs at least 0.6.4); Seedbar's own version is in `/health`.
 const OLLAMA_API_VERSION: &str = "0.12.0";
 
-pub async fn version() -> Json<Value> {
-    Json(json!({"version": OLLAMA_API_VERSION}))
+/// How far ahead `/api/ps` says a loaded model expires: never by time (models leave memory
+/// only to make room), so a date no client reaches.
+const NEVER_EXPIRES: &str = "9999-12-31T23:59:59Z";
+
+/// How often a streamed `/api/pull` reports progress.
+const PULL_POLL: Duration = Duration::from_millis(250);
+
+// ---- wire structs ----------------------------------------------------------------------
+
+#[derive(Serialize)]
+pub struct VersionBody {
+    version: &'static str,
 }
 
-fn details(card: &ModelCard, model: Option<&LoadedModel>) -> Value {
-    json!({"format": card.format, "family": model.map(|m| m.config.model_type.clone()),
-           "parameter_size": model.map(|m| format!("{:.0}M", m.parameter_count() as f64 / 1e6)),
-           "quantization_level": card.quantization})
+#[derive(Serialize)]
+pub struct TagList {
+    models: Vec<TagEntry>,
 }
 
-pub async fn tags(State(app): State<Arc<App>>) -> Result<Json<Value>> {
-    let loaded = app.models.loaded();
-    let models: Vec<Value> = app
-        .models
-        .installed()?
-        .iter()
-        .map(|card| {
-            let model = loaded.iter().find(|m| m.card.name == card.name);
-            json!({"name": card.name, "model": card.name, "size": card.bytes,
-                   "modified_at": timestamp_of(card.created), "digest": "",
-                   "details": details(card, model.map(|m| m.as_ref()))})
-        })
-        .collect();
-    Ok(Json(json!({"models": models})))
+#[derive(Serialize)]
+struct TagEntry {
+    name: String,
+    model: String,
+    modified_at: String,
+    size: u64,
+    digest: String,
+    details: Details,
+}
+
+#[derive(Serialize)]
+struct Details {
+    parent_model: String,
+    format: &'static str,
+    family: String,
+    families: Vec<String>,
+    parameter_size: String,
+    quantization_level: String,
+}
+
+impl Details {
+    fn new(card: &ModelCard, facts: &ModelFacts) -> Self {
+        let family = facts.inventory.architecture.clone();
+        Details {
+            parent_model: String::new(),
+            format: card.format,
+            families: vec![family.clone()],
+            family,
+            parameter_size: human_count(facts.inventory.parameters),
+            quantization_level: facts.inventory.quantization.clone(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct ShowBody {
+    modelfile: String,
+    parameters: String,
+    template: String,
+    details: Details,
+    model_info: ModelInfo,
+    capabilities: Vec<&'static str>,
+    modified_at: String,
+}
+
+/// `/api/show`'s `model_info`: the general keys, then `<architecture>.<hyper-parameter>`.
+#[derive(Serialize)]
+struct ModelInfo {
+    #[serde(rename = "general.architecture")]
+    architecture: String,
+    #[serde(rename = "general.basename")]
+    basename: String,
+    #[serde(rename = "general.parameter_count")]
+    parameter_count: u64,
+    #[serde(flatten)]
+    hyperparameters: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+pub struct RunningList {
+    models: Vec<RunningModel>,
+}
+
+#[derive(Serialize)]
+struct RunningModel {
+    name: String,
+    model: String,
+    size: u64,
+    digest: String,
+    details: Details,
+    expires_at: String,
+    /// Bytes in GPU memory: all of it on a GPU, none on the CPU.
+    size_vram: u64,
+}
+
+/// A line of a chat or generate reply (the whole reply when not streamed).
+#[derive(Serialize)]
+struct Line {
+    model: String,
+    created_at: String,
+    #[serde(flatten)]
+    piece: Piece,
+    done: bool,
+    #[serde(flatten)]
+    end: Option<Stats>,
+}
+
+/// A piece of reply: a chat message, or generated text.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Piece {
+    Chat { message: ReplyMessage },
+    Generate { response: String },
+}
+
+#[derive(Serialize)]
+struct ReplyMessage {
+    role: &'static str,
+    content: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<OllamaToolCall>,
+}
+
+#[derive(Serialize)]
+struct OllamaToolCall {
+    function: OllamaFunction,
+}
+
+#[derive(Serialize)]
+struct OllamaFunction {
+    name: String,
+    /// An object (Ollama's shape), not JSON text.
+    arguments: Value,
+}
+
+/// The last line's fields. Durations are nanoseconds, as Ollama counts them.
+#[derive(Serialize)]
+struct Stats {
+    done_reason: &'static str,
+    total_duration: u64,
+    load_duration: u64,
+    prompt_eval_count: usize,
+    prompt_eval_duration: u64,
+    eval_count: usize,
+    eval_duration: u64,
+    /// Seedbar's: the seed the reply used.
+    seed: u64,
+    /// `/api/generate`'s: the token ids of the prompt and the reply, to send back as
+    /// `context`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context: Option<Vec<u32>>,
+}
+
+/// `/api/generate`'s answer to an empty prompt: the model is loaded.
+#[derive(Serialize)]
+struct Loaded {
+    model: String,
+    created_at: String,
+    response: String,
+    done: bool,
+    done_reason: &'static str,
+}
+
+/// A line of `/api/pull`.
+#[derive(Serialize)]
+struct PullLine {
+    status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed: Option<u64>,
+}
+
+// ---- model routes ----------------------------------------------------------------------
+
+pub async fn version() -> Json<VersionBody> {
+    Json(VersionBody {
+        version: OLLAMA_API_VERSION,
+    })
+}
+
+pub async fn tags(State(app): State<Arc<App>>) -> Result<Json<TagList>> {
+    let mut models = Vec::new();
+    for card in app.models.installed()? {
+        let facts = match app.models.facts(&card).await {
+            Ok(facts) => facts,
+            Err(e) => {
+                tracing::warn!(model = card.name, error = %e.message, "cannot read a model's files");
+                continue;
+            }
+        };
+        models.push(TagEntry {
+            name: card.name.clone(),
+            model: card.name.clone(),
+            modified_at: timestamp_of(card.created),
+            size: card.bytes,
+            digest: facts.digest.clone(),
+            details: Details::new(&card, &facts),
+        });
+    }
+    Ok(Json(TagList { models }))
 }
 
 #[derive(Deserialize)]
-pub struct ShowRequest {
+pub struct ModelRequest {
     model: Option<String>,
     /// Older clients send `name`.
     name: Option<String>,
 }
 
+impl ModelRequest {
+    fn name(self) -> String {
+        self.model.or(self.name).unwrap_or_default()
+    }
+}
+
 pub async fn show(
     State(app): State<Arc<App>>,
-    OllamaJson(req): OllamaJson<ShowRequest>,
-) -> Result<Json<Value>> {
-    let name = req.model.or(req.name).unwrap_or_default();
-    let model = app.models.get(&name).await?;
-    let c = &model.config;
-    Ok(Json(json!({
-        "modelfile": format!("FROM {}", model.card.path.display()),
-        "parameters": "",
-        "template": model.template.source,
-        "details": details(&model.card, Some(&model)),
-        "model_info": {
-            "general.architecture": c.model_type,
-            "general.parameter_count": model.parameter_count(),
-            format!("{}.context_length", c.model_type): model.scheduler.config().max_context,
-            format!("{}.embedding_length", c.model_type): c.hidden_size,
-            format!("{}.block_count", c.model_type): c.num_hidden_layers,
+    OllamaJson(req): OllamaJson<ModelRequest>,
+) -> Result<Json<ShowBody>> {
+    let name = req.name();
+    let card = app.models.card(&name)?;
+    let facts = app.models.facts(&card).await?;
+    let inventory = &facts.inventory;
+    let mut hyperparameters = inventory.hyperparameters.clone();
+    let (template, capabilities) = if card.kind == ModelKind::Embedding {
+        (String::new(), vec!["embedding"])
+    } else {
+        let model = app.models.get(&name).await?;
+        // The context this server gives the model.
+        hyperparameters.insert(
+            "context_length".into(),
+            model.scheduler.config().max_context as u64,
+        );
+        let mut capabilities = vec!["completion"];
+        if model.template.supports_tools() {
+            capabilities.push("tools");
+        }
+        if model.fim_tokens().is_some() {
+            capabilities.push("insert");
+        }
+        (model.template.source.clone(), capabilities)
+    };
+    let architecture = &inventory.architecture;
+    Ok(Json(ShowBody {
+        modelfile: format!("FROM {}", card.path.display()),
+        parameters: String::new(),
+        template,
+        details: Details::new(&card, &facts),
+        model_info: ModelInfo {
+            architecture: architecture.clone(),
+            basename: inventory
+                .basename
+                .clone()
+                .unwrap_or_else(|| card.name.clone()),
+            parameter_count: inventory.parameters,
+            hyperparameters: hyperparameters
+                .into_iter()
+                .map(|(key, value)| (format!("{architecture}.{key}"), value))
+                .collect(),
         },
-        "capabilities": ["completion", "tools"],
-        "modified_at": timestamp_of(model.card.created),
-    })))
+        capabilities,
+        modified_at: timestamp_of(card.created),
+    }))
 }
+
+pub async fn ps(State(app): State<Arc<App>>) -> Result<Json<RunningList>> {
+    let on_gpu = seedbar_engine::runtime::default_device_is_gpu();
+    let mut models = Vec::new();
+    for loaded in app.models.loaded() {
+        let card = &loaded.card;
+        let facts = app.models.facts(card).await?;
+        models.push(RunningModel {
+            name: card.name.clone(),
+            model: card.name.clone(),
+            size: card.bytes,
+            digest: facts.digest.clone(),
+            details: Details::new(card, &facts),
+            expires_at: NEVER_EXPIRES.into(),
+            size_vram: if on_gpu { card.bytes } else { 0 },
+        });
+    }
+    Ok(Json(RunningList { models }))
+}
+
+#[derive(Deserialize)]
+pub struct PullRequest {
+    #[serde(flatten)]
+    model: ModelRequest,
+    #[serde(default = "yes")]
+    stream: bool,
+}
+
+/// Download a Hugging Face repository (`org/name`) into the store, through the app's
+/// downloads: status lines while streamed, else one when it is done.
+pub async fn pull(
+    State(app): State<Arc<App>>,
+    OllamaJson(req): OllamaJson<PullRequest>,
+) -> Result<Response> {
+    let repo = req.model.name().trim().to_string();
+    seedbar_engine::store::check_repo_id(&repo)
+        .map_err(|e| ApiError::bad_param("model", e.to_string()))?;
+    let root = app.models.store().root().to_path_buf();
+    app.pulls.start(root, &repo)?;
+    if req.stream {
+        let lines = spawn_body(move |tx| async move {
+            let mut last = None;
+            let first = PullLine {
+                status: "pulling manifest".into(),
+                total: None,
+                completed: None,
+            };
+            if tx.send(json_line(&first)).await.is_err() {
+                return;
+            }
+            loop {
+                let Some(pull) = app.pulls.get(&repo) else {
+                    return;
+                };
+                let line = match pull.status {
+                    PullStatus::Downloading => {
+                        let progress = (pull.downloaded_bytes, pull.total_bytes);
+                        if last == Some(progress) {
+                            tokio::time::sleep(PULL_POLL).await;
+                            continue;
+                        }
+                        last = Some(progress);
+                        json_line(&PullLine {
+                            status: format!("downloading {repo}"),
+                            total: Some(pull.total_bytes),
+                            completed: Some(pull.downloaded_bytes),
+                        })
+                    }
+                    PullStatus::Done => json_line(&PullLine {
+                        status: "success".into(),
+                        total: None,
+                        completed: None,
+                    }),
+                    PullStatus::Error | PullStatus::Cancelled => json_line(&OllamaErrorBody {
+                        error: pull
+                            .error
+                            .unwrap_or_else(|| "the download was cancelled".into()),
+                    }),
+                };
+                let ended = pull.status != PullStatus::Downloading;
+                if tx.send(line).await.is_err() || ended {
+                    return;
+                }
+            }
+        });
+        return Ok(ndjson(lines));
+    }
+    let pull = app.pulls.wait(&repo).await;
+    match pull {
+        Some(pull) if pull.status == PullStatus::Done => Ok(Json(PullLine {
+            status: "success".into(),
+            total: None,
+            completed: None,
+        })
+        .into_response()),
+        other => Err(ApiError::internal(
+            other
+                .and_then(|p| p.error)
+                .unwrap_or_else(|| "the download was cancelled".into()),
+        )
+        .into()),
+    }
+}
+
+// ---- chat and generate -----------------------------------------------------------------
 
 #[derive(Deserialize)]
 pub struct ChatRequest {
@@ -171,7 +493,7 @@ pub async fn chat(
     State(app): State<Arc<App>>,
     OllamaJson(req): OllamaJson<ChatRequest>,
 ) -> Result<Response> {
-    let model = app.models.get(&req.model).await?;
+    let model = ServedModel::find(&app, &req.model).await?;
     let mut messages = Vec::with_capacity(req.messages.len());
     for (i, m) in req.messages.into_iter().enumerate() {
         if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
@@ -193,24 +515,10 @@ pub async fn chat(
         messages.push(message);
     }
     let tools = req.tools.filter(|t| !t.is_empty());
-    let prompt = model.chat_prompt(&messages, tools.as_deref())?;
-    let settings = req.options.settings(&model, req.format.as_ref())?;
-    let generation = Generation::start(
-        model,
-        vec![prompt],
-        1,
-        settings,
-        app.metrics.clone(),
-        "chat-",
-    )?;
-    Ok(respond(
-        generation,
-        req.stream,
-        Kind::Chat {
-            tools: tools.is_some(),
-        },
-    )
-    .await?)
+    let prompt = Prompt::Chat { messages, tools };
+    let job = job(prompt, &req.options, req.format.as_ref(), "chat-")?;
+    let generation = Generation::start(&app, model, job)?;
+    Ok(respond(generation, req.stream, Route::Chat).await?)
 }
 
 #[derive(Deserialize)]
@@ -228,190 +536,207 @@ pub struct GenerateRequest {
     #[serde(default)]
     options: Options,
     format: Option<OllamaFormat>,
+    /// An earlier reply's `context`: run before the prompt as given.
+    #[serde(default)]
+    context: Vec<u32>,
 }
 
 pub async fn generate(
     State(app): State<Arc<App>>,
     OllamaJson(req): OllamaJson<GenerateRequest>,
 ) -> Result<Response> {
-    let model = app.models.get(&req.model).await?;
+    let model = ServedModel::find(&app, &req.model).await?;
     if req.prompt.is_empty() && req.suffix.is_none() {
         // Ollama's way of loading a model ahead of use.
-        return Ok(Json(
-            json!({"model": model.card.name, "created_at": timestamp(), "response": "",
-                              "done": true, "done_reason": "load"}),
-        )
+        return Ok(Json(Loaded {
+            model: model.card.name.clone(),
+            created_at: timestamp(),
+            response: String::new(),
+            done: true,
+            done_reason: "load",
+        })
         .into_response());
     }
-    let prompt = match (&req.suffix, req.raw) {
-        (Some(suffix), _) => model.fill_in_the_middle(&req.prompt, suffix)?,
-        (None, true) => model.encode(&req.prompt)?,
+    let prompt = match (req.suffix, req.raw) {
+        (Some(suffix), _) => Prompt::FillInTheMiddle {
+            prefix: req.prompt,
+            suffix,
+        },
+        (None, true) => Prompt::Text(req.prompt),
         (None, false) => {
-            let mut messages: Vec<ChatMessage> = req
-                .system
-                .iter()
-                .map(|s| ChatMessage::new("system", s))
+            let system = req.system.iter().map(|s| ChatMessage::new("system", s));
+            let messages = system
+                .chain([ChatMessage::new("user", &req.prompt)])
                 .collect();
-            messages.push(ChatMessage::new("user", &req.prompt));
-            model.chat_prompt(&messages, None)?
+            Prompt::Chat {
+                messages,
+                tools: None,
+            }
         }
     };
-    let settings = req.options.settings(&model, req.format.as_ref())?;
-    let generation = Generation::start(
-        model,
-        vec![prompt],
-        1,
-        settings,
-        app.metrics.clone(),
-        "gen-",
-    )?;
-    Ok(respond(generation, req.stream, Kind::Generate).await?)
+    let job = Job {
+        context: req.context,
+        ..job(prompt, &req.options, req.format.as_ref(), "gen-")?
+    };
+    let generation = Generation::start(&app, model, job)?;
+    Ok(respond(generation, req.stream, Route::Generate).await?)
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
-    Chat { tools: bool },
+/// Which route a reply answers: chat lines carry a message, generate lines text (and the
+/// last one the `context`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Chat,
     Generate,
 }
 
-impl Kind {
-    /// One line's payload for a piece of reply text (and tool calls, on chat).
-    fn piece(self, text: &str, tool_calls: &[Value]) -> Value {
-        match self {
-            Kind::Chat { .. } => {
-                let mut message = json!({"role": "assistant", "content": text});
-                if !tool_calls.is_empty() {
-                    message["tool_calls"] = tool_calls.into();
-                }
-                json!({"message": message})
-            }
-            Kind::Generate => json!({"response": text}),
+/// Ollama's lines for a reply: a line per piece of text or tool calls, then the last line
+/// with the stats; `{"error"}` when the engine fails.
+struct ReplyLines {
+    route: Route,
+    model: String,
+    seed: u64,
+    prompt_tokens: usize,
+    /// The prompt's token ids and, as they come, the reply's (`/api/generate`'s `context`).
+    context: Vec<u32>,
+}
+
+impl ReplyLines {
+    fn new(generation: &Generation, route: Route) -> Self {
+        ReplyLines {
+            route,
+            model: generation.model.card.name.clone(),
+            seed: generation.seed,
+            prompt_tokens: generation.prompt_tokens,
+            context: generation.prompts.concat(),
         }
+    }
+
+    fn piece(&self, deltas: Vec<Delta>) -> Piece {
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        for delta in deltas {
+            match delta {
+                Delta::Text(t) => text.push_str(&t),
+                Delta::ToolCall(call) => tool_calls.push(OllamaToolCall {
+                    function: OllamaFunction {
+                        name: call.name,
+                        arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+                    },
+                }),
+            }
+        }
+        match self.route {
+            Route::Chat => Piece::Chat {
+                message: ReplyMessage {
+                    role: "assistant",
+                    content: text,
+                    tool_calls,
+                },
+            },
+            Route::Generate => Piece::Generate { response: text },
+        }
+    }
+
+    fn line(&self, piece: Piece, end: Option<Stats>) -> Line {
+        Line {
+            model: self.model.clone(),
+            created_at: timestamp(),
+            piece,
+            done: end.is_some(),
+            end,
+        }
+    }
+
+    fn stats(&self, reason: StopReason, eval_count: usize, timings: Timings) -> Stats {
+        let nanos = |d: Duration| d.as_nanos() as u64;
+        Stats {
+            done_reason: match reason {
+                StopReason::Length => "length",
+                StopReason::Stop | StopReason::StopString(_) | StopReason::ToolCalls => "stop",
+            },
+            total_duration: nanos(timings.total),
+            load_duration: nanos(timings.load),
+            prompt_eval_count: self.prompt_tokens,
+            prompt_eval_duration: nanos(timings.prompt_eval),
+            eval_count,
+            eval_duration: nanos(timings.eval),
+            seed: self.seed,
+            context: (self.route == Route::Generate).then(|| self.context.clone()),
+        }
+    }
+
+    /// The whole reply as one line (not streamed).
+    fn whole(mut self, reply: Reply) -> Line {
+        self.context.extend(&reply.tokens);
+        let stats = self.stats(
+            reply.reason(),
+            reply.usage().completion_tokens,
+            reply.timings(),
+        );
+        self.line(self.piece(reply.pieces), Some(stats))
     }
 }
 
-/// Split text into plain content and Ollama-shaped tool calls.
-fn split_tools(outputs: Vec<ToolOutput>) -> (String, Vec<Value>) {
-    let (mut text, mut calls) = (String::new(), Vec::new());
-    for out in outputs {
-        match out {
-            ToolOutput::Text(t) => text.push_str(&t),
-            ToolOutput::Call(c) => calls.push(json!({"function": {"name": c.name,
-                "arguments": serde_json::from_str::<Value>(&c.arguments).unwrap_or(Value::Null)}})),
-        }
+impl Translator for ReplyLines {
+    type Wire = String;
+
+    fn token(&mut self, _: usize, token: Token) -> Vec<String> {
+        self.context.push(token.id);
+        self.pieces(token.deltas)
     }
-    (text, calls)
+
+    fn finish(&mut self, _: usize, finish: Finish) -> Vec<String> {
+        let mut lines = self.pieces(finish.deltas);
+        let stats = self.stats(
+            finish.reason,
+            finish.usage.completion_tokens,
+            finish.timings,
+        );
+        lines.push(json_line(&self.line(self.piece(Vec::new()), Some(stats))));
+        lines
+    }
+
+    fn failed(&mut self, message: String) -> Vec<String> {
+        vec![json_line(&OllamaErrorBody { error: message })]
+    }
+}
+
+impl ReplyLines {
+    /// A line for `deltas`, unless they hold no text and no call.
+    fn pieces(&self, deltas: Vec<Delta>) -> Vec<String> {
+        let empty = deltas
+            .iter()
+            .all(|d| matches!(d, Delta::Text(t) if t.is_empty()));
+        if empty {
+            return Vec::new();
+        }
+        vec![json_line(&self.line(self.piece(deltas), None))]
+    }
 }
 
 async fn respond(
     generation: Generation,
     stream: bool,
-    kind: Kind,
+    route: Route,
 ) -> std::result::Result<Response, ApiError> {
     let seed = generation.seed;
+    let lines = ReplyLines::new(&generation, route);
     if stream {
-        let lines = spawn_body(move |tx| stream_lines(generation, kind, tx));
-        let body = Body::from_stream(lines.map(|line| Ok::<_, Infallible>(line + "\n")));
-        return Ok(with_seed(
-            seed,
-            ([(header::CONTENT_TYPE, "application/x-ndjson")], body),
-        ));
+        return Ok(with_seed(seed, ndjson(stream_body(generation, lines))));
     }
-    let started = Instant::now();
-    let (name, prompt_tokens) = (generation.model.card.name.clone(), generation.prompt_tokens);
-    let choice = generation.collect().await?.pop().unwrap_or_default();
-    let (text, calls) = match kind {
-        Kind::Chat { tools: true } => split_tools(ToolCallParser::parse(&choice.text)),
-        _ => (choice.text.clone(), Vec::new()),
-    };
-    let mut body = kind.piece(&text, &calls);
-    body["model"] = name.into();
-    body["created_at"] = timestamp().into();
-    body["done"] = true.into();
-    body["done_reason"] = choice.finish.map_or("stop", |f| f.as_str()).into();
-    stats(
-        &mut body,
-        started,
-        prompt_tokens,
-        choice.usage.completion_tokens,
-        seed,
-    );
-    Ok(with_seed(seed, Json(body)))
+    let reply = generation.collect().await?.pop().unwrap_or_default();
+    Ok(with_seed(seed, Json(lines.whole(reply))))
 }
 
-fn stats(body: &mut Value, started: Instant, prompt_tokens: usize, eval_count: usize, seed: u64) {
-    body["total_duration"] = (started.elapsed().as_nanos() as u64).into();
-    body["load_duration"] = 0.into();
-    body["prompt_eval_count"] = prompt_tokens.into();
-    body["eval_count"] = eval_count.into();
-    body["seed"] = seed.into();
+fn json_line(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
 
-async fn stream_lines(
-    mut generation: Generation,
-    kind: Kind,
-    tx: tokio::sync::mpsc::Sender<String>,
-) {
-    let started = Instant::now();
-    let (name, prompt_tokens, seed) = (
-        generation.model.card.name.clone(),
-        generation.prompt_tokens,
-        generation.seed,
-    );
-    let line = |mut payload: Value, done: bool| {
-        payload["model"] = name.clone().into();
-        payload["created_at"] = timestamp().into();
-        payload["done"] = done.into();
-        payload
-    };
-    let mut parser = matches!(kind, Kind::Chat { tools: true }).then(ToolCallParser::new);
-    let mut events = generation.events();
-    while let Some(ChoiceEvent { event, .. }) = next_or_gone(&mut events, &tx).await {
-        let (text, finished) = match event {
-            Event::Token { text, .. } => (text, None),
-            Event::Finished {
-                reason,
-                usage,
-                text,
-            } => (text, Some((reason, usage))),
-            Event::Failed(message) => {
-                let _ = tx.send(json!({"error": message}).to_string()).await;
-                return;
-            }
-        };
-        let outputs = match parser.as_mut() {
-            Some(p) => {
-                let mut out = p.push(&text);
-                if finished.is_some() {
-                    out.extend(p.finish());
-                }
-                out
-            }
-            None => vec![ToolOutput::Text(text)],
-        };
-        let (text, calls) = split_tools(outputs);
-        if (!text.is_empty() || !calls.is_empty())
-            && tx
-                .send(line(kind.piece(&text, &calls), false).to_string())
-                .await
-                .is_err()
-        {
-            return;
-        }
-        if let Some((reason, usage)) = finished {
-            let mut last = line(kind.piece("", &[]), true);
-            last["done_reason"] = reason.as_str().into();
-            stats(
-                &mut last,
-                started,
-                prompt_tokens,
-                usage.completion_tokens,
-                seed,
-            );
-            let _ = tx.send(last.to_string()).await;
-            return;
-        }
-    }
+/// An NDJSON body of `lines`.
+fn ndjson(lines: impl futures_util::Stream<Item = String> + Send + 'static) -> Response {
+    let body = Body::from_stream(lines.map(|line| Ok::<_, Infallible>(line + "\n")));
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
 }
 
 fn timestamp() -> String {
@@ -419,6 +744,102 @@ fn timestamp() -> String {
 }
 
 fn timestamp_of(secs: u64) -> String {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
-        .to_string()
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::generation::test_events::{call, finish, token};
+
+    fn lines(route: Route) -> ReplyLines {
+        ReplyLines {
+            route,
+            model: "m".into(),
+            seed: 3,
+            prompt_tokens: 2,
+            context: vec![1, 2],
+        }
+    }
+
+    /// The lines as JSON, `created_at` checked and dropped.
+    fn wire(lines: Vec<String>) -> Vec<Value> {
+        lines
+            .iter()
+            .map(|line| {
+                let mut value: Value = serde_json::from_str(line).unwrap();
+                let stamp = value["created_at"].take();
+                assert!(humantime::parse_rfc3339(stamp.as_str().unwrap()).is_ok());
+                value.as_object_mut().unwrap().remove("created_at");
+                value
+            })
+            .collect()
+    }
+
+    /// An end that releases "!" after 2 tokens, with its timings.
+    fn ending(reason: StopReason) -> Finish {
+        Finish {
+            deltas: vec![Delta::Text("!".into())],
+            timings: Timings {
+                load: Duration::from_nanos(5),
+                prompt_eval: Duration::from_nanos(10),
+                eval: Duration::from_nanos(20),
+                total: Duration::from_nanos(40),
+            },
+            ..finish(reason, 2)
+        }
+    }
+
+    #[test]
+    fn chat_lines_from_neutral_events() {
+        let mut chat = lines(Route::Chat);
+        let mut out = chat.token(0, token(7, vec![Delta::Text("Hi".into())]));
+        out.extend(chat.token(0, token(8, vec![Delta::Text(String::new())])));
+        out.extend(chat.token(0, token(9, vec![Delta::ToolCall(call())])));
+        out.extend(chat.finish(0, ending(StopReason::ToolCalls)));
+        assert_eq!(
+            wire(out),
+            [
+                json!({"model": "m", "message": {"role": "assistant", "content": "Hi"},
+                       "done": false}),
+                json!({"model": "m", "message": {"role": "assistant", "content": "",
+                       "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+                       "done": false}),
+                json!({"model": "m", "message": {"role": "assistant", "content": "!"},
+                       "done": false}),
+                json!({"model": "m", "message": {"role": "assistant", "content": ""},
+                       "done": true, "done_reason": "stop", "total_duration": 40,
+                       "load_duration": 5, "prompt_eval_count": 2, "prompt_eval_duration": 10,
+                       "eval_count": 2, "eval_duration": 20, "seed": 3}),
+            ]
+        );
+        assert_eq!(chat.failed("boom".into()), [r#"{"error":"boom"}"#]);
+    }
+
+    #[test]
+    fn generate_lines_end_with_the_context() {
+        let mut generate = lines(Route::Generate);
+        let mut out = generate.token(0, token(7, vec![Delta::Text("Hi".into())]));
+        out.extend(generate.finish(0, ending(StopReason::Length)));
+        let out = wire(out);
+        assert_eq!(
+            out[0],
+            json!({"model": "m", "response": "Hi", "done": false})
+        );
+        assert_eq!(out[2]["done_reason"], "length");
+        assert_eq!(out[2]["response"], "");
+        assert_eq!(out[2]["context"], json!([1, 2, 7]));
+        let whole = lines(Route::Generate).whole(Reply {
+            pieces: vec![Delta::Text("Hi!".into())],
+            tokens: vec![7, 8],
+            ..Reply::default()
+        });
+        let whole = serde_json::to_value(whole).unwrap();
+        assert_eq!(
+            (&whole["response"], &whole["context"], &whole["done"]),
+            (&json!("Hi!"), &json!([1, 2, 7, 8]), &json!(true))
+        );
+    }
 }

@@ -1,11 +1,14 @@
-//! OpenAI-compatible routes: `GET /v1/models`, `POST /v1/chat/completions` and
-//! `POST /v1/completions`, streamed as server-sent events when asked. Every response
-//! carries the seed it used (a `seed` field and the `x-seedbar-seed` header).
+//! OpenAI-compatible routes: `GET /v1/models`, `GET /v1/models/{id}`,
+//! `POST /v1/chat/completions` and `POST /v1/completions`, streamed as server-sent events
+//! when asked. Owns the OpenAI request fields (which the Anthropic and Responses routes share),
+//! the OpenAI wire structs, and the translators from the generation service's neutral events
+//! to chat and legacy completion chunks. Every response carries the seed it used (a `seed`
+//! field and the `x-seedbar-seed` header).
 
-use std::{collections::HashMap, convert::Infallible, sync::Arc};
+use std::{collections::BTreeMap, collections::HashMap, convert::Infallible, sync::Arc};
 
 use axum::{
-    extract::State,
+    extract::{rejection::PathRejection, Path, State},
     response::{
         sse::{Event as SseEvent, KeepAlive, Sse},
         IntoResponse, Response,
@@ -13,20 +16,19 @@ use axum::{
     Json,
 };
 use futures_util::StreamExt;
-use seedbar_engine::{
-    tool_calls::{ToolCall, ToolCallParser, ToolOutput},
-    ChatMessage, FinishReason, SamplingParams,
-};
-use seedbar_scheduler::{Event, TokenLogprob, Usage};
+use seedbar_engine::{ChatMessage, SamplingParams, ToolCall};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::{
     error::ApiError,
     extract::JsonBody,
-    generation::{next_or_gone, spawn_body, Choice, ChoiceEvent, Generation, Settings},
-    models::LoadedModel,
-    structured::{self, ResponseFormat, ToolChoice, ToolMode},
+    generation::{
+        stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel, Settings,
+        Token, TotalUsage, Translator,
+    },
+    models::ModelCard,
+    structured::{ResponseFormat, ToolChoice, ToolMode},
     App, SEED_HEADER,
 };
 
@@ -150,16 +152,54 @@ pub fn seed_value(n: &serde_json::Number) -> Result<u64, ApiError> {
 
 // ---- /v1/models ------------------------------------------------------------------------
 
-pub async fn list_models(State(app): State<Arc<App>>) -> Result<Json<Value>, ApiError> {
-    let data: Vec<Value> = app
+#[derive(Serialize)]
+pub struct ModelList {
+    object: &'static str,
+    data: Vec<ModelObject>,
+}
+
+/// OpenAI's model object.
+#[derive(Serialize)]
+pub struct ModelObject {
+    id: String,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+}
+
+impl From<ModelCard> for ModelObject {
+    fn from(card: ModelCard) -> Self {
+        ModelObject {
+            id: card.name,
+            object: "model",
+            created: card.created,
+            owned_by: "seedbar",
+        }
+    }
+}
+
+pub async fn list_models(State(app): State<Arc<App>>) -> Result<Json<ModelList>, ApiError> {
+    let data = app
         .models
         .installed()?
         .into_iter()
-        .map(|m| json!({"id": m.name, "object": "model", "created": m.created, "owned_by": "seedbar"}))
+        .map(Into::into)
         .collect();
-    Ok(Json(json!({"object": "list", "data": data})))
+    Ok(Json(ModelList {
+        object: "list",
+        data,
+    }))
 }
 
+pub async fn get_model(
+    State(app): State<Arc<App>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<ModelObject>, ApiError> {
+    let Path(id) = id.map_err(|e| ApiError::bad_param("model", e.body_text()))?;
+    Ok(Json(app.models.card(&id)?.into()))
+}
+
+// ---- /v1/chat/completions --------------------------------------------------------------
 // ---- /v1/chat/completions --------------------------------------------------------------
 
 #[derive(Deserialize)]
@@ -319,7 +359,7 @@ pub async fn chat_completions(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let (common, req): (CommonFields, ChatRequest) = (body.parse()?, body.parse()?);
-    let model = app.models.get(&common.model).await?;
+    let model = ServedModel::find(&app, &common.model).await?;
     if req.messages.is_empty() {
         return Err(ApiError::bad_param(
             "messages",
@@ -333,8 +373,7 @@ pub async fn chat_completions(
             "top_logprobs needs logprobs: true",
         ));
     }
-    let mut settings =
-        common.settings(req.max_completion_tokens.or(common.max_tokens), logprobs)?;
+    let settings = common.settings(req.max_completion_tokens.or(common.max_tokens), logprobs)?;
     let n = common.n()?;
     let tool_choice = req.tool_choice.unwrap_or(ToolChoice::Mode(ToolMode::Auto));
     let tools = req
@@ -353,274 +392,427 @@ pub async fn chat_completions(
             ))
         }
         (call, reply) => call
-            .map(|f| ("tool_choice", f))
-            .or(reply.map(|f| ("response_format", f))),
+            .map(|f| (f, "tool_choice"))
+            .or(reply.map(|f| (f, "response_format"))),
     };
-    if let Some((param, format)) = format {
-        structured::constrain(&mut settings, &model, format, param)?;
-    }
     let messages = req
         .messages
         .into_iter()
         .enumerate()
         .map(|(i, m)| m.into_chat(i))
         .collect::<Result<Vec<_>, _>>()?;
-    let prompt = model.chat_prompt(&messages, tools.as_deref())?;
-    let generation = Generation::start(
-        model,
-        vec![prompt],
+    let prompt = Prompt::Chat { messages, tools };
+    let job = Job {
         n,
-        settings,
-        app.metrics.clone(),
-        "chatcmpl-",
-    )?;
-    let seed = generation.seed;
-    let reply = Reply {
-        object: "chat.completion",
-        tools: tools.is_some(),
-        logprobs: logprobs.is_some(),
+        format,
+        ..Job::new(vec![prompt], settings, "chatcmpl-")
     };
+    let generation = Generation::start(&app, model, job)?;
+    let seed = generation.seed;
     if common.stream {
-        let include_usage = common.include_usage();
-        Ok(with_seed(
-            seed,
-            sse(spawn_body(move |tx| {
-                stream_chat(generation, reply, include_usage, tx)
-            })),
-        ))
-    } else {
-        Ok(with_seed(
-            seed,
-            Json(chat_response(generation, reply).await?),
-        ))
+        let translator = ChatStream {
+            envelope: Envelope::new(&generation, "chat.completion.chunk"),
+            choices: generation.choices(),
+            calls: vec![0; generation.choices()],
+            include_usage: common.include_usage(),
+        };
+        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
     }
+    let logprobs = logprobs.is_some();
+    let body = whole_response(generation, "chat.completion", |index, reply| {
+        chat_choice(index, reply, logprobs)
+    })
+    .await?;
+    Ok(with_seed(seed, Json(body)))
 }
 
-/// What shapes a response.
-#[derive(Clone, Copy)]
-struct Reply {
-    object: &'static str,
-    tools: bool,
-    logprobs: bool,
-}
+// ---- wire structs ----------------------------------------------------------------------
 
 /// The fields every response and chunk carries.
-fn envelope(g: &Generation, object: &str) -> Value {
-    json!({"id": g.id, "object": object, "created": g.created, "model": g.model.card.name,
-           "system_fingerprint": g.model.fingerprint, "seed": g.seed})
+#[derive(Debug, Clone, Serialize)]
+struct Envelope {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    system_fingerprint: String,
+    seed: u64,
 }
 
-fn usage_json(prompt_tokens: usize, usages: &[Usage]) -> Value {
-    let completion: usize = usages.iter().map(|u| u.completion_tokens).sum();
-    let cached = usages.iter().map(|u| u.cached_tokens).max().unwrap_or(0);
-    json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-           "total_tokens": prompt_tokens + completion,
-           "prompt_tokens_details": {"cached_tokens": cached}})
-}
-
-fn finish_reason(reason: Option<FinishReason>, called_tools: bool) -> &'static str {
-    match reason {
-        _ if called_tools => "tool_calls",
-        Some(r) => r.as_str(),
-        None => "stop",
+impl Envelope {
+    fn new(generation: &Generation, object: &'static str) -> Self {
+        Envelope {
+            id: generation.id.clone(),
+            object,
+            created: generation.created,
+            model: generation.model.card.name.clone(),
+            system_fingerprint: generation.model.fingerprint.clone(),
+            seed: generation.seed,
+        }
     }
 }
 
-/// One token in chat `logprobs.content` form.
-fn chat_logprob(model: &LoadedModel, id: u32, lp: &TokenLogprob) -> Value {
-    let entry = |id: u32, logprob: f32| {
-        let token = model.tokenizer.decode(&[id]).unwrap_or_default();
-        json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()})
-    };
-    let mut value = entry(id, lp.logprob);
-    value["top_logprobs"] = lp.top.iter().map(|&(t, l)| entry(t, l)).collect();
-    value
+/// A response or a chunk: the envelope, choices, and (on whole responses and a stream's
+/// usage chunk) the usage.
+#[derive(Debug, Serialize)]
+struct Body<C> {
+    #[serde(flatten)]
+    envelope: Envelope,
+    choices: Vec<C>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageBody>,
 }
 
-/// A tool call in OpenAI's shape.
-fn call_json(call: &ToolCall) -> Value {
-    json!({"id": call.id, "type": "function",
-           "function": {"name": call.name, "arguments": call.arguments}})
+#[derive(Debug, Serialize)]
+struct UsageBody {
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    total_tokens: usize,
+    prompt_tokens_details: PromptTokensDetails,
 }
 
-/// Split reply text into content and tool calls (when tools were offered).
-fn message_parts(outputs: Vec<ToolOutput>, calls_so_far: &mut usize) -> Vec<Value> {
-    outputs
-        .into_iter()
-        .filter_map(|out| match out {
-            ToolOutput::Text(t) if t.is_empty() => None,
-            ToolOutput::Text(t) => Some(json!({"content": t})),
-            ToolOutput::Call(call) => {
-                let mut delta = call_json(&call);
-                delta["index"] = (*calls_so_far).into();
-                *calls_so_far += 1;
-                Some(json!({"tool_calls": [delta]}))
-            }
-        })
-        .collect()
+#[derive(Debug, Serialize)]
+struct PromptTokensDetails {
+    cached_tokens: usize,
 }
 
-/// A non-streamed response: the envelope, each finished choice as `choice_json` writes it,
-/// and the usage.
-async fn whole_response(
+impl From<TotalUsage> for UsageBody {
+    fn from(usage: TotalUsage) -> Self {
+        UsageBody {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.prompt_tokens + usage.completion_tokens,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: usage.cached_tokens,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ChatChoice {
+    index: usize,
+    message: AssistantMessage,
+    logprobs: Option<ChatLogprobs>,
+    finish_reason: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct AssistantMessage {
+    role: &'static str,
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Debug, Serialize)]
+struct ChatChunkChoice {
+    index: usize,
+    delta: ChatDelta,
+    logprobs: Option<ChatLogprobs>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<WireToolCall>>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolCall {
+    /// The call's place in the reply (on stream deltas only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<usize>,
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction {
+    name: String,
+    arguments: String,
+}
+
+impl WireToolCall {
+    fn new(call: ToolCall, index: Option<usize>) -> Self {
+        WireToolCall {
+            index,
+            id: call.id,
+            kind: "function",
+            function: WireFunction {
+                name: call.name,
+                arguments: call.arguments,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct ChatLogprobs {
+    content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct ChatTokenLogprob {
+    #[serde(flatten)]
+    token: TokenLogprob,
+    top_logprobs: Vec<TokenLogprob>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct TokenLogprob {
+    token: String,
+    logprob: f32,
+    bytes: Vec<u8>,
+}
+
+impl TokenLogprob {
+    fn new(token: &str, logprob: f32) -> Self {
+        TokenLogprob {
+            token: token.to_string(),
+            logprob,
+            bytes: token.as_bytes().to_vec(),
+        }
+    }
+}
+
+impl From<&Logprob> for ChatTokenLogprob {
+    fn from(lp: &Logprob) -> Self {
+        ChatTokenLogprob {
+            token: TokenLogprob::new(&lp.token, lp.logprob),
+            top_logprobs: lp
+                .top
+                .iter()
+                .map(|(token, logprob)| TokenLogprob::new(token, *logprob))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct CompletionChoice {
+    index: usize,
+    text: String,
+    logprobs: Option<LegacyLogprobs>,
+    finish_reason: Option<&'static str>,
+}
+
+/// Legacy completions' `logprobs`: parallel lists, offsets into the choice's text.
+#[derive(Debug, Default, Serialize)]
+struct LegacyLogprobs {
+    tokens: Vec<String>,
+    token_logprobs: Vec<f32>,
+    top_logprobs: Vec<BTreeMap<String, f32>>,
+    text_offset: Vec<usize>,
+}
+
+impl LegacyLogprobs {
+    /// `logprobs`' tokens, their offsets counted from `start` (the echoed prompt's length).
+    fn new<'a>(logprobs: impl IntoIterator<Item = &'a Logprob>, start: usize) -> Self {
+        let mut legacy = LegacyLogprobs::default();
+        for lp in logprobs {
+            legacy.tokens.push(lp.token.clone());
+            legacy.token_logprobs.push(lp.logprob);
+            legacy.top_logprobs.push(lp.top.iter().cloned().collect());
+            legacy.text_offset.push(start + lp.offset);
+        }
+        legacy
+    }
+}
+
+fn data(value: &impl Serialize) -> SseMessage {
+    SseMessage::json(None, value)
+}
+
+/// OpenAI's last event.
+fn done_event() -> SseMessage {
+    SseMessage {
+        name: None,
+        data: "[DONE]".into(),
+    }
+}
+
+/// A stream's end after a failure: the error, then `[DONE]`.
+fn failure_events(message: String) -> Vec<SseMessage> {
+    vec![data(&ApiError::internal(message).body()), done_event()]
+}
+
+/// A stream's end: the usage chunk when asked for, then `[DONE]`.
+fn end_events(envelope: &Envelope, usage: Option<TotalUsage>) -> Vec<SseMessage> {
+    let usage = usage.map(|usage| Body::<ChatChunkChoice> {
+        envelope: envelope.clone(),
+        choices: Vec::new(),
+        usage: Some(usage.into()),
+    });
+    usage.iter().map(data).chain([done_event()]).collect()
+}
+
+/// A non-streamed response: the envelope, each reply as `choice` writes it, the usage.
+async fn whole_response<C>(
     generation: Generation,
-    object: &str,
-    choice_json: impl Fn(usize, Choice, &LoadedModel) -> Value,
-) -> Result<Value, ApiError> {
-    let mut body = envelope(&generation, object);
-    let (model, prompt_tokens) = (generation.model.clone(), generation.prompt_tokens);
-    let choices = generation.collect().await?;
-    let usages: Vec<Usage> = choices.iter().map(|c| c.usage).collect();
-    body["choices"] = choices
-        .into_iter()
-        .enumerate()
-        .map(|(index, choice)| choice_json(index, choice, &model))
-        .collect();
-    body["usage"] = usage_json(prompt_tokens, &usages);
-    Ok(body)
-}
-
-/// The end of a stream that ran to completion: the usage chunk when asked for, then `[DONE]`.
-async fn finish_stream(
-    tx: &tokio::sync::mpsc::Sender<SseEvent>,
-    base: &Value,
-    usage: Option<Value>,
-) {
-    if let Some(usage) = usage {
-        let mut last = base.clone();
-        last["choices"] = json!([]);
-        last["usage"] = usage;
-        let _ = tx.send(SseEvent::default().data(last.to_string())).await;
-    }
-    let _ = tx.send(SseEvent::default().data("[DONE]")).await;
-}
-
-async fn chat_response(generation: Generation, reply: Reply) -> Result<Value, ApiError> {
-    whole_response(generation, reply.object, |index, choice, model| {
-        let mut message = json!({"role": "assistant", "content": choice.text});
-        if reply.tools {
-            let (mut content, mut calls) = (String::new(), Vec::new());
-            for output in ToolCallParser::parse(&choice.text) {
-                match output {
-                    ToolOutput::Text(text) => content.push_str(&text),
-                    ToolOutput::Call(call) => calls.push(call_json(&call)),
-                }
-            }
-            if !calls.is_empty() {
-                message["content"] = if content.is_empty() {
-                    Value::Null
-                } else {
-                    content.into()
-                };
-                message["tool_calls"] = calls.into();
-            }
-        }
-        let called = message.get("tool_calls").is_some();
-        let logprobs = reply.logprobs.then(|| {
-            json!({"content": choice.tokens.iter()
-                    .filter_map(|(id, _, lp)| lp.as_ref().map(|lp| chat_logprob(model, *id, lp)))
-                    .collect::<Vec<_>>()})
-        });
-        json!({"index": index, "message": message, "logprobs": logprobs,
-                   "finish_reason": finish_reason(choice.finish, called)})
+    object: &'static str,
+    choice: impl Fn(usize, Reply) -> C,
+) -> Result<Body<C>, ApiError> {
+    let envelope = Envelope::new(&generation, object);
+    let prompt_tokens = generation.prompt_tokens;
+    let replies = generation.collect().await?;
+    let usage = crate::generation::total_usage(prompt_tokens, &replies);
+    Ok(Body {
+        envelope,
+        choices: replies
+            .into_iter()
+            .enumerate()
+            .map(|(index, reply)| choice(index, reply))
+            .collect(),
+        usage: Some(usage.into()),
     })
-    .await
 }
 
-async fn stream_chat(
-    mut generation: Generation,
-    reply: Reply,
-    include_usage: bool,
-    tx: tokio::sync::mpsc::Sender<SseEvent>,
-) {
-    let base = envelope(&generation, "chat.completion.chunk");
-    let chunk = |choices: Value| {
-        let mut c = base.clone();
-        c["choices"] = choices;
-        SseEvent::default().data(c.to_string())
+// ---- translators -----------------------------------------------------------------------
+
+fn chat_choice(index: usize, reply: Reply, logprobs: bool) -> ChatChoice {
+    let calls: Vec<WireToolCall> = reply
+        .tool_calls()
+        .map(|call| WireToolCall::new(call.clone(), None))
+        .collect();
+    let text = reply.text();
+    let content = match calls.is_empty() {
+        false if text.is_empty() => None,
+        _ => Some(text),
     };
-    let n = generation.choices();
-    let model = generation.model.clone();
-    let mut parsers: Vec<ToolCallParser> = (0..n).map(|_| ToolCallParser::new()).collect();
-    let mut calls = vec![0usize; n];
-    let mut usages = Vec::new();
-    for index in 0..n {
-        let delta = json!({"role": "assistant", "content": ""});
-        if tx
-            .send(chunk(
-                json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": null}]),
-            ))
-            .await
-            .is_err()
-        {
-            return;
-        }
+    ChatChoice {
+        index,
+        message: AssistantMessage {
+            role: "assistant",
+            content,
+            tool_calls: (!calls.is_empty()).then_some(calls),
+        },
+        logprobs: logprobs.then(|| ChatLogprobs {
+            content: reply.logprobs.iter().map(Into::into).collect(),
+        }),
+        finish_reason: reply.reason().as_str(),
     }
-    let mut events = generation.events();
-    while let Some(ChoiceEvent { index, event }) = next_or_gone(&mut events, &tx).await {
-        let (text, finished, logprob) = match event {
-            Event::Token { id, text, logprob } => {
-                let lp = reply
-                    .logprobs
-                    .then(|| logprob.map(|lp| json!({"content": [chat_logprob(&model, id, &lp)]})));
-                (text, None, lp.flatten())
-            }
-            Event::Finished {
-                reason,
-                usage,
-                text,
-            } => {
-                usages.push(usage);
-                (text, Some(reason), None)
-            }
-            Event::Failed(message) => {
-                let error = ApiError::internal(message).body();
-                let _ = tx.send(SseEvent::default().data(error.to_string())).await;
-                let _ = tx.send(SseEvent::default().data("[DONE]")).await;
-                return;
-            }
-        };
-        let mut outputs = if reply.tools {
-            parsers[index].push(&text)
-        } else {
-            vec![ToolOutput::Text(text)]
-        };
-        if finished.is_some() && reply.tools {
-            outputs.extend(parsers[index].finish());
-        }
-        let mut deltas = message_parts(outputs, &mut calls[index]);
-        if deltas.is_empty() && logprob.is_some() {
-            deltas.push(json!({"content": ""}));
-        }
-        for (i, delta) in deltas.into_iter().enumerate() {
-            let lp = if i == 0 { logprob.clone() } else { None };
-            let choice =
-                json!([{"index": index, "delta": delta, "logprobs": lp, "finish_reason": null}]);
-            if tx.send(chunk(choice)).await.is_err() {
-                return;
-            }
-        }
-        if let Some(reason) = finished {
-            let reason = finish_reason(Some(reason), calls[index] > 0);
-            let choice =
-                json!([{"index": index, "delta": {}, "logprobs": null, "finish_reason": reason}]);
-            if tx.send(chunk(choice)).await.is_err() {
-                return;
-            }
-        }
+}
+
+/// Chat completion chunks: a role chunk per choice, then a chunk per piece of text or tool
+/// call (the token's log-probabilities on its first), a `finish_reason` chunk per choice,
+/// the usage chunk when asked for, and `[DONE]`.
+struct ChatStream {
+    envelope: Envelope,
+    choices: usize,
+    /// Tool calls so far, per choice.
+    calls: Vec<usize>,
+    include_usage: bool,
+}
+
+impl ChatStream {
+    fn chunk(
+        &self,
+        index: usize,
+        delta: ChatDelta,
+        logprobs: Option<ChatLogprobs>,
+        finish_reason: Option<&'static str>,
+    ) -> SseMessage {
+        data(&Body {
+            envelope: self.envelope.clone(),
+            choices: vec![ChatChunkChoice {
+                index,
+                delta,
+                logprobs,
+                finish_reason,
+            }],
+            usage: None,
+        })
     }
-    if usages.len() < n {
-        return; // the client went away
+
+    /// A delta per non-empty text and per call.
+    fn deltas(&mut self, index: usize, deltas: Vec<Delta>) -> Vec<ChatDelta> {
+        deltas
+            .into_iter()
+            .filter_map(|delta| match delta {
+                Delta::Text(text) if text.is_empty() => None,
+                Delta::Text(text) => Some(ChatDelta {
+                    content: Some(text),
+                    ..ChatDelta::default()
+                }),
+                Delta::ToolCall(call) => {
+                    let call = WireToolCall::new(call, Some(self.calls[index]));
+                    self.calls[index] += 1;
+                    Some(ChatDelta {
+                        tool_calls: Some(vec![call]),
+                        ..ChatDelta::default()
+                    })
+                }
+            })
+            .collect()
     }
-    let usage = include_usage.then(|| usage_json(generation.prompt_tokens, &usages));
-    finish_stream(&tx, &base, usage).await;
+}
+
+impl Translator for ChatStream {
+    type Wire = SseMessage;
+
+    fn start(&mut self) -> Vec<SseMessage> {
+        (0..self.choices)
+            .map(|index| {
+                let role = ChatDelta {
+                    role: Some("assistant"),
+                    content: Some(String::new()),
+                    tool_calls: None,
+                };
+                self.chunk(index, role, None, None)
+            })
+            .collect()
+    }
+
+    fn token(&mut self, index: usize, token: Token) -> Vec<SseMessage> {
+        let mut deltas = self.deltas(index, token.deltas);
+        let mut logprobs = token.logprob.map(|lp| ChatLogprobs {
+            content: vec![(&lp).into()],
+        });
+        if deltas.is_empty() && logprobs.is_some() {
+            deltas.push(ChatDelta {
+                content: Some(String::new()),
+                ..ChatDelta::default()
+            });
+        }
+        deltas
+            .into_iter()
+            .map(|delta| self.chunk(index, delta, logprobs.take(), None))
+            .collect()
+    }
+
+    fn finish(&mut self, index: usize, finish: Finish) -> Vec<SseMessage> {
+        let mut events: Vec<SseMessage> = self
+            .deltas(index, finish.deltas)
+            .into_iter()
+            .map(|delta| self.chunk(index, delta, None, None))
+            .collect();
+        let reason = finish.reason.as_str();
+        events.push(self.chunk(index, ChatDelta::default(), None, Some(reason)));
+        events
+    }
+
+    fn done(&mut self, usage: TotalUsage) -> Vec<SseMessage> {
+        end_events(&self.envelope, self.include_usage.then_some(usage))
+    }
+
+    fn failed(&mut self, message: String) -> Vec<SseMessage> {
+        failure_events(message)
+    }
 }
 
 // ---- /v1/completions -------------------------------------------------------------------
 
 #[derive(Deserialize)]
 pub struct CompletionRequest {
-    prompt: Prompt,
+    prompt: PromptField,
     suffix: Option<String>,
     #[serde(default)]
     echo: bool,
@@ -629,11 +821,62 @@ pub struct CompletionRequest {
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Prompt {
+enum PromptField {
     Text(String),
     Texts(Vec<String>),
     Tokens(Vec<u32>),
     TokenLists(Vec<Vec<u32>>),
+}
+
+/// One prompt of a completion request: text, or token ids (run as given).
+enum CompletionPrompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+impl CompletionPrompt {
+    /// The prompt to run: fill-in-the-middle with a `suffix` (token ids decoded for it),
+    /// else the text or the token ids as they are.
+    fn prompt(self, suffix: Option<&str>, model: &ServedModel) -> Result<Prompt, ApiError> {
+        match (self, suffix) {
+            (CompletionPrompt::Text(text), None) => Ok(Prompt::Text(text)),
+            (CompletionPrompt::Tokens(ids), None) => Ok(Prompt::Tokens(ids)),
+            (prompt, Some(suffix)) => Ok(Prompt::FillInTheMiddle {
+                prefix: prompt.text(model)?,
+                suffix: suffix.to_string(),
+            }),
+        }
+    }
+
+    /// The prompt as text (what `echo` repeats).
+    fn text(&self, model: &ServedModel) -> Result<String, ApiError> {
+        match self {
+            CompletionPrompt::Text(text) => Ok(text.clone()),
+            CompletionPrompt::Tokens(ids) => {
+                model.tokenizer.decode(ids).map_err(ApiError::internal)
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            CompletionPrompt::Text(text) => text.is_empty(),
+            CompletionPrompt::Tokens(ids) => ids.is_empty(),
+        }
+    }
+}
+
+impl From<PromptField> for Vec<CompletionPrompt> {
+    fn from(field: PromptField) -> Self {
+        match field {
+            PromptField::Text(text) => vec![CompletionPrompt::Text(text)],
+            PromptField::Texts(texts) => texts.into_iter().map(CompletionPrompt::Text).collect(),
+            PromptField::Tokens(ids) => vec![CompletionPrompt::Tokens(ids)],
+            PromptField::TokenLists(lists) => {
+                lists.into_iter().map(CompletionPrompt::Tokens).collect()
+            }
+        }
+    }
 }
 
 pub async fn completions(
@@ -641,7 +884,7 @@ pub async fn completions(
     body: JsonBody,
 ) -> Result<Response, ApiError> {
     let (common, req): (CommonFields, CompletionRequest) = (body.parse()?, body.parse()?);
-    let model = app.models.get(&common.model).await?;
+    let model = ServedModel::find(&app, &common.model).await?;
     if req.echo && req.logprobs.is_some() {
         return Err(ApiError::bad_param(
             "echo",
@@ -650,150 +893,155 @@ pub async fn completions(
     }
     let settings = common.settings(Some(common.max_tokens.unwrap_or(16)), req.logprobs)?;
     let n = common.n()?;
-    let texts: Vec<String> = match req.prompt {
-        Prompt::Text(t) => vec![t],
-        Prompt::Texts(ts) => ts,
-        Prompt::Tokens(ids) => vec![model.tokenizer.decode(&ids).map_err(ApiError::internal)?],
-        Prompt::TokenLists(lists) => lists
-            .iter()
-            .map(|ids| model.tokenizer.decode(ids).map_err(ApiError::internal))
-            .collect::<Result<_, _>>()?,
-    };
-    if texts.is_empty() || texts.iter().any(String::is_empty) {
+    let given: Vec<CompletionPrompt> = req.prompt.into();
+    if given.is_empty() || given.iter().any(CompletionPrompt::is_empty) {
         return Err(ApiError::bad_param(
             "prompt",
             "the prompt must not be empty",
         ));
     }
-    let prompts = texts
-        .iter()
-        .map(|text| match &req.suffix {
-            Some(suffix) => model.fill_in_the_middle(text, suffix),
-            None => model.encode(text),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let generation = Generation::start(model, prompts, n, settings, app.metrics.clone(), "cmpl-")?;
-    let seed = generation.seed;
-    let echoes: Vec<String> = if req.echo {
-        texts
-            .iter()
-            .flat_map(|t| std::iter::repeat_n(t.clone(), n))
-            .collect()
-    } else {
-        vec![String::new(); texts.len() * n]
-    };
-    let logprobs = req.logprobs.is_some();
-    if common.stream {
-        let include_usage = common.include_usage();
-        Ok(with_seed(
-            seed,
-            sse(spawn_body(move |tx| {
-                stream_completion(generation, echoes, logprobs, include_usage, tx)
-            })),
-        ))
-    } else {
-        Ok(with_seed(
-            seed,
-            Json(completion_response(generation, echoes, logprobs).await?),
-        ))
-    }
-}
-
-/// Legacy `logprobs` for a run of tokens, offsets counted from `offset`.
-fn legacy_logprobs(
-    model: &LoadedModel,
-    tokens: &[(u32, String, Option<TokenLogprob>)],
-    mut offset: usize,
-) -> Value {
-    let (mut names, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
-    for (id, text, lp) in tokens {
-        let Some(lp) = lp else { continue };
-        names.push(model.tokenizer.decode(&[*id]).unwrap_or_default());
-        lps.push(lp.logprob);
-        let top: serde_json::Map<String, Value> = lp
-            .top
-            .iter()
-            .map(|&(t, l)| (model.tokenizer.decode(&[t]).unwrap_or_default(), json!(l)))
-            .collect();
-        tops.push(Value::Object(top));
-        offsets.push(offset);
-        offset += text.len();
-    }
-    json!({"tokens": names, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
-}
-
-async fn completion_response(
-    generation: Generation,
-    echoes: Vec<String>,
-    logprobs: bool,
-) -> Result<Value, ApiError> {
-    whole_response(generation, "text_completion", |index, choice, model| {
-        let echo = &echoes[index];
-        let lp = logprobs.then(|| legacy_logprobs(model, &choice.tokens, echo.len()));
-        json!({"index": index, "text": format!("{echo}{}", choice.text), "logprobs": lp,
-               "finish_reason": finish_reason(choice.finish, false)})
-    })
-    .await
-}
-
-async fn stream_completion(
-    mut generation: Generation,
-    echoes: Vec<String>,
-    logprobs: bool,
-    include_usage: bool,
-    tx: tokio::sync::mpsc::Sender<SseEvent>,
-) {
-    let base = envelope(&generation, "text_completion");
-    let chunk = |index: usize, text: &str, lp: Option<Value>, finish: Option<&str>| {
-        let mut c = base.clone();
-        c["choices"] =
-            json!([{"index": index, "text": text, "logprobs": lp, "finish_reason": finish}]);
-        SseEvent::default().data(c.to_string())
-    };
-    let model = generation.model.clone();
-    let mut offsets: Vec<usize> = echoes.iter().map(String::len).collect();
-    for (index, echo) in echoes.iter().enumerate().filter(|(_, e)| !e.is_empty()) {
-        if tx.send(chunk(index, echo, None, None)).await.is_err() {
-            return;
-        }
-    }
-    let mut usages = Vec::new();
-    let mut events = generation.events();
-    while let Some(ChoiceEvent { index, event }) = next_or_gone(&mut events, &tx).await {
-        let message = match event {
-            Event::Token { id, text, logprob } => {
-                let lp = logprobs.then(|| {
-                    legacy_logprobs(&model, &[(id, text.clone(), logprob)], offsets[index])
-                });
-                offsets[index] += text.len();
-                chunk(index, &text, lp, None)
-            }
-            Event::Finished {
-                reason,
-                usage,
-                text,
-            } => {
-                usages.push(usage);
-                chunk(index, &text, None, Some(reason.as_str()))
-            }
-            Event::Failed(message) => {
-                let _ = tx
-                    .send(SseEvent::default().data(ApiError::internal(message).body().to_string()))
-                    .await;
-                break;
-            }
+    let mut echoes = Vec::with_capacity(given.len() * n);
+    let mut prompts = Vec::with_capacity(given.len());
+    for prompt in given {
+        let echo = if req.echo {
+            prompt.text(&model)?
+        } else {
+            String::new()
         };
-        if tx.send(message).await.is_err() {
-            return;
-        }
+        echoes.extend(std::iter::repeat_n(echo, n));
+        prompts.push(prompt.prompt(req.suffix.as_deref(), &model)?);
     }
-    let usage = (include_usage && usages.len() == echoes.len())
-        .then(|| usage_json(generation.prompt_tokens, &usages));
-    finish_stream(&tx, &base, usage).await;
+    let job = Job {
+        n,
+        ..Job::new(prompts, settings, "cmpl-")
+    };
+    let generation = Generation::start(&app, model, job)?;
+    let seed = generation.seed;
+    if common.stream {
+        let translator = CompletionStream {
+            envelope: Envelope::new(&generation, "text_completion"),
+            echoes,
+            include_usage: common.include_usage(),
+        };
+        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
+    }
+    let logprobs = req.logprobs.is_some();
+    let body = whole_response(generation, "text_completion", |index, reply| {
+        let echo = &echoes[index];
+        CompletionChoice {
+            index,
+            text: format!("{echo}{}", reply.text()),
+            logprobs: logprobs.then(|| LegacyLogprobs::new(&reply.logprobs, echo.len())),
+            finish_reason: Some(reply.reason().as_str()),
+        }
+    })
+    .await?;
+    Ok(with_seed(seed, Json(body)))
 }
 
-pub(crate) fn sse(events: impl futures_util::Stream<Item = SseEvent> + Send + 'static) -> Response {
-    Sse::new(events.map(Ok::<_, Infallible>))
+/// Legacy completion chunks: each choice's echo, a chunk per token (empty text included,
+/// with its log-probabilities when asked for), the last text with `finish_reason`, the
+/// usage chunk when asked for, and `[DONE]`.
+struct CompletionStream {
+    envelope: Envelope,
+    /// Per choice: the prompt text echoed before the reply, or empty.
+    echoes: Vec<String>,
+    include_usage: bool,
+}
+
+impl CompletionStream {
+    fn chunk(
+        &self,
+        index: usize,
+        text: String,
+        logprobs: Option<LegacyLogprobs>,
+        finish_reason: Option<&'static str>,
+    ) -> SseMessage {
+        data(&Body {
+            envelope: self.envelope.clone(),
+            choices: vec![CompletionChoice {
+                index,
+                text,
+                logprobs,
+                finish_reason,
+            }],
+            usage: None,
+        })
+    }
+}
+
+/// The text of `deltas` (legacy completions offer no tools).
+fn text_of(deltas: Vec<Delta>) -> String {
+    deltas
+        .into_iter()
+        .filter_map(|delta| match delta {
+            Delta::Text(text) => Some(text),
+            Delta::ToolCall(_) => None,
+        })
+        .collect()
+}
+
+impl Translator for CompletionStream {
+    type Wire = SseMessage;
+
+    fn start(&mut self) -> Vec<SseMessage> {
+        self.echoes
+            .iter()
+            .enumerate()
+            .filter(|(_, echo)| !echo.is_empty())
+            .map(|(index, echo)| self.chunk(index, echo.clone(), None, None))
+            .collect()
+    }
+
+    fn token(&mut self, index: usize, token: Token) -> Vec<SseMessage> {
+        let start = self.echoes[index].len();
+        let logprobs = token.logprob.map(|lp| LegacyLogprobs::new([&lp], start));
+        vec![self.chunk(index, text_of(token.deltas), logprobs, None)]
+    }
+
+    fn finish(&mut self, index: usize, finish: Finish) -> Vec<SseMessage> {
+        let reason = Some(finish.reason.as_str());
+        vec![self.chunk(index, text_of(finish.deltas), None, reason)]
+    }
+
+    fn done(&mut self, usage: TotalUsage) -> Vec<SseMessage> {
+        end_events(&self.envelope, self.include_usage.then_some(usage))
+    }
+
+    fn failed(&mut self, message: String) -> Vec<SseMessage> {
+        failure_events(message)
+    }
+}
+
+/// A server-sent event as a translator writes it: its name (where the protocol names
+/// events) and its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseMessage {
+    pub name: Option<String>,
+    pub data: String,
+}
+
+impl SseMessage {
+    pub fn json(name: Option<&str>, value: &impl Serialize) -> Self {
+        SseMessage {
+            name: name.map(str::to_string),
+            data: serde_json::to_string(value).unwrap_or_default(),
+        }
+    }
+}
+
+pub(crate) fn sse(
+    events: impl futures_util::Stream<Item = SseMessage> + Send + 'static,
+) -> Response {
+    let events = events.map(|message| {
+        // The name goes first: clients read `event:` as naming the `data:` after it.
+        let event = match message.name {
+            Some(name) => SseEvent::default().event(name),
+            None => SseEvent::default(),
+        };
+        Ok::<_, Infallible>(event.data(message.data))
+    });
+    Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
 }
@@ -801,4 +1049,185 @@ pub(crate) fn sse(events: impl futures_util::Stream<Item = SseEvent> + Send + 's
 /// Attach the seed header.
 pub fn with_seed(seed: u64, body: impl IntoResponse) -> Response {
     ([(SEED_HEADER, seed.to_string())], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use seedbar_scheduler::Usage;
+    use serde_json::json;
+
+    use super::*;
+    use crate::generation::test_events::{call, finish, token};
+    use crate::generation::{StopReason, Timings};
+
+    fn envelope(object: &'static str) -> Envelope {
+        Envelope {
+            id: "chatcmpl-1".into(),
+            object,
+            created: 7,
+            model: "m".into(),
+            system_fingerprint: "fp_1".into(),
+            seed: 3,
+        }
+    }
+
+    /// Each event's data: JSON, or the text (`[DONE]`).
+    fn wire(events: Vec<SseMessage>) -> Vec<Value> {
+        events
+            .into_iter()
+            .map(|e| serde_json::from_str(&e.data).unwrap_or(Value::String(e.data)))
+            .collect()
+    }
+
+    fn chunk(choices: Value) -> Value {
+        json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m",
+               "system_fingerprint": "fp_1", "seed": 3, "choices": choices})
+    }
+
+    fn text(text: &str) -> Vec<Delta> {
+        vec![Delta::Text(text.into())]
+    }
+
+    fn with_logprob(token: Token) -> Token {
+        Token {
+            logprob: Some(logprob()),
+            ..token
+        }
+    }
+
+    fn logprob() -> Logprob {
+        Logprob {
+            token: "Hi".into(),
+            logprob: -0.5,
+            top: vec![("Hi".into(), -0.5), ("Yo".into(), -1.5)],
+            offset: 4,
+        }
+    }
+
+    #[test]
+    fn chat_chunks_from_neutral_events() {
+        let mut stream = ChatStream {
+            envelope: envelope("chat.completion.chunk"),
+            choices: 1,
+            calls: vec![0],
+            include_usage: true,
+        };
+        let mut events = stream.start();
+        events.extend(stream.token(0, with_logprob(token(9, text("Hi")))));
+        events.extend(stream.token(0, with_logprob(token(10, text("")))));
+        events.extend(stream.token(0, token(11, text(""))));
+        events.extend(stream.token(0, token(12, vec![Delta::ToolCall(call())])));
+        events.extend(stream.finish(0, finish(StopReason::ToolCalls, 4)));
+        events.extend(stream.done(TotalUsage {
+            prompt_tokens: 5,
+            completion_tokens: 4,
+            cached_tokens: 2,
+        }));
+        let lp = json!({"content": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
+            "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105]},
+                             {"token": "Yo", "logprob": -1.5, "bytes": [89, 111]}]}]});
+        let choice = |delta: Value, logprobs: Value, finish: Value| {
+            chunk(
+                json!([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]),
+            )
+        };
+        assert_eq!(
+            wire(events),
+            [
+                choice(
+                    json!({"role": "assistant", "content": ""}),
+                    json!(null),
+                    json!(null)
+                ),
+                choice(json!({"content": "Hi"}), lp.clone(), json!(null)),
+                // A token whose text is held back still brings its log-probabilities.
+                choice(json!({"content": ""}), lp, json!(null)),
+                choice(
+                    json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                           "function": {"name": "f", "arguments": "{\"x\":1}"}}]}),
+                    json!(null),
+                    json!(null)
+                ),
+                choice(json!({}), json!(null), json!("tool_calls")),
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7,
+                       "model": "m", "system_fingerprint": "fp_1", "seed": 3, "choices": [],
+                       "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9,
+                                 "prompt_tokens_details": {"cached_tokens": 2}}}),
+                json!("[DONE]"),
+            ]
+        );
+        let failed = wire(stream.failed("boom".into()));
+        assert_eq!(
+            failed,
+            [
+                json!({"error": {"message": "boom", "type": "server_error", "param": null,
+                                 "code": null}}),
+                json!("[DONE]")
+            ]
+        );
+    }
+
+    #[test]
+    fn whole_chat_choices() {
+        let reply = Reply {
+            pieces: vec![Delta::ToolCall(call())],
+            finish: Some((StopReason::ToolCalls, Usage::default(), Timings::default())),
+            ..Reply::default()
+        };
+        assert_eq!(
+            serde_json::to_value(chat_choice(1, reply, false)).unwrap(),
+            json!({"index": 1, "logprobs": null, "finish_reason": "tool_calls",
+                   "message": {"role": "assistant", "content": null, "tool_calls": [
+                       {"id": "call_1", "type": "function",
+                        "function": {"name": "f", "arguments": "{\"x\":1}"}}]}})
+        );
+        let reply = Reply {
+            pieces: vec![Delta::Text("ok".into())],
+            logprobs: vec![logprob()],
+            finish: Some((StopReason::Length, Usage::default(), Timings::default())),
+            ..Reply::default()
+        };
+        let choice = serde_json::to_value(chat_choice(0, reply, true)).unwrap();
+        assert_eq!(
+            choice["message"],
+            json!({"role": "assistant", "content": "ok"})
+        );
+        assert_eq!(choice["finish_reason"], "length");
+        assert_eq!(choice["logprobs"]["content"][0]["token"], "Hi");
+    }
+
+    #[test]
+    fn legacy_chunks_echo_and_count_offsets_from_the_echo() {
+        let mut stream = CompletionStream {
+            envelope: envelope("text_completion"),
+            echoes: vec!["Say".into()],
+            include_usage: false,
+        };
+        let mut events = stream.start();
+        events.extend(stream.token(0, with_logprob(token(9, text("Hi")))));
+        events.extend(stream.token(0, token(10, text(""))));
+        events.extend(stream.finish(0, finish(StopReason::StopString(0), 2)));
+        events.extend(stream.done(TotalUsage::default()));
+        let choice = |text: &str, logprobs: Value, finish: Value| {
+            json!({"id": "chatcmpl-1", "object": "text_completion", "created": 7, "model": "m",
+                   "system_fingerprint": "fp_1", "seed": 3,
+                   "choices": [{"index": 0, "text": text, "logprobs": logprobs,
+                                "finish_reason": finish}]})
+        };
+        assert_eq!(
+            wire(events),
+            [
+                choice("Say", json!(null), json!(null)),
+                choice(
+                    "Hi",
+                    json!({"tokens": ["Hi"], "token_logprobs": [-0.5],
+                           "top_logprobs": [{"Hi": -0.5, "Yo": -1.5}], "text_offset": [7]}),
+                    json!(null)
+                ),
+                choice("", json!(null), json!(null)),
+                choice("", json!(null), json!("stop")),
+                json!("[DONE]"),
+            ]
+        );
+    }
 }

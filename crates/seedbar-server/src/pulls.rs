@@ -1,4 +1,4 @@
-//! Model downloads started from the app: each runs `ModelStore::pull` on its own thread
+//! Model downloads started from the app (and Ollama's `/api/pull`): each runs `ModelStore::pull` on its own thread
 //! and reports its progress here, for `GET /app/models/pulls`. Cancelling sets the flag
 //! the download checks between chunks; it then removes what it wrote. At most
 //! `MAX_RUNNING` run at once and the last `MAX_KEPT` are listed.
@@ -173,13 +173,29 @@ impl Pulls {
         self.lock().iter().map(|p| p.lock().clone()).collect()
     }
 
+    fn tracked(&self, repo: &str) -> Option<Arc<Tracked>> {
+        let pulls = self.lock();
+        Some(pulls[Self::find(&pulls, repo)?].clone())
+    }
+
+    /// The latest download of `repo`, as it stands.
+    pub fn get(&self, repo: &str) -> Option<Pull> {
+        Some(self.tracked(repo)?.lock().clone())
+    }
+
+    /// The latest download of `repo` once it has ended.
+    pub async fn wait(&self, repo: &str) -> Option<Pull> {
+        let tracked = self.tracked(repo)?;
+        let mut ended = tracked.ended.subscribe();
+        let _ = ended.wait_for(|ended| *ended).await;
+        let pull = tracked.lock().clone();
+        Some(pull)
+    }
+
     /// Stop the download of `repo` and wait (a little) until it has cleaned up; `None`
     /// when there is no such download.
     pub async fn cancel(&self, repo: &str) -> Option<Pull> {
-        let tracked = {
-            let pulls = self.lock();
-            pulls[Self::find(&pulls, repo)?].clone()
-        };
+        let tracked = self.tracked(repo)?;
         tracked.cancel.store(true, Ordering::SeqCst);
         let mut ended = tracked.ended.subscribe();
         let _ = tokio::time::timeout(CANCEL_WAIT, ended.wait_for(|ended| *ended)).await;

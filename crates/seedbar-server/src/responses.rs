@@ -7,22 +7,22 @@
 
 use std::sync::Arc;
 
-use axum::{extract::State, response::sse::Event as SseEvent, response::Response, Json};
-use seedbar_engine::{
-    tool_calls::{ToolCallParser, ToolOutput},
-    ChatMessage, FinishReason,
-};
-use seedbar_scheduler::Event;
+use axum::{extract::State, response::Response, Json};
+use seedbar_engine::ChatMessage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::mpsc::Sender;
 
 use crate::{
     error::ApiError,
     extract::{JsonBody, TextOr},
-    generation::{next_or_gone, spawn_body, ChoiceEvent, Generation},
-    openai::{arguments_value, sse, template_calls, template_tool, with_seed, CommonFields},
-    structured::{self, forced_call, ChatInput},
+    generation::{
+        stream_body, Delta, Finish, Generation, Job, Prompt, ServedModel, StopReason, Token,
+        Translator,
+    },
+    openai::{
+        arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
+    },
+    structured::{forced_call, ChatInput},
     App,
 };
 use seedbar_grammar::ToolSchema;
@@ -431,6 +431,27 @@ enum StreamEvent {
     Failed { response: ResponseObject },
 }
 
+impl StreamEvent {
+    /// The event's `type` (also its SSE name).
+    fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::Created { .. } => "response.created",
+            StreamEvent::InProgress { .. } => "response.in_progress",
+            StreamEvent::ItemAdded { .. } => "response.output_item.added",
+            StreamEvent::PartAdded { .. } => "response.content_part.added",
+            StreamEvent::TextDelta { .. } => "response.output_text.delta",
+            StreamEvent::TextDone { .. } => "response.output_text.done",
+            StreamEvent::PartDone { .. } => "response.content_part.done",
+            StreamEvent::ArgumentsDelta { .. } => "response.function_call_arguments.delta",
+            StreamEvent::ArgumentsDone { .. } => "response.function_call_arguments.done",
+            StreamEvent::ItemDone { .. } => "response.output_item.done",
+            StreamEvent::Completed { .. } => "response.completed",
+            StreamEvent::Incomplete { .. } => "response.incomplete",
+            StreamEvent::Failed { .. } => "response.failed",
+        }
+    }
+}
+
 /// An event as sent: with its place in the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Numbered {
@@ -439,11 +460,10 @@ struct Numbered {
     event: StreamEvent,
 }
 
-/// A reply's output items from its text deltas, with the events that build them: text goes
-/// into a `message` item opened on demand; a tool call closes it and comes as a whole
+/// A reply's output items from its deltas, with the events that build them: text goes into
+/// a `message` item opened on demand; a tool call closes it and comes as a whole
 /// `function_call` item. A non-streamed response is the same items.
 struct Output {
-    parser: Option<ToolCallParser>,
     /// Item ids: `msg_` / `fc_`, this, and the item's index.
     id_stem: String,
     items: Vec<OutputItem>,
@@ -452,9 +472,8 @@ struct Output {
 }
 
 impl Output {
-    fn new(tools: bool, response_id: &str) -> Self {
+    fn new(response_id: &str) -> Self {
         Output {
-            parser: tools.then(ToolCallParser::new),
             id_stem: response_id
                 .strip_prefix("resp_")
                 .unwrap_or(response_id)
@@ -464,19 +483,10 @@ impl Output {
         }
     }
 
-    fn push(&mut self, text: &str) -> Vec<StreamEvent> {
-        let outputs = match &mut self.parser {
-            Some(parser) => parser.push(text),
-            None => vec![ToolOutput::Text(text.to_string())],
-        };
-        self.events(outputs)
-    }
-
-    /// The last events: held-back text and the open item's end (an empty message item when
-    /// the reply had none).
+    /// The last events: the open item's end (an empty message item when the reply had
+    /// none).
     fn finish(&mut self) -> Vec<StreamEvent> {
-        let outputs = self.parser.as_mut().map(|p| p.finish()).unwrap_or_default();
-        let mut events = self.events(outputs);
+        let mut events = Vec::new();
         if self.items.is_empty() && self.text.is_none() {
             events.extend(self.open_message());
         }
@@ -484,18 +494,12 @@ impl Output {
         events
     }
 
-    fn called(&self) -> bool {
-        self.items
-            .iter()
-            .any(|i| matches!(i, OutputItem::FunctionCall { .. }))
-    }
-
-    fn events(&mut self, outputs: Vec<ToolOutput>) -> Vec<StreamEvent> {
+    fn push(&mut self, deltas: Vec<Delta>) -> Vec<StreamEvent> {
         let mut events = Vec::new();
-        for output in outputs {
-            match output {
-                ToolOutput::Text(delta) if delta.is_empty() => {}
-                ToolOutput::Text(delta) => {
+        for delta in deltas {
+            match delta {
+                Delta::Text(delta) if delta.is_empty() => {}
+                Delta::Text(delta) => {
                     if self.text.is_none() {
                         events.extend(self.open_message());
                     }
@@ -510,7 +514,7 @@ impl Output {
                         });
                     }
                 }
-                ToolOutput::Call(call) => {
+                Delta::ToolCall(call) => {
                     events.extend(self.close_message());
                     let output_index = self.items.len();
                     let id = format!("fc_{}_{output_index}", self.id_stem);
@@ -602,25 +606,23 @@ impl Output {
     }
 }
 
-/// The response's fixed fields, and whether tools were offered.
-struct Reply {
+/// The response's fixed fields.
+struct ResponseFrame {
     id: String,
     created_at: u64,
     model: String,
     seed: u64,
     input_tokens: usize,
-    tools: bool,
 }
 
-impl Reply {
-    fn new(generation: &Generation, tools: bool) -> Self {
-        Reply {
+impl ResponseFrame {
+    fn new(generation: &Generation) -> Self {
+        ResponseFrame {
             id: generation.id.clone(),
             created_at: generation.created,
             model: generation.model.card.name.clone(),
             seed: generation.seed,
             input_tokens: generation.prompt_tokens,
-            tools,
         }
     }
 
@@ -643,11 +645,11 @@ impl Reply {
     /// The finished response: incomplete when `max_output_tokens` cut its text short.
     fn finished(
         &self,
-        output: Output,
-        finish: Option<FinishReason>,
+        output: Vec<OutputItem>,
+        reason: StopReason,
         tokens: usize,
     ) -> ResponseObject {
-        let cut = finish == Some(FinishReason::Length) && !output.called();
+        let cut = reason == StopReason::Length;
         ResponseObject {
             status: if cut {
                 Status::Incomplete
@@ -657,7 +659,7 @@ impl Reply {
             incomplete_details: cut.then_some(IncompleteDetails {
                 reason: IncompleteReason::MaxOutputTokens,
             }),
-            output: output.items,
+            output,
             usage: Some(ResponseUsage {
                 input_tokens: self.input_tokens,
                 output_tokens: tokens,
@@ -683,129 +685,99 @@ impl Reply {
 
 pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Response, ApiError> {
     let (common, req): (CommonFields, ResponsesRequest) = (body.parse()?, body.parse()?);
-    let model = app.models.get(&common.model).await?;
-    let mut settings = common.settings(req.max_output_tokens, None)?;
+    let model = ServedModel::find(&app, &common.model).await?;
+    let settings = common.settings(req.max_output_tokens, None)?;
     let (messages, tools, forced) = req.into_chat()?;
-    if let Some(call) = forced {
-        structured::constrain(&mut settings, &model, call, "tool_choice")?;
-    }
-    let prompt = model.chat_prompt(&messages, tools.as_deref())?;
-    let generation = Generation::start(
-        model,
-        vec![prompt],
-        1,
-        settings,
-        app.metrics.clone(),
-        "resp_",
-    )?;
-    let reply = Reply::new(&generation, tools.is_some());
-    let seed = reply.seed;
-    if common.stream {
-        Ok(with_seed(
-            seed,
-            sse(spawn_body(move |tx| stream_response(generation, reply, tx))),
-        ))
-    } else {
-        Ok(with_seed(
-            seed,
-            Json(whole_response(generation, reply).await?),
-        ))
-    }
-}
-
-async fn whole_response(generation: Generation, reply: Reply) -> Result<ResponseObject, ApiError> {
-    let choice = generation
-        .collect()
-        .await?
-        .into_iter()
-        .next()
-        .unwrap_or_default();
-    let mut output = Output::new(reply.tools, &reply.id);
-    output.push(&choice.text);
-    output.finish();
-    Ok(reply.finished(output, choice.finish, choice.usage.completion_tokens))
-}
-
-/// Numbers and sends events; false once the client has gone.
-struct Sequence<'a> {
-    tx: &'a Sender<SseEvent>,
-    next: u64,
-}
-
-impl Sequence<'_> {
-    async fn send(&mut self, events: impl IntoIterator<Item = StreamEvent>) -> bool {
-        for event in events {
-            let numbered = Numbered {
-                sequence_number: self.next,
-                event,
-            };
-            self.next += 1;
-            let Ok(value) = serde_json::to_value(&numbered) else {
-                continue;
-            };
-            let name = value["type"].as_str().unwrap_or_default().to_string();
-            if self
-                .tx
-                .send(SseEvent::default().event(name).data(value.to_string()))
-                .await
-                .is_err()
-            {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-async fn stream_response(mut generation: Generation, reply: Reply, tx: Sender<SseEvent>) {
-    let mut out = Sequence { tx: &tx, next: 0 };
-    let start = [
-        StreamEvent::Created {
-            response: reply.running(),
-        },
-        StreamEvent::InProgress {
-            response: reply.running(),
-        },
-    ];
-    if !out.send(start).await {
-        return;
-    }
-    let mut output = Output::new(reply.tools, &reply.id);
-    let mut events = generation.events();
-    let failure = loop {
-        let Some(ChoiceEvent { event, .. }) = next_or_gone(&mut events, &tx).await else {
-            break "the reply ended before it finished".to_string();
-        };
-        match event {
-            Event::Token { text, .. } => {
-                if !out.send(output.push(&text)).await {
-                    return;
-                }
-            }
-            Event::Finished {
-                reason,
-                usage,
-                text,
-            } => {
-                let mut last = output.push(&text);
-                last.extend(output.finish());
-                let response = reply.finished(output, Some(reason), usage.completion_tokens);
-                last.push(if response.status == Status::Incomplete {
-                    StreamEvent::Incomplete { response }
-                } else {
-                    StreamEvent::Completed { response }
-                });
-                out.send(last).await;
-                return;
-            }
-            Event::Failed(message) => break message,
-        }
+    let job = Job {
+        format: forced.map(|call| (call, "tool_choice")),
+        ..Job::new(vec![Prompt::Chat { messages, tools }], settings, "resp_")
     };
-    // The engine failed (or the client went, and this goes nowhere): never a clean end.
-    out.send([StreamEvent::Failed {
-        response: reply.failed(failure),
-    }])
-    .await;
+    let generation = Generation::start(&app, model, job)?;
+    let frame = ResponseFrame::new(&generation);
+    let seed = frame.seed;
+    if common.stream {
+        let translator = ResponseStream {
+            output: Output::new(&frame.id),
+            frame,
+            sequence_number: 0,
+        };
+        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
+    }
+    let reply = generation.collect().await?.pop().unwrap_or_default();
+    let mut output = Output::new(&frame.id);
+    output.push(reply.pieces.clone());
+    output.finish();
+    let response = frame.finished(
+        output.items,
+        reply.reason(),
+        reply.usage().completion_tokens,
+    );
+    Ok(with_seed(seed, Json(response)))
+}
+
+/// A streamed response: `response.created` and `response.in_progress`, the item events,
+/// then `response.completed` or `response.incomplete`; `response.failed` when the engine
+/// fails. Every event carries its `sequence_number`.
+struct ResponseStream {
+    frame: ResponseFrame,
+    output: Output,
+    sequence_number: u64,
+}
+
+impl ResponseStream {
+    fn numbered(&mut self, events: Vec<StreamEvent>) -> Vec<SseMessage> {
+        events
+            .into_iter()
+            .map(|event| {
+                let numbered = Numbered {
+                    sequence_number: self.sequence_number,
+                    event,
+                };
+                self.sequence_number += 1;
+                let name = numbered.event.name();
+                SseMessage::json(Some(name), &numbered)
+            })
+            .collect()
+    }
+}
+
+impl Translator for ResponseStream {
+    type Wire = SseMessage;
+
+    fn start(&mut self) -> Vec<SseMessage> {
+        let created = StreamEvent::Created {
+            response: self.frame.running(),
+        };
+        let in_progress = StreamEvent::InProgress {
+            response: self.frame.running(),
+        };
+        self.numbered(vec![created, in_progress])
+    }
+
+    fn token(&mut self, _: usize, token: Token) -> Vec<SseMessage> {
+        let events = self.output.push(token.deltas);
+        self.numbered(events)
+    }
+
+    fn finish(&mut self, _: usize, finish: Finish) -> Vec<SseMessage> {
+        let mut events = self.output.push(finish.deltas);
+        events.extend(self.output.finish());
+        let items = std::mem::take(&mut self.output.items);
+        let response = self
+            .frame
+            .finished(items, finish.reason, finish.usage.completion_tokens);
+        events.push(if response.status == Status::Incomplete {
+            StreamEvent::Incomplete { response }
+        } else {
+            StreamEvent::Completed { response }
+        });
+        self.numbered(events)
+    }
+
+    fn failed(&mut self, message: String) -> Vec<SseMessage> {
+        let response = self.frame.failed(message);
+        self.numbered(vec![StreamEvent::Failed { response }])
+    }
 }
 
 #[cfg(test)]
@@ -813,6 +785,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::generation::test_events::{call, finish, token};
 
     fn request(body: Value) -> Result<ChatInput, ApiError> {
         serde_json::from_value::<ResponsesRequest>(body)
@@ -895,40 +868,47 @@ mod tests {
         assert!(request(json!({"input": [], "instructions": "x"})).is_err());
     }
 
-    fn reply(tools: bool) -> Reply {
-        Reply {
+    fn frame() -> ResponseFrame {
+        ResponseFrame {
             id: "resp_abc".into(),
             created_at: 1,
             model: "m".into(),
             seed: 3,
             input_tokens: 10,
-            tools,
         }
     }
 
-    const CALL: &str = r#"<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>"#;
+    fn translator() -> ResponseStream {
+        ResponseStream {
+            output: Output::new("resp_abc"),
+            frame: frame(),
+            sequence_number: 0,
+        }
+    }
+
+    /// Each event's name and data.
+    fn wire(events: Vec<SseMessage>) -> Vec<(String, Value)> {
+        events
+            .into_iter()
+            .map(|e| (e.name.unwrap(), serde_json::from_str(&e.data).unwrap()))
+            .collect()
+    }
 
     #[test]
-    fn streamed_text_and_calls_become_item_events() {
-        let mut output = Output::new(true, "resp_abc");
-        let mut events = output.push("Hi");
-        events.extend(output.push(" there"));
-        for piece in CALL.as_bytes().chunks(5) {
-            events.extend(output.push(std::str::from_utf8(piece).unwrap()));
-        }
-        events.extend(output.finish());
-        let types: Vec<String> = events
-            .iter()
-            .map(|e| {
-                serde_json::to_value(e).unwrap()["type"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
+    fn neutral_events_become_numbered_item_events() {
+        let mut stream = translator();
+        let mut events = stream.start();
+        events.extend(stream.token(0, token(1, vec![Delta::Text("Hi".into())])));
+        events.extend(stream.token(0, token(2, vec![Delta::Text(" there".into())])));
+        events.extend(stream.token(0, token(3, vec![Delta::ToolCall(call())])));
+        events.extend(stream.finish(0, finish(StopReason::ToolCalls, 9)));
+        let events = wire(events);
+        let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
         assert_eq!(
-            types,
+            names,
             [
+                "response.created",
+                "response.in_progress",
                 "response.output_item.added",
                 "response.content_part.added",
                 "response.output_text.delta",
@@ -940,38 +920,63 @@ mod tests {
                 "response.function_call_arguments.delta",
                 "response.function_call_arguments.done",
                 "response.output_item.done",
+                "response.completed",
             ]
         );
+        for (number, (name, data)) in events.iter().enumerate() {
+            assert_eq!(data["type"], json!(name), "{data}");
+            assert_eq!(data["sequence_number"], json!(number), "{data}");
+        }
         assert_eq!(
-            serde_json::to_value(&events[4]).unwrap(),
-            json!({"type": "response.output_text.done", "item_id": "msg_abc_0",
-                   "output_index": 0, "content_index": 0, "text": "Hi there"})
+            events[6].1,
+            json!({"type": "response.output_text.done", "sequence_number": 6,
+                   "item_id": "msg_abc_0", "output_index": 0, "content_index": 0,
+                   "text": "Hi there"})
         );
-        let response = reply(true).finished(output, Some(FinishReason::Length), 9);
-        assert_eq!(response.status, Status::Completed, "a call is complete");
-        let OutputItem::FunctionCall {
-            id,
-            call_id,
-            name,
-            arguments,
-            ..
-        } = &response.output[1]
-        else {
-            panic!("{:?}", response.output)
-        };
         assert_eq!(
-            (id.as_str(), name.as_str(), arguments.as_str()),
-            ("fc_abc_1", "f", r#"{"x":1}"#)
+            events[11].1,
+            json!({"type": "response.function_call_arguments.done", "sequence_number": 11,
+                   "item_id": "fc_abc_1", "output_index": 1, "arguments": "{\"x\":1}"})
         );
-        assert!(call_id.starts_with("call_"), "{call_id}");
+        let response = &events[13].1["response"];
+        assert_eq!(response["status"], "completed", "a call is complete");
+        assert_eq!(
+            response["output"][1],
+            json!({"type": "function_call", "id": "fc_abc_1", "call_id": "call_1",
+                   "name": "f", "arguments": "{\"x\":1}", "status": "completed"})
+        );
+        assert_eq!(
+            response["usage"],
+            json!({"input_tokens": 10, "output_tokens": 9, "total_tokens": 19})
+        );
+    }
+
+    #[test]
+    fn a_cut_reply_is_incomplete_and_a_failure_is_failed() {
+        let mut stream = translator();
+        stream.token(0, token(1, vec![Delta::Text("ok".into())]));
+        let events = wire(stream.finish(0, finish(StopReason::Length, 9)));
+        let (name, last) = events.last().unwrap();
+        assert_eq!(name, "response.incomplete");
+        assert_eq!(
+            last["response"]["incomplete_details"],
+            json!({"reason": "max_output_tokens"})
+        );
+        let failed = wire(translator().failed("boom".into()));
+        assert_eq!(failed[0].0, "response.failed");
+        assert_eq!(
+            failed[0].1["response"]["error"],
+            json!({"code": "server_error", "message": "boom"})
+        );
+        assert_eq!(failed[0].1["response"]["status"], "failed");
     }
 
     #[test]
     fn the_response_has_openais_shape() {
-        let mut output = Output::new(false, "resp_abc");
-        output.push("ok");
+        let mut output = Output::new("resp_abc");
+        output.push(vec![Delta::Text("ok".into())]);
         output.finish();
-        let response = reply(false).finished(output, Some(FinishReason::Length), 4);
+        let response = frame().finished(output.items, StopReason::Length, 4);
         assert_eq!(
             serde_json::to_value(&response).unwrap(),
             json!({"id": "resp_abc", "object": "response", "created_at": 1,
@@ -982,18 +987,7 @@ mod tests {
                                "content": [{"type": "output_text", "text": "ok", "annotations": []}]}],
                    "usage": {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14}})
         );
-        let numbered = Numbered {
-            sequence_number: 5,
-            event: StreamEvent::Completed {
-                response: reply(false).running(),
-            },
-        };
-        let value = serde_json::to_value(&numbered).unwrap();
-        assert_eq!(
-            (value["type"].as_str(), value["sequence_number"].as_u64()),
-            (Some("response.completed"), Some(5))
-        );
-        let mut empty = Output::new(false, "resp_abc");
+        let mut empty = Output::new("resp_abc");
         empty.finish();
         assert_eq!(
             empty.items,
