@@ -38,7 +38,7 @@ test: lint
 	cargo test --workspace
 	cd ui && npm test
 	cd ui && npm run e2e
-	$(CACHE)/venv/bin/python -m pytest -q
+	$(CACHE)/venv/bin/python -m pytest -q --durations=25
 
 # The app's own tests: its Rust tests and the real window under Xvfb.
 test-app: app
