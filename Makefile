@@ -57,11 +57,13 @@ bench: build default-model
 
 # A long soak (tests/soak.py): 64 concurrent clients for 10 minutes against a server of its own
 # (seeded replies checked against their solo references, cancels, disconnects, bad and oversize
-# requests; then no rows left, RSS bounded). `make test` runs a short one (tests/test_soak.py).
+# requests; then no rows left, RSS bounded), then the loopback load test for 10 minutes. `make
+# test` runs short ones (tests/test_soak.py, tests/test_server_load.py at 60 s).
 soak:
 	scripts/setup.sh --tests
 	cargo build $(BINARIES)
 	$(CACHE)/venv/bin/python tests/soak.py --concurrency 64 --seconds 600
+	SEEDBAR_LOAD_SECONDS=600 $(CACHE)/venv/bin/python -m pytest -q tests/test_server_load.py
 
 setup:
 	scripts/setup.sh

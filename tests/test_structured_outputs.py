@@ -95,13 +95,22 @@ def test_json_mode_answers_one_object(client):
         messages=ask("Give me a JSON object about the Moon."),
         response_format={"type": "json_object"},
         seed=3,
-        max_tokens=200,
+        max_tokens=80,
     )
     choice = completion.choices[0]
     if choice.finish_reason == "stop":
         assert isinstance(json.loads(choice.message.content), dict)
     else:  # cut by max_tokens: still an object's prefix
         assert choice.message.content.startswith("{")
+
+
+def test_legacy_completions_take_a_response_format_too(client):
+    completion = client.completions.create(
+        model=DEFAULT_MODEL, prompt="A city card:", max_tokens=120, seed=2,
+        extra_body={"response_format": {"type": "json_schema", "json_schema": {"name": "card", "schema": Place.model_json_schema()}}},
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    Place.model_validate_json(completion.choices[0].text)
 
 
 def test_a_streamed_structured_reply_joins_to_valid_json(client):

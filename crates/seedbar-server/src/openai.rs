@@ -817,6 +817,8 @@ pub struct CompletionRequest {
     #[serde(default)]
     echo: bool,
     logprobs: Option<usize>,
+    /// Not in OpenAI's legacy API; vLLM and llama.cpp's server take it here too.
+    response_format: Option<ResponseFormat>,
 }
 
 #[derive(Deserialize)]
@@ -913,6 +915,11 @@ pub async fn completions(
     }
     let job = Job {
         n,
+        format: req
+            .response_format
+            .as_ref()
+            .and_then(ResponseFormat::format)
+            .map(|f| (f, "response_format")),
         ..Job::new(prompts, settings, "cmpl-")
     };
     let generation = Generation::start(&app, model, job)?;
