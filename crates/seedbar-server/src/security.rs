@@ -50,13 +50,32 @@ pub async fn check_host(State(app): State<Arc<App>>, request: Request, next: Nex
             .iter()
             .any(|h| h.eq_ignore_ascii_case(&name));
     if !allowed {
-        return ApiError::new(
+        let error = ApiError::new(
             StatusCode::FORBIDDEN,
             format!("the Host header '{host}' is not allowed; add it with --allow-host"),
-        )
-        .into_response();
+        );
+        return refusal(&request, error);
     }
     next.run(request).await
+}
+
+/// A refusal answered before the request's body is read. That body never will be, so the
+/// connection cannot carry another request: say so (`Connection: close`), or a client's
+/// next request on it races the server closing it.
+fn refusal(request: &Request, response: impl IntoResponse) -> Response {
+    let mut response = response.into_response();
+    let headers = request.headers();
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length != "0");
+    if has_body {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 /// Whether a browser page of `origin` may call this server, reached as `host`: the app's
@@ -88,15 +107,15 @@ pub async fn check_origin(State(app): State<Arc<App>>, request: Request, next: N
         }
     };
     if refused {
-        return ApiError {
+        let error = ApiError {
             code: Some("origin_not_allowed"),
             ..ApiError::new(
                 StatusCode::FORBIDDEN,
                 "requests from other web sites are refused; allow this origin with \
                  --allow-origin (or in Seedbar's settings) to call the API from a page",
             )
-        }
-        .into_response();
+        };
+        return refusal(&request, error);
     }
     let sends_body = matches!(
         *request.method(),
@@ -106,14 +125,14 @@ pub async fn check_origin(State(app): State<Arc<App>>, request: Request, next: N
         && headers.contains_key(header::ORIGIN)
         && !is_json(text(header::CONTENT_TYPE.as_str()))
     {
-        return ApiError {
+        let error = ApiError {
             code: Some("unsupported_media_type"),
             ..ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "send the request body as JSON, with `Content-Type: application/json`",
             )
-        }
-        .into_response();
+        };
+        return refusal(&request, error);
     }
     next.run(request).await
 }
@@ -164,9 +183,9 @@ pub async fn check_api_key(State(app): State<Arc<App>>, request: Request, next: 
             ..ApiError::new(StatusCode::UNAUTHORIZED, message)
         };
         return if AnthropicError::serves(request.uri().path()) {
-            AnthropicError(error).into_response()
+            refusal(&request, AnthropicError(error))
         } else {
-            error.into_response()
+            refusal(&request, error)
         };
     }
     next.run(request).await
@@ -203,6 +222,25 @@ mod tests {
         assert_eq!(host_name("localhost:7337"), "localhost");
         assert_eq!(host_name("[::1]:7337"), "[::1]");
         assert_eq!(host_name("evil.example"), "evil.example");
+    }
+
+    #[test]
+    fn a_refusal_with_an_unread_body_closes_the_connection() {
+        let request = |length: Option<&str>| {
+            let mut builder = axum::http::Request::builder()
+                .method(Method::POST)
+                .uri("/v1/x");
+            if let Some(length) = length {
+                builder = builder.header(header::CONTENT_LENGTH, length);
+            }
+            builder.body(axum::body::Body::empty()).unwrap()
+        };
+        let refused = |length| refusal(&request(length), StatusCode::FORBIDDEN);
+        assert_eq!(refused(Some("12")).headers()[header::CONNECTION], "close");
+        assert!(!refused(Some("0"))
+            .headers()
+            .contains_key(header::CONNECTION));
+        assert!(!refused(None).headers().contains_key(header::CONNECTION));
     }
 
     #[test]
