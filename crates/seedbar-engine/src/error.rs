@@ -62,4 +62,10 @@ impl From<mlx_rs::error::Exception> for EngineError {
     }
 }
 
+impl From<mlx_rs::error::AsSliceError> for EngineError {
+    fn from(e: mlx_rs::error::AsSliceError) -> Self {
+        EngineError::Mlx(e.to_string())
+    }
+}
+
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -39,8 +39,9 @@ const CPU_DECODE_WIDTH: usize = 8;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// Rows of every decode matmul group (zero rows pad the last one); `None` puts all of
-    /// a step's tokens into one matmul (the reference layout: a row's numbers then follow
-    /// the step's row count).
+    /// a step's tokens into one matmul: invariant only on matmuls whose rows are independent
+    /// at any row count (the CPU kernels); elsewhere the reference layout, where a row's
+    /// numbers follow the step's row count.
     pub decode_width: Option<usize>,
     pub attention: AttentionLayout,
     /// Whether the KV a decode step wrote equals what a prefill of the same tokens writes,
@@ -54,6 +55,8 @@ pub struct Layout {
 pub enum WeightKind {
     Dense,
     Quantized,
+    /// Every matmul on `seedbar_qmatmul`'s CPU kernels (4/8-bit weights on the CPU backend).
+    Packed,
 }
 
 impl Layout {
@@ -84,6 +87,14 @@ impl Layout {
             decode_kv_is_prefill_kv: false,
         };
         match (backend, weights) {
+            // seedbar_qmatmul sums each (row, column) in one order for any row count, and
+            // every other op of a step (norms, RoPE, per-row attention) is per row: a step's
+            // tokens share one matmul and a lone row pays for no padding.
+            (Backend::Cpu, WeightKind::Packed) => Layout {
+                decode_width: None,
+                attention: AttentionLayout::PerRow,
+                decode_kv_is_prefill_kv: false,
+            },
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.
             (Backend::Cpu, _) => Layout {
@@ -96,12 +107,13 @@ impl Layout {
             (Backend::Cuda, WeightKind::Dense) => gpu(32),
             // qmv for M < 8 (a per-row grid), qmm_sm80 above with tile_m from M: 16 is
             // qmm_sm80's smallest tile.
-            (Backend::Cuda, WeightKind::Quantized) => gpu(16),
+            // (Packed weights exist on the CPU backend only.)
+            (Backend::Cuda, WeightKind::Quantized | WeightKind::Packed) => gpu(16),
             // gemv_wide uses 16 K-lanes for M in 6..=15 (M3+); steel split-K above.
             (Backend::Metal, WeightKind::Dense) => gpu(8),
             // qmv_wide is identical for 2 <= M < the chip's vector limit (>= 6): one
             // 5-vector tile per weight pass.
-            (Backend::Metal, WeightKind::Quantized) => gpu(5),
+            (Backend::Metal, WeightKind::Quantized | WeightKind::Packed) => gpu(5),
         }
     }
 }
@@ -238,6 +250,17 @@ mod tests {
                 len: 1
             }
         );
+    }
+
+    #[test]
+    fn the_cpu_kernels_run_a_step_as_one_unpadded_matmul() {
+        let packed = Layout::for_backend(Backend::Cpu, WeightKind::Packed);
+        let plan = StepPlan::new(&packed, &[128, 1, 1, 5]);
+        assert_eq!((plan.widths, plan.filled), (vec![135], vec![135]));
+        assert_eq!(plan.head_widths, [4]);
+        assert_eq!(plan.attention, AttentionLayout::PerRow);
+        let alone = StepPlan::new(&packed, &[1]);
+        assert_eq!((alone.widths, alone.head_widths), (vec![1], vec![1]));
     }
 
     #[test]

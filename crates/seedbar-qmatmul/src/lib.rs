@@ -1,0 +1,292 @@
+//! Matrix products `x · Wᵀ` with affine-quantized weights (`w = scale · q + bias` for each
+//! group of a row's columns, 4 or 8 bits: MLX's format and GGUF's Q4_0, Q4_1 and Q8_0),
+//! computed on the CPU so that **every output row depends on its own input row alone**.
+//!
+//! Each output `y[i][n]` is one fused multiply-add chain over the columns in order,
+//! `acc = fma(w[n][k], x[i][k], acc)` for `k = 0, 1, …`, with `w[n][k] = fma(q, scale, bias)`.
+//! Every kernel (AVX-512, AVX2, portable) and every tile shape computes exactly that chain,
+//! so a row's result is bit-identical whatever the number of rows in the call, the row's
+//! position among them, the thread that computes it, or the x86 CPU it runs on. The
+//! scheduler relies on this to batch seeded rows on the CPU without moving their numbers (a
+//! BLAS picks tail kernels and reduction splits by row count; this never does).
+//!
+//! Why a kernel of its own: decoding is bound by the bytes of weights read per token. Dense
+//! f32 weights on OpenBLAS read 6–8× more bytes than 4-bit ones, and MLX's CPU
+//! `quantized_matmul` is a scalar loop. Here the weights stay quantized in memory and are
+//! widened in registers, once per tile for all of its input rows.
+//!
+//! Layout: the weight rows are cut into panels of [`PANEL`] rows (the SIMD lanes). A panel
+//! stores each pair of columns `(k, k + 1)` as 16 bytes at 4 bits (byte `j`: row `j`'s `q` at
+//! `k` in the low nibble, at `k + 1` in the high one) or 32 bytes at 8 bits (the 16 rows at
+//! `k`, then at `k + 1`), and its scales and biases as 16 lanes per group.
+//!
+//! ```
+//! use seedbar_qmatmul::QuantizedMatrix;
+//!
+//! // One row of 32 columns at 4 bits in MLX's packing (8 nibbles per u32, low first):
+//! // every q is 3, so with scale 0.5 and bias -1 every weight is 0.5.
+//! let words = vec![0x3333_3333u32; 4];
+//! let w = QuantizedMatrix::from_mlx_affine(&words, &[0.5], &[-1.0], 1, 32, 32, 4).unwrap();
+//! let x = vec![2.0f32; 32];
+//! assert_eq!(w.matmul_transposed(&x, 1), vec![32.0]);
+//! ```
+
+mod kernels;
+
+pub use kernels::Kernel;
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+/// Weight rows per panel: the SIMD lanes of one AVX-512 vector.
+pub const PANEL: usize = 16;
+
+/// A matrix this crate cannot hold.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Unsupported {
+    #[error("{0}-bit weights (4 and 8 are supported)")]
+    Bits(u32),
+    #[error("group size {0} (an even number is needed)")]
+    GroupSize(usize),
+    #[error("{cols} columns in groups of {group_size}")]
+    Columns { cols: usize, group_size: usize },
+    #[error("{what} holds {actual} values, {expected} expected")]
+    Length {
+        what: &'static str,
+        expected: usize,
+        actual: usize,
+    },
+}
+
+/// A `[rows, cols]` weight matrix, quantized per group of `group_size` columns.
+#[derive(Debug, Clone)]
+pub struct QuantizedMatrix {
+    rows: usize,
+    cols: usize,
+    group_size: usize,
+    bits: u32,
+    /// `[panel][column pair][pair_bytes]`; rows past `rows` in the last panel are zero.
+    data: Vec<u8>,
+    /// `[panel][group][PANEL]`
+    scales: Vec<f32>,
+    biases: Vec<f32>,
+}
+
+impl QuantizedMatrix {
+    /// Repack MLX's affine quantization: `words` is the `[rows, cols · bits / 32]` uint32
+    /// weight (values packed from the low bits up), `scales` and `biases` are
+    /// `[rows, cols / group_size]`.
+    pub fn from_mlx_affine(
+        words: &[u32],
+        scales: &[f32],
+        biases: &[f32],
+        rows: usize,
+        cols: usize,
+        group_size: usize,
+        bits: u32,
+    ) -> Result<Self, Unsupported> {
+        if bits != 4 && bits != 8 {
+            return Err(Unsupported::Bits(bits));
+        }
+        if group_size == 0 || !group_size.is_multiple_of(2) {
+            return Err(Unsupported::GroupSize(group_size));
+        }
+        if !cols.is_multiple_of(group_size) || !(rows * cols * bits as usize).is_multiple_of(32) {
+            return Err(Unsupported::Columns { cols, group_size });
+        }
+        let groups = rows * (cols / group_size);
+        for (what, len, expected) in [
+            ("the weight", words.len(), rows * cols * bits as usize / 32),
+            ("the scales", scales.len(), groups),
+            ("the biases", biases.len(), groups),
+        ] {
+            if len != expected {
+                return Err(Unsupported::Length {
+                    what,
+                    expected,
+                    actual: len,
+                });
+            }
+        }
+        let per_word = 32 / bits as usize;
+        let mask = (1u32 << bits) - 1;
+        let row_groups = cols / group_size;
+        Ok(Self::from_fn(
+            rows,
+            cols,
+            group_size,
+            bits,
+            |row, col| {
+                let at = row * cols + col;
+                ((words[at / per_word] >> (bits as usize * (at % per_word))) & mask) as u8
+            },
+            |row, group| {
+                let at = row * row_groups + group;
+                (scales[at], biases[at])
+            },
+        ))
+    }
+
+    /// Pack from accessors: `q(row, col)` and `affine(row, group) = (scale, bias)`.
+    fn from_fn(
+        rows: usize,
+        cols: usize,
+        group_size: usize,
+        bits: u32,
+        q: impl Fn(usize, usize) -> u8,
+        affine: impl Fn(usize, usize) -> (f32, f32),
+    ) -> Self {
+        let panels = rows.div_ceil(PANEL);
+        let row_groups = cols / group_size;
+        let lane = |panel: usize, j: usize| Some(panel * PANEL + j).filter(|&r| r < rows);
+        let mut data = Vec::with_capacity(panels * cols / 2 * pair_bytes(bits));
+        let (mut scales, mut biases) = (Vec::new(), Vec::new());
+        for panel in 0..panels {
+            let at = |j, col| lane(panel, j).map_or(0, |r| q(r, col));
+            for k in (0..cols).step_by(2) {
+                if bits == 4 {
+                    data.extend((0..PANEL).map(|j| at(j, k) | (at(j, k + 1) << 4)));
+                } else {
+                    data.extend((0..PANEL).map(|j| at(j, k)));
+                    data.extend((0..PANEL).map(|j| at(j, k + 1)));
+                }
+            }
+            for g in 0..row_groups {
+                for j in 0..PANEL {
+                    let (s, b) = lane(panel, j).map_or((0.0, 0.0), |r| affine(r, g));
+                    scales.push(s);
+                    biases.push(b);
+                }
+            }
+        }
+        QuantizedMatrix {
+            rows,
+            cols,
+            group_size,
+            bits,
+            data,
+            scales,
+            biases,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn bits(&self) -> u32 {
+        self.bits
+    }
+
+    pub fn group_size(&self) -> usize {
+        self.group_size
+    }
+
+    /// Bytes the weights take in memory (what one full product reads).
+    pub fn bytes(&self) -> usize {
+        self.data.len() + 4 * (self.scales.len() + self.biases.len())
+    }
+
+    /// Rows `range` as a matrix of their own (fused projections split at load).
+    pub fn slice_rows(&self, range: Range<usize>) -> QuantizedMatrix {
+        Self::from_fn(
+            range.len(),
+            self.cols,
+            self.group_size,
+            self.bits,
+            |row, col| self.q(range.start + row, col),
+            |row, group| self.affine(range.start + row, group),
+        )
+    }
+
+    /// Row `row` of the matrix as f32, `fma(q, scale, bias)`: the weights the kernels use.
+    pub fn dequantize_row(&self, row: usize) -> Vec<f32> {
+        (0..self.cols)
+            .map(|col| {
+                let (s, b) = self.affine(row, col / self.group_size);
+                (self.q(row, col) as f32).mul_add(s, b)
+            })
+            .collect()
+    }
+
+    /// `x · Wᵀ` for `m` rows of `x` (`[m, cols]`, row-major): `[m, rows]`, row-major. Each
+    /// output row is a function of its input row alone (see the module docs). Work is split
+    /// by panels of output columns over rayon's threads.
+    pub fn matmul_transposed(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_transposed_with(Kernel::detect(), x, m)
+    }
+
+    /// [`matmul_transposed`](Self::matmul_transposed) on a given kernel (tests run each one
+    /// this CPU has). Panics on a kernel the CPU lacks.
+    pub fn matmul_transposed_with(&self, kernel: Kernel, x: &[f32], m: usize) -> Vec<f32> {
+        assert!(kernel.is_available(), "{kernel:?} is not available");
+        assert_eq!(x.len(), m * self.cols, "x must be [m, cols]");
+        let mut out = vec![0.0f32; m * self.rows];
+        if m == 0 || self.rows == 0 {
+            return out;
+        }
+        let panels = self.rows.div_ceil(PANEL);
+        let per_task = panels_per_task(panels);
+        let target = OutPtr(out.as_mut_ptr());
+        (0..panels.div_ceil(per_task))
+            .into_par_iter()
+            .for_each(|t| {
+                let range = t * per_task..((t + 1) * per_task).min(panels);
+                // SAFETY: every task writes the disjoint columns of its own panels.
+                unsafe { kernel.run(self, x, m, range, target.get()) };
+            });
+        out
+    }
+
+    fn panel_bytes(&self) -> usize {
+        self.cols / 2 * pair_bytes(self.bits)
+    }
+
+    /// The quantized value at `(row, col)`.
+    fn q(&self, row: usize, col: usize) -> u8 {
+        let (panel, j) = (row / PANEL, row % PANEL);
+        let pair = &self.data[panel * self.panel_bytes() + col / 2 * pair_bytes(self.bits)..];
+        match (self.bits, col % 2) {
+            (4, 0) => pair[j] & 15,
+            (4, _) => pair[j] >> 4,
+            (_, half) => pair[half * PANEL + j],
+        }
+    }
+
+    fn affine(&self, row: usize, group: usize) -> (f32, f32) {
+        let groups = self.cols / self.group_size;
+        let at = (row / PANEL * groups + group) * PANEL + row % PANEL;
+        (self.scales[at], self.biases[at])
+    }
+}
+
+/// Bytes of one panel's pair of columns.
+fn pair_bytes(bits: u32) -> usize {
+    2 * PANEL * bits as usize / 8
+}
+
+/// Panels per task: enough tasks to balance the threads, each long enough that scheduling
+/// costs little next to its work.
+fn panels_per_task(panels: usize) -> usize {
+    let tasks = rayon::current_num_threads() * 4;
+    panels.div_ceil(tasks).clamp(2, 64)
+}
+
+/// The output buffer, shared by tasks that write disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+// SAFETY: tasks write disjoint elements (see `matmul_transposed`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}

@@ -1,0 +1,180 @@
+//! The kernels against a float64 reference, and the property the scheduler relies on: an
+//! output row is bit-identical whatever else is in the call.
+
+use seedbar_qmatmul::{Kernel, QuantizedMatrix, Unsupported};
+
+/// A deterministic pseudo-random stream (xorshift), so failures reproduce.
+struct Stream(u64);
+
+impl Stream {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn float(&mut self) -> f32 {
+        (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
+    }
+}
+
+/// A random `[rows, cols]` matrix in MLX's packing, with its dequantized values.
+fn random_matrix(
+    rows: usize,
+    cols: usize,
+    group_size: usize,
+    bits: u32,
+    seed: u64,
+) -> (QuantizedMatrix, Vec<Vec<f64>>) {
+    let mut s = Stream(seed);
+    let per_word = 32 / bits as usize;
+    let q: Vec<u32> = (0..rows * cols)
+        .map(|_| (s.next() % (1 << bits)) as u32)
+        .collect();
+    let words: Vec<u32> = q
+        .chunks(per_word)
+        .map(|c| {
+            c.iter()
+                .enumerate()
+                .fold(0, |w, (i, &v)| w | (v << (bits as usize * i)))
+        })
+        .collect();
+    let groups = rows * cols / group_size;
+    let scales: Vec<f32> = (0..groups).map(|_| s.float() * 0.05).collect();
+    let biases: Vec<f32> = (0..groups).map(|_| s.float() * 0.1).collect();
+    let dense = (0..rows)
+        .map(|r| {
+            (0..cols)
+                .map(|c| {
+                    let g = (r * cols + c) / group_size;
+                    q[r * cols + c] as f64 * scales[g] as f64 + biases[g] as f64
+                })
+                .collect()
+        })
+        .collect();
+    let matrix =
+        QuantizedMatrix::from_mlx_affine(&words, &scales, &biases, rows, cols, group_size, bits)
+            .expect("supported");
+    (matrix, dense)
+}
+
+fn random_input(m: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut s = Stream(seed);
+    (0..m * cols).map(|_| s.float()).collect()
+}
+
+#[test]
+fn every_kernel_matches_a_float64_reference() {
+    for (bits, group_size, cols) in [(4, 32, 96), (4, 64, 192), (8, 32, 64), (8, 128, 256)] {
+        let rows = 13;
+        let (w, dense) = random_matrix(rows, cols, group_size, bits, 7 + cols as u64);
+        for m in [1, 3, 6] {
+            let x = random_input(m, cols, 99);
+            for kernel in Kernel::available() {
+                let y = w.matmul_transposed_with(kernel, &x, m);
+                for i in 0..m {
+                    for n in 0..rows {
+                        let exact: f64 = (0..cols)
+                            .map(|k| dense[n][k] * x[i * cols + k] as f64)
+                            .sum();
+                        let got = y[i * rows + n] as f64;
+                        assert!(
+                            (got - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
+                            "{kernel:?} {bits}-bit g{group_size}: row {i} col {n}: {got} vs {exact}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_kernel_gives_the_same_bits() {
+    for bits in [4, 8] {
+        let (w, _) = random_matrix(41, 192, 64, bits, 17);
+        let x = random_input(10, 192, 4);
+        let results: Vec<Vec<f32>> = Kernel::available()
+            .into_iter()
+            .map(|k| w.matmul_transposed_with(k, &x, 10))
+            .collect();
+        assert!(results.windows(2).all(|r| r[0] == r[1]), "{bits}-bit");
+    }
+}
+
+#[test]
+fn a_row_is_bit_identical_at_every_position_of_every_batch_size() {
+    let (cols, rows) = (128, 37);
+    for bits in [4, 8] {
+        let (w, _) = random_matrix(rows, cols, 64, bits, 3);
+        let target = random_input(1, cols, 5);
+        for kernel in Kernel::available() {
+            let alone = w.matmul_transposed_with(kernel, &target, 1);
+            for m in 1..=19 {
+                for at in 0..m {
+                    let mut x = random_input(m, cols, 11 + m as u64);
+                    x[at * cols..(at + 1) * cols].copy_from_slice(&target);
+                    let y = w.matmul_transposed_with(kernel, &x, m);
+                    assert_eq!(
+                        &y[at * rows..(at + 1) * rows],
+                        &alone[..],
+                        "{kernel:?} {bits}-bit: row {at} of {m}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn thread_count_does_not_change_a_result() {
+    let (w, _) = random_matrix(300, 256, 32, 4, 21);
+    let x = random_input(5, 256, 8);
+    let on = |threads| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool")
+            .install(|| w.matmul_transposed(&x, 5))
+    };
+    assert_eq!(on(1), on(3));
+}
+
+#[test]
+fn slicing_rows_keeps_their_values() {
+    let (w, dense) = random_matrix(10, 64, 32, 4, 2);
+    let part = w.slice_rows(4..7);
+    assert_eq!(part.rows(), 3);
+    for r in 0..3 {
+        let got: Vec<f64> = part.dequantize_row(r).iter().map(|&v| v as f64).collect();
+        for (a, b) in got.iter().zip(&dense[4 + r]) {
+            assert!((a - b).abs() < 1e-6);
+        }
+    }
+}
+
+#[test]
+fn what_cannot_be_held_is_refused_with_the_reason() {
+    let words = vec![0u32; 8];
+    let one = [1.0f32];
+    let refuse = |bits, group, cols| {
+        QuantizedMatrix::from_mlx_affine(&words, &one, &one, 1, cols, group, bits).unwrap_err()
+    };
+    assert_eq!(refuse(3, 32, 32), Unsupported::Bits(3));
+    assert_eq!(refuse(4, 3, 30), Unsupported::GroupSize(3));
+    assert_eq!(
+        refuse(4, 64, 96),
+        Unsupported::Columns {
+            cols: 96,
+            group_size: 64
+        }
+    );
+    assert!(matches!(
+        refuse(4, 32, 32),
+        Unsupported::Length {
+            what: "the weight",
+            ..
+        }
+    ));
+}
