@@ -77,6 +77,29 @@ ARCHITECTURES = {
         ),
     ),
     "smollm3": dict(model_type="smollm3", no_rope_layers=[1, 0]),
+    # Three layers, the middle one a dense MLP; 8 experts, 2 per token.
+    "qwen3_moe": dict(
+        model_type="qwen3_moe",
+        num_hidden_layers=3,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=96,
+        decoder_sparse_step=1,
+        mlp_only_layers=[1],
+        norm_topk_prob=True,
+    ),
+    "qwen3_moe_unnormalized": dict(
+        model_type="qwen3_moe",
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=96,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=False,
+    ),
+    "mixtral": dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, rope_theta=1_000_000.0),
 }
 
 # A Qwen-style template exercising what Hugging Face templates use: namespaces, loop
@@ -131,7 +154,7 @@ def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None,
     # Wider weights than the default init so logits are well separated and greedy
     # continuations do not hinge on ties.
     gemma = config["model_type"].startswith("gemma")
-    model.update(tree_map(lambda p: p * 3.0 if p.ndim == 2 else p, model.parameters()))
+    model.update(tree_map(lambda p: p * 3.0 if p.ndim >= 2 else p, model.parameters()))
     if gemma:
         # Gemma scales embeddings by sqrt(d) and its norms by 1 + w (w starts at 1): keep the
         # embeddings at their initial size and draw small w, so the input token does not

@@ -14,21 +14,25 @@ pub enum Architecture {
     Gemma3Text,
     Llama,
     Mistral,
+    Mixtral,
     Phi3,
     Qwen2,
     Qwen3,
+    Qwen3Moe,
     SmolLm3,
 }
 
 /// Each architecture under the `model_type` its `config.json` names it by.
-const MODEL_TYPES: [(&str, Architecture); 8] = [
+const MODEL_TYPES: [(&str, Architecture); 10] = [
     ("gemma2", Architecture::Gemma2),
     ("gemma3_text", Architecture::Gemma3Text),
     ("llama", Architecture::Llama),
     ("mistral", Architecture::Mistral),
+    ("mixtral", Architecture::Mixtral),
     ("phi3", Architecture::Phi3),
     ("qwen2", Architecture::Qwen2),
     ("qwen3", Architecture::Qwen3),
+    ("qwen3_moe", Architecture::Qwen3Moe),
     ("smollm3", Architecture::SmolLm3),
 ];
 
