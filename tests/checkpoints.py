@@ -77,6 +77,18 @@ ARCHITECTURES = {
         ),
     ),
     "smollm3": dict(model_type="smollm3", no_rope_layers=[1, 0]),
+    # Gemma 3 as llama.cpp reads a GGUF of it: every sixth layer global, a local RoPE base
+    # of 10000, a query scale of 1/sqrt(head_dim).
+    "gemma3_gguf": dict(
+        model_type="gemma3_text",
+        num_hidden_layers=6,
+        head_dim=32,
+        query_pre_attn_scalar=32,
+        rope_theta=1_000_000.0,
+        rope_local_base_freq=10_000.0,
+        sliding_window=8,
+        sliding_window_pattern=6,
+    ),
     # Three layers, the middle one a dense MLP; 8 experts, 2 per token.
     "qwen3_moe": dict(
         model_type="qwen3_moe",
@@ -141,10 +153,13 @@ def byte_tokenizer() -> Tokenizer:
 FIM_TOKENS = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]
 
 
-def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False) -> Path:
+def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False, vocab_size=None) -> Path:
     """A random-weight checkpoint of `arch` in `directory`, loadable by mlx-lm and Seedbar.
-    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258)."""
+    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258); `vocab_size`
+    widens the embeddings (the tokenizer keeps its 256 tokens)."""
     config = {**BASE, **ARCHITECTURES[arch]}
+    if vocab_size:
+        config["vocab_size"] = vocab_size
     if fim:
         config["vocab_size"] = VOCAB + len(FIM_TOKENS)
     module_name = {"mistral": "llama"}.get(config["model_type"], config["model_type"])

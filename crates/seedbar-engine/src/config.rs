@@ -73,6 +73,20 @@ pub struct RopeScaling {
     pub long_factor: Option<Vec<f32>>,
 }
 
+impl Default for RopeScaling {
+    /// No scaling (the serde defaults).
+    fn default() -> Self {
+        RopeScaling {
+            rope_type: "default".into(),
+            factor: one(),
+            low_freq_factor: one(),
+            high_freq_factor: four(),
+            original_max_position_embeddings: default_original_max(),
+            long_factor: None,
+        }
+    }
+}
+
 fn one() -> f32 {
     1.0
 }
