@@ -153,13 +153,11 @@ def byte_tokenizer() -> Tokenizer:
 FIM_TOKENS = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]
 
 
-def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False, vocab_size=None) -> Path:
+def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False, overrides=None) -> Path:
     """A random-weight checkpoint of `arch` in `directory`, loadable by mlx-lm and Seedbar.
-    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258); `vocab_size`
-    widens the embeddings (the tokenizer keeps its 256 tokens)."""
-    config = {**BASE, **ARCHITECTURES[arch]}
-    if vocab_size:
-        config["vocab_size"] = vocab_size
+    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258); `overrides`
+    replace config values (a wider `vocab_size` keeps the tokenizer's 256 tokens)."""
+    config = {**BASE, **ARCHITECTURES[arch], **(overrides or {})}
     if fim:
         config["vocab_size"] = VOCAB + len(FIM_TOKENS)
     module_name = {"mistral": "llama"}.get(config["model_type"], config["model_type"])

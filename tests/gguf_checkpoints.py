@@ -61,9 +61,11 @@ def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int) -> None:
     writer.add_unk_token_id(0)
 
 
-def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2") -> Path:
+def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, extra=None, file_type=None) -> Path:
     """The checkpoint's f32 weights as a GGUF file at `out`, with a `tokenizer` vocabulary
-    (`gpt2`, or SentencePiece `llama` / `gemma`)."""
+    (`gpt2`, or SentencePiece `llama` / `gemma`). `raw` maps checkpoint names to
+    `(blocks, qtype)` stored instead of their weights, `extra` GGUF names to more such
+    tensors; `file_type` is written as `general.file_type`."""
     config = json.loads((checkpoint / "config.json").read_text())
     arch = GGUF_ARCH[config["model_type"]]
     name = gguf.MODEL_ARCH_NAMES[arch]
@@ -71,6 +73,8 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2") -> Path:
     kv_heads = config.get("num_key_value_heads", heads)
     head_dim = config.get("head_dim", config["hidden_size"] // heads)
     writer = gguf.GGUFWriter(str(out), name)
+    if file_type is not None:
+        writer.add_file_type(file_type)
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
     writer.add_block_count(layers)
@@ -101,7 +105,13 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2") -> Path:
             w = w + 1.0
         mapped = names.get_name(hf, try_suffixes=(".weight", ".bias"))
         assert mapped, f"no GGUF name for {hf}"
-        writer.add_tensor(mapped, w)
+        if hf in (raw or {}):
+            blocks, qtype = raw[hf]
+            writer.add_tensor(mapped, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
+        else:
+            writer.add_tensor(mapped, w)
+    for name, (blocks, qtype) in (extra or {}).items():
+        writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

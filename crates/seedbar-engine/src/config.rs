@@ -54,6 +54,20 @@ impl Architecture {
     }
 }
 
+/// Refuse a `config.json` `model_type` Seedbar can run neither as a chat model (an
+/// [`Architecture`]) nor as an embedding model (`bert`), listing those it can.
+pub fn check_runnable(model_type: &str) -> Result<()> {
+    if crate::embedding::is_encoder(&serde_json::json!({ "model_type": model_type })) {
+        return Ok(());
+    }
+    Architecture::parse(model_type).map(|_| ()).map_err(|_| {
+        EngineError::UnsupportedArchitecture {
+            name: model_type.to_string(),
+            supported: format!("{}; bert for embeddings", Architecture::supported()),
+        }
+    })
+}
+
 /// `rope_scaling` as configs write it: Llama 3.x (`rope_type: "llama3"`), linear, and
 /// Phi-3's long-rope (`type: "longrope"` or `"su"`, with per-frequency factors).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -300,5 +314,14 @@ mod tests {
         assert!(err.contains("`gpt_neox`"), "{err}");
         assert!(err.contains(&format!("(supported: {})", Architecture::supported())));
         assert!(Architecture::supported().contains("gemma3_text, llama"));
+    }
+
+    #[test]
+    fn chat_and_embedding_model_types_are_runnable() {
+        for model_type in ["qwen3_moe", "mixtral", "llama", "bert"] {
+            check_runnable(model_type).unwrap();
+        }
+        let err = check_runnable("mamba").unwrap_err().to_string();
+        assert!(err.contains("`mamba`") && err.contains("qwen3_moe") && err.contains("bert"));
     }
 }

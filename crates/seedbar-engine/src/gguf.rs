@@ -4,7 +4,9 @@
 //! hyper-parameters and the tokenizer read from the metadata, with llama.cpp's fixed
 //! choices where a setting has no key (Gemma 3's sliding-window pattern and local RoPE
 //! base). MLX's loader keeps Q4_0/Q4_1/Q8_0 as affine-quantized triplets (`weight`,
-//! `scales`, `biases`) and widens other types to float16.
+//! `scales`, `biases`) and widens other types to float16. Of the K-quants, MLX 0.32.2
+//! widens Q6_K and Q2_K correctly, misreads Q4_K (so files of the types that hold Q4_K
+//! tensors are refused) and cannot read Q3_K or Q5_K (the error says so).
 
 use std::{collections::HashMap, path::Path};
 
@@ -46,6 +48,18 @@ pub fn model_type(architecture: &str) -> Result<&'static str> {
             supported: supported_architectures(),
         })
 }
+
+/// llama.cpp's file types (`general.file_type`) whose tensors include Q4_K ones.
+const MISREAD_FILE_TYPES: [(u32, &str); 6] = [
+    (10, "Q2_K"),
+    (11, "Q3_K_S"),
+    (12, "Q3_K_M"),
+    (13, "Q3_K_L"),
+    (14, "Q4_K_S"),
+    (15, "Q4_K_M"),
+];
+
+const K_QUANT_ADVICE: &str = "use a Q8_0, Q6_K or Q4_0 GGUF of the model, or its MLX version";
 
 /// What a GGUF file holds, in the form the rest of the engine uses.
 pub struct GgufContents {
@@ -104,9 +118,34 @@ pub fn read(path: &Path) -> Result<GgufContents> {
             path: path.to_path_buf(),
         });
     }
-    let file = GgufFile::load(path)
-        .map_err(|e| EngineError::bad_file(path, format!("not a readable GGUF file: {e}")))?;
+    let file = GgufFile::load(path).map_err(|e| {
+        let e = e.to_string();
+        let message = if e.contains("gguf_tensor_to_f16") {
+            format!(
+                "holds tensors of a type MLX's GGUF loader cannot read ({e}; Q3_K and Q5_K, \
+                 as in Q3_K_* and Q5_K_* files, are such types); {K_QUANT_ADVICE}"
+            )
+        } else {
+            format!("not a readable GGUF file: {e}")
+        };
+        EngineError::bad_file(path, message)
+    })?;
     let meta = Metadata { file: &file, path };
+    if let Some(file_type) = meta.number("general.file_type")? {
+        if let Some(&(_, name)) = MISREAD_FILE_TYPES
+            .iter()
+            .find(|(t, _)| *t as f32 == file_type)
+        {
+            return Err(EngineError::bad_file(
+                path,
+                format!(
+                    "a {name} GGUF holds Q4_K tensors, which MLX 0.32.2's GGUF loader \
+                     dequantizes wrongly (the second half of each 64-value block gets the \
+                     first half's scale), so Seedbar does not run it; {K_QUANT_ADVICE}"
+                ),
+            ));
+        }
+    }
     let arch = meta
         .string("general.architecture")?
         .ok_or_else(|| EngineError::bad_file(path, "metadata `general.architecture` is missing"))?;
