@@ -60,12 +60,12 @@ pub fn check_runnable(model_type: &str) -> Result<()> {
     if crate::embedding::is_encoder(&serde_json::json!({ "model_type": model_type })) {
         return Ok(());
     }
-    Architecture::parse(model_type).map(|_| ()).map_err(|_| {
-        EngineError::UnsupportedArchitecture {
+    Architecture::parse(model_type)
+        .map(|_| ())
+        .map_err(|_| EngineError::UnsupportedArchitecture {
             name: model_type.to_string(),
             supported: format!("{}; bert for embeddings", Architecture::supported()),
-        }
-    })
+        })
 }
 
 /// `rope_scaling` as configs write it: Llama 3.x (`rope_type: "llama3"`), linear, and

@@ -220,7 +220,9 @@ pub fn read(path: &Path) -> Result<GgufContents> {
             .expect("an object");
             for (name, norm) in tensors.iter_mut() {
                 if name.ends_with("norm.weight") {
-                    *norm = norm.as_dtype(Dtype::Float32)?.subtract(Array::from_f32(1.0))?;
+                    *norm = norm
+                        .as_dtype(Dtype::Float32)?
+                        .subtract(Array::from_f32(1.0))?;
                 }
             }
         }
@@ -235,9 +237,10 @@ pub fn read(path: &Path) -> Result<GgufContents> {
                 json!(rotary as f32 / head_dim as f32),
             );
             if let Some(original) = original {
-                config
-                    .extra
-                    .insert("original_max_position_embeddings".into(), json!(original as i32));
+                config.extra.insert(
+                    "original_max_position_embeddings".into(),
+                    json!(original as i32),
+                );
             }
             tensors.remove("rope_factors_short.weight");
             if let Some(long) = tensors.remove("rope_factors_long.weight") {

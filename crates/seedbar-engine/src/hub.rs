@@ -136,6 +136,17 @@ impl Hub {
         Ok((info.sha.unwrap_or_else(|| "main".into()), files))
     }
 
+    /// Where `file` of `repo` at `revision` is downloaded from.
+    fn file_url(&self, repo: &str, revision: &str, file: &str) -> String {
+        self.api
+            .repo(hf_hub::Repo::with_revision(
+                repo.to_string(),
+                hf_hub::RepoType::Model,
+                revision.to_string(),
+            ))
+            .url(file)
+    }
+
     /// The `model_type` `config.json` at `revision` names, once checked to be one Seedbar
     /// runs (else the error listing those it does); `None` when it names none.
     pub fn check_architecture(&self, repo: &str, revision: &str) -> Result<Option<String>> {
@@ -143,14 +154,7 @@ impl Hub {
         struct Config {
             model_type: Option<String>,
         }
-        let url = self
-            .api
-            .repo(hf_hub::Repo::with_revision(
-                repo.to_string(),
-                hf_hub::RepoType::Model,
-                revision.to_string(),
-            ))
-            .url("config.json");
+        let url = self.file_url(repo, revision, "config.json");
         let response = self.get(&url).call().map_err(|e| self.failed(e))?;
         let config: Config = serde_json::from_reader(response.into_reader().take(CONFIG_LIMIT))
             .map_err(|e| {
@@ -173,14 +177,7 @@ impl Hub {
         progress: &mut dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<()> {
-        let url = self
-            .api
-            .repo(hf_hub::Repo::with_revision(
-                repo.to_string(),
-                hf_hub::RepoType::Model,
-                revision.to_string(),
-            ))
-            .url(&file.name);
+        let url = self.file_url(repo, revision, &file.name);
         let have = match (target.metadata().map(|m| m.len()), file.size) {
             (Ok(have), Some(size)) if have <= size => have,
             _ => 0,

@@ -2,8 +2,8 @@
 //! embeddings, pre-norm attention + gated-MLP blocks, final norm, output head. Architectures
 //! differ only in the switches of [`Variant`] and in each layer's [`LayerAttention`] (its
 //! RoPE, or none, and its sliding window), set by their own files, and in the layers whose
-//! MLP is a mixture of experts (`moe.rs`). How a step's rows are
-//! laid out into matmuls and attention calls comes from a [`StepPlan`].
+//! MLP is a mixture of experts (`moe.rs`). How a step's rows are laid out into matmuls and
+//! attention calls comes from a [`StepPlan`].
 //!
 //! Sliding-window layers keep every position's keys and values and mask those outside the
 //! window (so the prefix cache and the KV pool treat them like any layer); a cache that
@@ -870,7 +870,9 @@ impl Transformer {
         weights: &mut WeightMap,
         dtype: Dtype,
     ) -> Result<Self> {
-        Self::load_sparse(config, variant, layers, weights, dtype, &mut |_, _| Ok(None))
+        Self::load_sparse(config, variant, layers, weights, dtype, &mut |_, _| {
+            Ok(None)
+        })
     }
 
     /// [`load_layers`](Self::load_layers) with the MLP of the layers `sparse` loads a

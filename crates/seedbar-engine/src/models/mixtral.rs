@@ -46,8 +46,15 @@ pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Resu
         };
         config.num_hidden_layers as usize
     ];
-    Transformer::load_sparse(config, Variant::default(), layers, weights, dtype, &mut |w, i| {
-        let prefix = format!("model.layers.{i}.block_sparse_moe");
-        SparseMoe::load(w, &prefix, hidden, shape, ["w1", "w3", "w2"]).map(Some)
-    })
+    Transformer::load_sparse(
+        config,
+        Variant::default(),
+        layers,
+        weights,
+        dtype,
+        &mut |w, i| {
+            let prefix = format!("model.layers.{i}.block_sparse_moe");
+            SparseMoe::load(w, &prefix, hidden, shape, ["w1", "w3", "w2"]).map(Some)
+        },
+    )
 }

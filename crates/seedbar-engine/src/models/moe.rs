@@ -94,8 +94,8 @@ impl SparseMoe {
         let (indices, weights) = match self.shape.routing {
             Routing::SoftmaxThenTopK { normalize } => {
                 let probs = ops::softmax_axis(&logits, -1, true)?;
-                let indices = ops::argpartition_axis(&probs, experts - k, -1)?
-                    .index((.., .., experts - k..));
+                let indices =
+                    ops::argpartition_axis(&probs, experts - k, -1)?.index((.., .., experts - k..));
                 let top = probs.take_along_axis(&indices, -1)?;
                 let weights = if normalize {
                     top.divide(top.sum_axis(-1, true)?)?
@@ -105,8 +105,8 @@ impl SparseMoe {
                 (indices, weights)
             }
             Routing::TopKThenSoftmax => {
-                let indices = ops::argpartition_axis(logits.negative()?, k - 1, -1)?
-                    .index((.., .., ..k));
+                let indices =
+                    ops::argpartition_axis(logits.negative()?, k - 1, -1)?.index((.., .., ..k));
                 let top = logits.take_along_axis(&indices, -1)?;
                 (indices, ops::softmax_axis(&top, -1, true)?)
             }

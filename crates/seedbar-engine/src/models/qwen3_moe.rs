@@ -44,7 +44,7 @@ pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Resu
     let sparse = |layer: usize| {
         p.num_experts > 0
             && !p.mlp_only_layers.contains(&layer)
-            && (layer + 1) % p.decoder_sparse_step.max(1) == 0
+            && (layer + 1).is_multiple_of(p.decoder_sparse_step.max(1))
     };
     let hidden = config.hidden_size;
     let layer = LayerAttention {
@@ -60,7 +60,13 @@ pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Resu
         sparse(i)
             .then(|| {
                 let prefix = format!("model.layers.{i}.mlp");
-                SparseMoe::load(w, &prefix, hidden, shape, ["gate_proj", "up_proj", "down_proj"])
+                SparseMoe::load(
+                    w,
+                    &prefix,
+                    hidden,
+                    shape,
+                    ["gate_proj", "up_proj", "down_proj"],
+                )
             })
             .transpose()
     })
