@@ -491,20 +491,33 @@ fn mixture_of_experts_model() -> Model {
     tensors.load("qwen3-moe", config)
 }
 
-/// Experts gathered per token row: a seeded reply's routed expert products are the same
-/// alone and among neighbours routed elsewhere, arriving at any step.
-#[test]
-fn mixture_of_experts_replies_are_independent_of_siblings_and_arrival() {
+/// The MoE model's case: a 30-token prompt and seven siblings of 17 to 47 tokens.
+fn mixture_of_experts_case() -> (Model, Request, Vec<Request>) {
     let target = seeded(token_ids(2, 30), 42, 64);
     let siblings = (1..8)
         .map(|i| seeded(token_ids(20 + i, 12 + 5 * i as usize), 500 + i as u64, 40))
         .collect();
-    independent_of_siblings_and_arrival(
-        mixture_of_experts_model(),
-        SchedulerConfig::default(),
-        target,
-        siblings,
-    );
+    (mixture_of_experts_model(), target, siblings)
+}
+
+/// Experts gathered per token row: a seeded reply's routed expert products are the same
+/// alone and among neighbours routed elsewhere, arriving at any step.
+#[test]
+fn mixture_of_experts_replies_are_independent_of_siblings_and_arrival() {
+    let (model, target, siblings) = mixture_of_experts_case();
+    independent_of_siblings_and_arrival(model, SchedulerConfig::default(), target, siblings);
+}
+
+/// The same under the GPU layout (decode groups of 16 rows, pooled attention).
+#[test]
+fn mixture_of_experts_pooled_decode_is_independent_too() {
+    let (model, target, siblings) = mixture_of_experts_case();
+    let config = SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
+        max_rows: 32,
+        ..SchedulerConfig::default()
+    };
+    independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
 /// `len` token ids from `seed` (a fixed pseudo-random walk over the vocabulary).
