@@ -104,14 +104,19 @@ fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
 /// a capacity class mid-stream, and siblings take and free slots around it.
 #[test]
 fn pooled_decode_attention_is_independent_too() {
-    let config = SchedulerConfig {
-        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
-        max_rows: 32,
-        ..SchedulerConfig::default()
-    };
+    let config = gpu_layout();
     let long = format!("{} ", PROMPTS[3]).repeat(9);
     let (model, target, siblings) = chat_case(&long);
     independent_of_siblings_and_arrival(model, config, target, siblings);
+}
+
+/// The GPU layout (decode groups of 16 rows, pooled attention), run on the CPU.
+fn gpu_layout() -> SchedulerConfig {
+    SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
+        max_rows: 32,
+        ..SchedulerConfig::default()
+    }
 }
 
 /// The real model, a 64-token seeded reply to `prompt` and seven siblings' requests.
@@ -512,11 +517,7 @@ fn mixture_of_experts_replies_are_independent_of_siblings_and_arrival() {
 #[test]
 fn mixture_of_experts_pooled_decode_is_independent_too() {
     let (model, target, siblings) = mixture_of_experts_case();
-    let config = SchedulerConfig {
-        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
-        max_rows: 32,
-        ..SchedulerConfig::default()
-    };
+    let config = gpu_layout();
     independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
@@ -552,11 +553,7 @@ fn sliding_window_replies_are_independent_of_siblings_and_arrival() {
 #[test]
 fn sliding_window_pooled_decode_is_independent_too() {
     let (model, target, siblings) = sliding_window_case();
-    let config = SchedulerConfig {
-        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
-        max_rows: 32,
-        ..SchedulerConfig::default()
-    };
+    let config = gpu_layout();
     independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
