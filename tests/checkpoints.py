@@ -77,6 +77,41 @@ ARCHITECTURES = {
         ),
     ),
     "smollm3": dict(model_type="smollm3", no_rope_layers=[1, 0]),
+    # Gemma 3 as llama.cpp reads a GGUF of it: every sixth layer global, a local RoPE base
+    # of 10000, a query scale of 1/sqrt(head_dim).
+    "gemma3_gguf": dict(
+        model_type="gemma3_text",
+        num_hidden_layers=6,
+        head_dim=32,
+        query_pre_attn_scalar=32,
+        rope_theta=1_000_000.0,
+        rope_local_base_freq=10_000.0,
+        sliding_window=8,
+        sliding_window_pattern=6,
+    ),
+    # Three layers, the middle one a dense MLP; 8 experts, 2 per token.
+    "qwen3_moe": dict(
+        model_type="qwen3_moe",
+        num_hidden_layers=3,
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=96,
+        decoder_sparse_step=1,
+        mlp_only_layers=[1],
+        norm_topk_prob=True,
+    ),
+    "qwen3_moe_unnormalized": dict(
+        model_type="qwen3_moe",
+        head_dim=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=96,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=False,
+    ),
+    "mixtral": dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, rope_theta=1_000_000.0),
 }
 
 # A Qwen-style template exercising what Hugging Face templates use: namespaces, loop
@@ -118,10 +153,11 @@ def byte_tokenizer() -> Tokenizer:
 FIM_TOKENS = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]
 
 
-def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False) -> Path:
+def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False, overrides=None) -> Path:
     """A random-weight checkpoint of `arch` in `directory`, loadable by mlx-lm and Seedbar.
-    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258)."""
-    config = {**BASE, **ARCHITECTURES[arch]}
+    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258); `overrides`
+    replace config values (a wider `vocab_size` keeps the tokenizer's 256 tokens)."""
+    config = {**BASE, **ARCHITECTURES[arch], **(overrides or {})}
     if fim:
         config["vocab_size"] = VOCAB + len(FIM_TOKENS)
     module_name = {"mistral": "llama"}.get(config["model_type"], config["model_type"])
@@ -131,7 +167,7 @@ def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None,
     # Wider weights than the default init so logits are well separated and greedy
     # continuations do not hinge on ties.
     gemma = config["model_type"].startswith("gemma")
-    model.update(tree_map(lambda p: p * 3.0 if p.ndim == 2 else p, model.parameters()))
+    model.update(tree_map(lambda p: p * 3.0 if p.ndim >= 2 else p, model.parameters()))
     if gemma:
         # Gemma scales embeddings by sqrt(d) and its norms by 1 + w (w starts at 1): keep the
         # embeddings at their initial size and draw small w, so the input token does not

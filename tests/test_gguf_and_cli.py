@@ -116,7 +116,7 @@ def test_unsupported_architecture_is_named(seedbar, tmp_path):
     assert_clear_failure(
         seedbar.run("run", "--model", path, "hi", check=False),
         "unsupported model architecture `gpt_neox`",
-        "(supported: gemma2, gemma3_text, llama, mistral, phi3, qwen2, qwen3, smollm3)",
+        "(supported: gemma2, gemma3_text, llama, mistral, mixtral, phi3, qwen2, qwen3, qwen3_moe, smollm3)",
     )
 
 

@@ -14,21 +14,25 @@ pub enum Architecture {
     Gemma3Text,
     Llama,
     Mistral,
+    Mixtral,
     Phi3,
     Qwen2,
     Qwen3,
+    Qwen3Moe,
     SmolLm3,
 }
 
 /// Each architecture under the `model_type` its `config.json` names it by.
-const MODEL_TYPES: [(&str, Architecture); 8] = [
+const MODEL_TYPES: [(&str, Architecture); 10] = [
     ("gemma2", Architecture::Gemma2),
     ("gemma3_text", Architecture::Gemma3Text),
     ("llama", Architecture::Llama),
     ("mistral", Architecture::Mistral),
+    ("mixtral", Architecture::Mixtral),
     ("phi3", Architecture::Phi3),
     ("qwen2", Architecture::Qwen2),
     ("qwen3", Architecture::Qwen3),
+    ("qwen3_moe", Architecture::Qwen3Moe),
     ("smollm3", Architecture::SmolLm3),
 ];
 
@@ -50,6 +54,20 @@ impl Architecture {
     }
 }
 
+/// Refuse a `config.json` `model_type` Seedbar can run neither as a chat model (an
+/// [`Architecture`]) nor as an embedding model (`bert`), listing those it can.
+pub fn check_runnable(model_type: &str) -> Result<()> {
+    if crate::embedding::is_encoder(&serde_json::json!({ "model_type": model_type })) {
+        return Ok(());
+    }
+    Architecture::parse(model_type)
+        .map(|_| ())
+        .map_err(|_| EngineError::UnsupportedArchitecture {
+            name: model_type.to_string(),
+            supported: format!("{}; bert for embeddings", Architecture::supported()),
+        })
+}
+
 /// `rope_scaling` as configs write it: Llama 3.x (`rope_type: "llama3"`), linear, and
 /// Phi-3's long-rope (`type: "longrope"` or `"su"`, with per-frequency factors).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +85,20 @@ pub struct RopeScaling {
     /// Long-rope: each frequency's factor past the original context (one per frequency).
     #[serde(default)]
     pub long_factor: Option<Vec<f32>>,
+}
+
+impl Default for RopeScaling {
+    /// No scaling (the serde defaults).
+    fn default() -> Self {
+        RopeScaling {
+            rope_type: "default".into(),
+            factor: one(),
+            low_freq_factor: one(),
+            high_freq_factor: four(),
+            original_max_position_embeddings: default_original_max(),
+            long_factor: None,
+        }
+    }
 }
 
 fn one() -> f32 {
@@ -282,5 +314,14 @@ mod tests {
         assert!(err.contains("`gpt_neox`"), "{err}");
         assert!(err.contains(&format!("(supported: {})", Architecture::supported())));
         assert!(Architecture::supported().contains("gemma3_text, llama"));
+    }
+
+    #[test]
+    fn chat_and_embedding_model_types_are_runnable() {
+        for model_type in ["qwen3_moe", "mixtral", "llama", "bert"] {
+            check_runnable(model_type).unwrap();
+        }
+        let err = check_runnable("mamba").unwrap_err().to_string();
+        assert!(err.contains("`mamba`") && err.contains("qwen3_moe") && err.contains("bert"));
     }
 }

@@ -1,7 +1,12 @@
-//! GGUF files (llama architecture): tensors renamed to Hugging Face names with q/k rows
-//! un-permuted back from llama.cpp's interleaved-RoPE layout, hyper-parameters and the
-//! tokenizer read from the metadata. MLX's loader keeps Q4_0/Q4_1/Q8_0 as affine-quantized
-//! triplets (`weight`, `scales`, `biases`) and widens other types to float16.
+//! GGUF files (llama.cpp's llama, qwen2, qwen3, gemma3 and phi3 architectures; Mistral's
+//! GGUFs are llama): tensors renamed to Hugging Face names (llama's q/k rows un-permuted
+//! back from llama.cpp's interleaved-RoPE layout, Gemma's `1 + w` norms back to `w`),
+//! hyper-parameters and the tokenizer read from the metadata, with llama.cpp's fixed
+//! choices where a setting has no key (Gemma 3's sliding-window pattern and local RoPE
+//! base). MLX's loader keeps Q4_0/Q4_1/Q8_0 as affine-quantized triplets (`weight`,
+//! `scales`, `biases`) and widens other types to float16. Of the K-quants, MLX 0.32.2
+//! widens Q6_K and Q2_K correctly, misreads Q4_K (so files of the types that hold Q4_K
+//! tensors are refused) and cannot read Q3_K or Q5_K (the error says so).
 
 use std::{collections::HashMap, path::Path};
 
@@ -9,12 +14,52 @@ use mlx_rs::{
     io::{GgufFile, GgufMetadataValue},
     Array, Dtype,
 };
+use serde_json::json;
 
 use crate::{
-    config::{ModelConfig, TokenIds},
+    config::{ModelConfig, RopeScaling, TokenIds},
     error::{EngineError, Result},
     tokenizer::{GgufVocab, Tokenizer},
 };
+
+/// Each `general.architecture` Seedbar loads, with the `model_type` it runs as.
+const ARCHITECTURES: [(&str, &str); 5] = [
+    ("gemma3", "gemma3_text"),
+    ("llama", "llama"),
+    ("phi3", "phi3"),
+    ("qwen2", "qwen2"),
+    ("qwen3", "qwen3"),
+];
+
+/// The `general.architecture`s Seedbar loads, comma-separated (for error messages).
+pub fn supported_architectures() -> String {
+    ARCHITECTURES.map(|(name, _)| name).join(", ")
+}
+
+/// The `model_type` a GGUF `general.architecture` runs as, or the error naming the
+/// supported ones.
+pub fn model_type(architecture: &str) -> Result<&'static str> {
+    ARCHITECTURES
+        .iter()
+        .find(|(name, _)| *name == architecture)
+        .map(|&(_, model_type)| model_type)
+        .ok_or_else(|| EngineError::UnsupportedArchitecture {
+            name: format!("{architecture} (in GGUF)"),
+            supported: supported_architectures(),
+        })
+}
+
+/// llama.cpp's file types (`general.file_type`) whose tensors include Q4_K ones.
+const MISREAD_FILE_TYPES: [(u32, &str); 6] = [
+    (10, "Q2_K"),
+    (11, "Q3_K_S"),
+    (12, "Q3_K_M"),
+    (13, "Q3_K_L"),
+    (14, "Q4_K_S"),
+    (15, "Q4_K_M"),
+];
+
+const K_QUANT_ADVICE: &str = "use a Q8_0, Q6_K or Q4_0 GGUF of the model, or its MLX version";
 
 /// What a GGUF file holds, in the form the rest of the engine uses.
 pub struct GgufContents {
@@ -73,18 +118,38 @@ pub fn read(path: &Path) -> Result<GgufContents> {
             path: path.to_path_buf(),
         });
     }
-    let file = GgufFile::load(path)
-        .map_err(|e| EngineError::bad_file(path, format!("not a readable GGUF file: {e}")))?;
+    let file = GgufFile::load(path).map_err(|e| {
+        let e = e.to_string();
+        let message = if e.contains("gguf_tensor_to_f16") {
+            format!(
+                "holds tensors of a type MLX's GGUF loader cannot read ({e}; Q3_K and Q5_K, \
+                 as in Q3_K_* and Q5_K_* files, are such types); {K_QUANT_ADVICE}"
+            )
+        } else {
+            format!("not a readable GGUF file: {e}")
+        };
+        EngineError::bad_file(path, message)
+    })?;
     let meta = Metadata { file: &file, path };
+    if let Some(file_type) = meta.number("general.file_type")? {
+        if let Some(&(_, name)) = MISREAD_FILE_TYPES
+            .iter()
+            .find(|(t, _)| *t as f32 == file_type)
+        {
+            return Err(EngineError::bad_file(
+                path,
+                format!(
+                    "a {name} GGUF holds Q4_K tensors, which MLX 0.32.2's GGUF loader \
+                     dequantizes wrongly (the second half of each 64-value block gets the \
+                     first half's scale), so Seedbar does not run it; {K_QUANT_ADVICE}"
+                ),
+            ));
+        }
+    }
     let arch = meta
         .string("general.architecture")?
         .ok_or_else(|| EngineError::bad_file(path, "metadata `general.architecture` is missing"))?;
-    if arch != "llama" {
-        return Err(EngineError::UnsupportedArchitecture {
-            name: format!("{arch} (in GGUF)"),
-            supported: "llama".into(),
-        });
-    }
+    let model_type = model_type(&arch)?;
     let key = |k: &str| format!("{arch}.{k}");
     let int = |k: &str| -> Result<i32> { Ok(meta.required(&key(k))? as i32) };
     let tokens = meta.strings("tokenizer.ggml.tokens")?;
@@ -97,10 +162,11 @@ pub fn read(path: &Path) -> Result<GgufContents> {
     let bos = token_id("tokenizer.ggml.bos_token_id")?;
     let eos = token_id("tokenizer.ggml.eos_token_id")?;
     let mut tensors = file.arrays().map_err(|e| meta.err(e))?;
-    let config = ModelConfig {
-        model_type: "llama".into(),
+    let block_count = int("block_count")?;
+    let mut config = ModelConfig {
+        model_type: model_type.into(),
         hidden_size: hidden,
-        num_hidden_layers: int("block_count")?,
+        num_hidden_layers: block_count,
         num_attention_heads: heads,
         num_key_value_heads: Some(kv_heads),
         head_dim: meta.number(&key("attention.key_length"))?.map(|v| v as i32),
@@ -111,7 +177,14 @@ pub fn read(path: &Path) -> Result<GgufContents> {
         rms_norm_eps: meta.required(&key("attention.layer_norm_rms_epsilon"))?,
         rope_theta: meta.number(&key("rope.freq_base"))?.unwrap_or(10000.0),
         rope_traditional: false,
-        rope_scaling: None,
+        rope_scaling: match meta.string(&key("rope.scaling.type"))?.as_deref() {
+            Some("linear") => Some(RopeScaling {
+                rope_type: "linear".into(),
+                factor: meta.required(&key("rope.scaling.factor"))?,
+                ..RopeScaling::default()
+            }),
+            _ => None,
+        },
         rope_parameters: None,
         tie_word_embeddings: !tensors.contains_key("output.weight"),
         attention_bias: false,
@@ -120,13 +193,71 @@ pub fn read(path: &Path) -> Result<GgufContents> {
         eos_token_id: eos.map(TokenIds::One),
         extra: Default::default(),
     };
+    match arch.as_str() {
+        "llama" => {
+            let head_dim = config.head_dim();
+            unpermute_rows(&mut tensors, "attn_q", heads, head_dim)?;
+            unpermute_rows(&mut tensors, "attn_k", kv_heads, head_dim)?;
+        }
+        "gemma3" => {
+            let head_dim = config.head_dim();
+            // llama.cpp's Gemma 3: a query scale of 1/sqrt(head_dim), but of
+            // 1/sqrt(hidden/heads) for the 27B (62 layers); every sixth layer global, the
+            // sliding ones with a RoPE base of 10000.
+            let scalar = if block_count == 62 {
+                hidden / heads
+            } else {
+                head_dim
+            };
+            config.extra = json!({
+                "query_pre_attn_scalar": scalar,
+                "sliding_window": meta.required(&key("attention.sliding_window"))? as i32,
+                "sliding_window_pattern": 6,
+                "rope_local_base_freq": 10000.0,
+            })
+            .as_object()
+            .cloned()
+            .expect("an object");
+            for (name, norm) in tensors.iter_mut() {
+                if name.ends_with("norm.weight") {
+                    *norm = norm
+                        .as_dtype(Dtype::Float32)?
+                        .subtract(Array::from_f32(1.0))?;
+                }
+            }
+        }
+        "phi3" => {
+            let head_dim = hidden / heads;
+            let rotary = meta
+                .number(&key("rope.dimension_count"))?
+                .map_or(head_dim, |v| v as i32);
+            let original = meta.number(&key("rope.scaling.original_context_length"))?;
+            config.extra.insert(
+                "partial_rotary_factor".into(),
+                json!(rotary as f32 / head_dim as f32),
+            );
+            if let Some(original) = original {
+                config.extra.insert(
+                    "original_max_position_embeddings".into(),
+                    json!(original as i32),
+                );
+            }
+            tensors.remove("rope_factors_short.weight");
+            if let Some(long) = tensors.remove("rope_factors_long.weight") {
+                config.rope_scaling = Some(RopeScaling {
+                    rope_type: "longrope".into(),
+                    long_factor: Some(long.as_dtype(Dtype::Float32)?.as_slice::<f32>().to_vec()),
+                    ..RopeScaling::default()
+                });
+            }
+        }
+        _ => {}
+    }
     config.validate(path)?;
-    let head_dim = config.head_dim();
-    unpermute_rows(&mut tensors, "attn_q", heads, head_dim)?;
-    unpermute_rows(&mut tensors, "attn_k", kv_heads, head_dim)?;
+    let names = TensorNames::of(&arch, &tensors);
     let tensors = tensors
         .into_iter()
-        .map(|(name, t)| (hf_name(&name), t))
+        .map(|(name, t)| (names.hf_name(&name), t))
         .collect();
     let token_types = match file
         .get_metadata_array("tokenizer.ggml.token_type")
@@ -148,6 +279,16 @@ pub fn read(path: &Path) -> Result<GgufContents> {
             .unwrap_or_else(|| "default".into()),
         merges: meta.strings("tokenizer.ggml.merges")?,
         token_types,
+        scores: match file
+            .get_metadata_array("tokenizer.ggml.scores")
+            .map_err(|e| meta.err(e))?
+        {
+            Some(a) => a.as_dtype(Dtype::Float32)?.as_slice::<f32>().to_vec(),
+            None => vec![],
+        },
+        add_space_prefix: meta
+            .number("tokenizer.ggml.add_space_prefix")?
+            .is_none_or(|v| v != 0.0),
         tokens,
     })?;
     Ok(GgufContents {
@@ -192,41 +333,71 @@ fn unpermute_rows(
     Ok(())
 }
 
-/// `blk.3.attn_q.scales` -> `model.layers.3.self_attn.q_proj.scales`
-fn hf_name(gguf: &str) -> String {
-    let (stem, suffix) = gguf.rsplit_once('.').unwrap_or((gguf, ""));
-    let mapped = match stem {
-        "token_embd" => "model.embed_tokens".to_string(),
-        "output_norm" => "model.norm".to_string(),
-        "output" => "lm_head".to_string(),
-        _ => match stem.split('.').collect::<Vec<_>>().as_slice() {
-            ["blk", layer, part] => {
-                let module = match *part {
-                    "attn_norm" => "input_layernorm",
-                    "ffn_norm" => "post_attention_layernorm",
-                    "attn_q" => "self_attn.q_proj",
-                    "attn_k" => "self_attn.k_proj",
-                    "attn_v" => "self_attn.v_proj",
-                    "attn_output" => "self_attn.o_proj",
-                    "ffn_gate" => "mlp.gate_proj",
-                    "ffn_up" => "mlp.up_proj",
-                    "ffn_down" => "mlp.down_proj",
-                    other => return format!("model.layers.{layer}.{other}.{suffix}"),
-                };
-                format!("model.layers.{layer}.{module}")
-            }
-            _ => stem.to_string(),
-        },
-    };
-    format!("{mapped}.{suffix}")
+/// How an architecture's GGUF tensor names map to Hugging Face names.
+struct TensorNames {
+    /// Gemma's sandwich norms: `ffn_norm` is the MLP's input norm and the attention output
+    /// has a norm of its own.
+    sandwich_norms: bool,
+    /// Phi-3's `ffn_up` holds the gate and up projections, fused.
+    fused_gate_up: bool,
+}
+
+impl TensorNames {
+    fn of(arch: &str, tensors: &HashMap<String, Array>) -> Self {
+        TensorNames {
+            sandwich_norms: arch == "gemma3",
+            fused_gate_up: arch == "phi3" && !tensors.contains_key("blk.0.ffn_gate.weight"),
+        }
+    }
+
+    /// `blk.3.attn_q.scales` -> `model.layers.3.self_attn.q_proj.scales`
+    fn hf_name(&self, gguf: &str) -> String {
+        let (stem, suffix) = gguf.rsplit_once('.').unwrap_or((gguf, ""));
+        let mapped = match stem {
+            "token_embd" => "model.embed_tokens".to_string(),
+            "output_norm" => "model.norm".to_string(),
+            "output" => "lm_head".to_string(),
+            _ => match stem.split('.').collect::<Vec<_>>().as_slice() {
+                ["blk", layer, part] => {
+                    let module = match *part {
+                        "attn_norm" => "input_layernorm",
+                        "ffn_norm" if self.sandwich_norms => "pre_feedforward_layernorm",
+                        "ffn_norm" => "post_attention_layernorm",
+                        "post_attention_norm" => "post_attention_layernorm",
+                        "post_ffw_norm" => "post_feedforward_layernorm",
+                        "attn_q" => "self_attn.q_proj",
+                        "attn_k" => "self_attn.k_proj",
+                        "attn_v" => "self_attn.v_proj",
+                        "attn_qkv" => "self_attn.qkv_proj",
+                        "attn_q_norm" => "self_attn.q_norm",
+                        "attn_k_norm" => "self_attn.k_norm",
+                        "attn_output" => "self_attn.o_proj",
+                        "ffn_gate" => "mlp.gate_proj",
+                        "ffn_up" if self.fused_gate_up => "mlp.gate_up_proj",
+                        "ffn_up" => "mlp.up_proj",
+                        "ffn_down" => "mlp.down_proj",
+                        other => return format!("model.layers.{layer}.{other}.{suffix}"),
+                    };
+                    format!("model.layers.{layer}.{module}")
+                }
+                _ => stem.to_string(),
+            },
+        };
+        format!("{mapped}.{suffix}")
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::hf_name;
+    use super::TensorNames;
 
     #[test]
     fn names_map_to_hugging_face() {
+        let llama = TensorNames {
+            sandwich_norms: false,
+            fused_gate_up: false,
+        };
+        let hf_name = |n: &str| llama.hf_name(n);
         assert_eq!(
             hf_name("blk.3.attn_q.scales"),
             "model.layers.3.self_attn.q_proj.scales"

@@ -3,6 +3,8 @@
 //! is then streamed to disk with progress, resumed where a previous try stopped, checked
 //! for cancellation between chunks, under bounded timeouts (hf-hub's own download has
 //! none and cannot be cancelled) so that an unreachable hub gives an error, not a hang.
+//! A repository whose `config.json` names an architecture Seedbar cannot run is refused
+//! before any download.
 
 use std::{
     io::{Read, Write},
@@ -19,6 +21,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// The whole file-list request.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 const CHUNK: usize = 256 * 1024;
+/// The most of a `config.json` read to check its architecture.
+const CONFIG_LIMIT: u64 = 1 << 20;
 
 /// What a download reports as it goes.
 pub trait Progress {
@@ -26,6 +30,8 @@ pub trait Progress {
     fn total(&mut self, bytes: u64);
     /// `bytes` more are on disk (files already there count too).
     fn advance(&mut self, bytes: u64);
+    /// The `model_type` the repository's `config.json` names, checked before any download.
+    fn architecture(&mut self, _model_type: &str) {}
 }
 
 impl Progress for () {
@@ -130,6 +136,36 @@ impl Hub {
         Ok((info.sha.unwrap_or_else(|| "main".into()), files))
     }
 
+    /// Where `file` of `repo` at `revision` is downloaded from.
+    fn file_url(&self, repo: &str, revision: &str, file: &str) -> String {
+        self.api
+            .repo(hf_hub::Repo::with_revision(
+                repo.to_string(),
+                hf_hub::RepoType::Model,
+                revision.to_string(),
+            ))
+            .url(file)
+    }
+
+    /// The `model_type` `config.json` at `revision` names, once checked to be one Seedbar
+    /// runs (else the error listing those it does); `None` when it names none.
+    pub fn check_architecture(&self, repo: &str, revision: &str) -> Result<Option<String>> {
+        #[derive(serde::Deserialize)]
+        struct Config {
+            model_type: Option<String>,
+        }
+        let url = self.file_url(repo, revision, "config.json");
+        let response = self.get(&url).call().map_err(|e| self.failed(e))?;
+        let config: Config = serde_json::from_reader(response.into_reader().take(CONFIG_LIMIT))
+            .map_err(|e| {
+                EngineError::Download(format!("{repo}'s config.json is not valid: {e}"))
+            })?;
+        if let Some(model_type) = &config.model_type {
+            crate::config::check_runnable(model_type)?;
+        }
+        Ok(config.model_type)
+    }
+
     /// Download `file` to `target`, continuing a partial `target` when the size is known.
     /// Returns `EngineError::Cancelled` (leaving the partial file) once `cancel` is set.
     pub fn download(
@@ -141,14 +177,7 @@ impl Hub {
         progress: &mut dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<()> {
-        let url = self
-            .api
-            .repo(hf_hub::Repo::with_revision(
-                repo.to_string(),
-                hf_hub::RepoType::Model,
-                revision.to_string(),
-            ))
-            .url(&file.name);
+        let url = self.file_url(repo, revision, &file.name);
         let have = match (target.metadata().map(|m| m.len()), file.size) {
             (Ok(have), Some(size)) if have <= size => have,
             _ => 0,

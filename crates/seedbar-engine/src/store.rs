@@ -217,6 +217,9 @@ impl ModelStore {
                 "{repo_id} has no config.json: not a model Seedbar can run"
             )));
         }
+        if let Some(model_type) = hub.check_architecture(repo_id, &revision)? {
+            progress.architecture(&model_type);
+        }
         // config.json last: until it is in place the folder is not listed as a model.
         files.sort_by_key(|f| f.name == "config.json");
         progress.total(files.iter().filter_map(|f| f.size).sum());

@@ -1,11 +1,16 @@
 //! Text <-> token ids through the `tokenizers` crate, built from `tokenizer.json` or from a
-//! GGUF file's vocabulary, plus a streaming decoder that only ever emits whole characters.
+//! GGUF file's vocabulary (byte-level BPE, or SentencePiece BPE with byte fallback), plus a
+//! streaming decoder that only ever emits whole characters.
 
 use std::{collections::HashSet, ops::Range, path::Path};
 
 use tokenizers::{
-    decoders::byte_level::ByteLevel as ByteLevelDecoder,
+    decoders::{
+        byte_fallback::ByteFallback, byte_level::ByteLevel as ByteLevelDecoder, fuse::Fuse,
+        sequence::Sequence as DecoderSequence, strip::Strip, DecoderWrapper,
+    },
     models::bpe::BPE,
+    normalizers::{NormalizerWrapper, Prepend, Replace, Sequence as NormalizerSequence},
     pre_tokenizers::{
         byte_level::ByteLevel, digits::Digits, sequence::Sequence, split::Split,
         PreTokenizerWrapper,
@@ -24,15 +29,22 @@ const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}
 const TOKEN_TYPE_CONTROL: i32 = 3;
 const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 
-/// A byte-level BPE vocabulary as GGUF stores it.
+/// SentencePiece's word boundary, which stands for a space.
+const SPACE_MARK: &str = "\u{2581}";
+
+/// A vocabulary as GGUF stores it.
 pub struct GgufVocab {
-    /// `tokenizer.ggml.model`, e.g. `gpt2`.
+    /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE) or `llama` / `gemma` (SentencePiece).
     pub model: String,
     /// `tokenizer.ggml.pre`, e.g. `smollm`, `llama-bpe`, `qwen2`.
     pub pre: String,
     pub tokens: Vec<String>,
     pub merges: Vec<String>,
     pub token_types: Vec<i32>,
+    /// SentencePiece: each token's score (a merge making a higher-scored token goes first).
+    pub scores: Vec<f32>,
+    /// SentencePiece: whether a space is put before the text (`tokenizer.ggml.add_space_prefix`).
+    pub add_space_prefix: bool,
 }
 
 #[derive(Clone)]
@@ -62,64 +74,18 @@ impl Tokenizer {
         Ok(Tokenizer { inner })
     }
 
-    /// Rebuild the tokenizer a GGUF file describes (byte-level BPE models).
+    /// Rebuild the tokenizer a GGUF file describes.
     pub fn from_gguf(vocab: GgufVocab) -> Result<Self> {
-        if vocab.model != "gpt2" {
-            return Err(EngineError::Tokenizer(format!(
-                "GGUF tokenizer model `{}` is not supported (byte-level BPE `gpt2` is)",
-                vocab.model
-            )));
-        }
-        let ids: tokenizers::models::bpe::Vocab = vocab
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        let merges = vocab
-            .merges
-            .iter()
-            .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .ok_or_else(|| EngineError::Tokenizer(format!("malformed merge `{m}`")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let bpe = BPE::builder()
-            .vocab_and_merges(ids, merges)
-            .ignore_merges(vocab.pre == "llama-bpe")
-            .build()
-            .map_err(tok_err)?;
-        let byte_level = ByteLevel::new(false, true, true);
-        let regex_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
-            let split = Split::new(
-                tokenizers::pre_tokenizers::split::SplitPattern::Regex(pattern.to_string()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(tok_err)?;
-            Ok(Sequence::new(vec![
-                split.into(),
-                ByteLevel::new(false, true, false).into(),
-            ])
-            .into())
-        };
-        let pre: PreTokenizerWrapper = match vocab.pre.as_str() {
-            "smollm" | "starcoder" | "refact" => {
-                Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
-            }
-            "gpt2" | "default" | "gpt-2" => byte_level.into(),
-            "llama-bpe" | "llama3" | "smaug-bpe" => regex_then_bytes(LLAMA3_SPLIT)?,
-            "qwen2" => regex_then_bytes(QWEN2_SPLIT)?,
+        let mut inner = match vocab.model.as_str() {
+            "gpt2" => byte_level_bpe(&vocab)?,
+            "llama" | "gemma" => sentencepiece_bpe(&vocab)?,
             other => {
                 return Err(EngineError::Tokenizer(format!(
-                    "GGUF pre-tokenizer `{other}` is not supported"
+                    "GGUF tokenizer model `{other}` is not supported (byte-level BPE `gpt2` \
+                     and SentencePiece `llama` and `gemma` are)"
                 )))
             }
         };
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre));
-        inner.with_decoder(Some(ByteLevelDecoder::default()));
         let (special, user): (Vec<_>, Vec<_>) = vocab
             .tokens
             .iter()
@@ -135,7 +101,6 @@ impl Tokenizer {
         inner.add_tokens(&added(user, false));
         Ok(Tokenizer { inner })
     }
-
     /// Encode text; special-token strings in it (e.g. `<|im_start|>`) map to their ids.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         Ok(self
@@ -246,6 +211,119 @@ impl Tokenizer {
             .save(path, false)
             .map_err(|e| EngineError::bad_file(path, format!("cannot write tokenizer: {e}")))
     }
+}
+
+/// Each token of `vocab` with its id.
+fn token_ids(vocab: &GgufVocab) -> tokenizers::models::bpe::Vocab {
+    vocab
+        .tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect()
+}
+
+/// Byte-level BPE (`gpt2`): the vocabulary's merges and the pre-tokenizer `pre` names.
+fn byte_level_bpe(vocab: &GgufVocab) -> Result<tokenizers::Tokenizer> {
+    let ids = token_ids(vocab);
+    let merges = vocab
+        .merges
+        .iter()
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| EngineError::Tokenizer(format!("malformed merge `{m}`")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(ids, merges)
+        .ignore_merges(vocab.pre == "llama-bpe")
+        .build()
+        .map_err(tok_err)?;
+    let byte_level = ByteLevel::new(false, true, true);
+    let regex_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
+        let split = Split::new(
+            tokenizers::pre_tokenizers::split::SplitPattern::Regex(pattern.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(tok_err)?;
+        Ok(Sequence::new(vec![
+            split.into(),
+            ByteLevel::new(false, true, false).into(),
+        ])
+        .into())
+    };
+    let pre: PreTokenizerWrapper = match vocab.pre.as_str() {
+        "smollm" | "starcoder" | "refact" => {
+            Sequence::new(vec![Digits::new(true).into(), byte_level.into()]).into()
+        }
+        "gpt2" | "default" | "gpt-2" => byte_level.into(),
+        "llama-bpe" | "llama3" | "smaug-bpe" => regex_then_bytes(LLAMA3_SPLIT)?,
+        "qwen2" => regex_then_bytes(QWEN2_SPLIT)?,
+        other => {
+            return Err(EngineError::Tokenizer(format!(
+                "GGUF pre-tokenizer `{other}` is not supported"
+            )))
+        }
+    };
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(pre));
+    inner.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok(inner)
+}
+
+/// SentencePiece BPE (`llama`, `gemma`), as llama.cpp runs it: spaces become `▁` (one put
+/// before the text when `add_space_prefix`), adjacent pieces merge into the vocabulary's
+/// highest-scored token first, and characters without a token fall back to `<0xAB>` byte
+/// tokens. Merges are derived from the scores: every split of a token into two tokens is a
+/// merge ranked by the whole token's score.
+fn sentencepiece_bpe(vocab: &GgufVocab) -> Result<tokenizers::Tokenizer> {
+    if vocab.scores.len() != vocab.tokens.len() {
+        return Err(EngineError::Tokenizer(format!(
+            "GGUF SentencePiece vocabulary has {} tokens but {} scores",
+            vocab.tokens.len(),
+            vocab.scores.len()
+        )));
+    }
+    let ids = token_ids(vocab);
+    let mut ranked: Vec<(f32, u32, u32, &str, &str)> = vec![];
+    for (token, &score) in vocab.tokens.iter().zip(&vocab.scores) {
+        for (at, _) in token.char_indices().skip(1) {
+            let (left, right) = token.split_at(at);
+            if let (Some(&l), Some(&r)) = (ids.get(left), ids.get(right)) {
+                ranked.push((score, l, r, left, right));
+            }
+        }
+    }
+    // Highest score first; ties in the order of the pieces' ids (as Hugging Face does).
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+    let merges = ranked
+        .into_iter()
+        .map(|(_, _, _, l, r)| (l.to_string(), r.to_string()))
+        .collect();
+    let mut bpe = BPE::builder()
+        .vocab_and_merges(ids.clone(), merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if ids.contains_key("<unk>") {
+        bpe = bpe.unk_token("<unk>".into());
+    }
+    let mut inner = tokenizers::Tokenizer::new(bpe.build().map_err(tok_err)?);
+    let mut normalizers: Vec<NormalizerWrapper> = vec![];
+    let mut decoders: Vec<DecoderWrapper> = vec![
+        Replace::new(SPACE_MARK, " ").map_err(tok_err)?.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if vocab.add_space_prefix {
+        normalizers.push(Prepend::new(SPACE_MARK.into()).into());
+        decoders.push(Strip::new(' ', 1, 0).into());
+    }
+    normalizers.push(Replace::new(" ", SPACE_MARK).map_err(tok_err)?.into());
+    inner.with_normalizer(Some(NormalizerSequence::new(normalizers)));
+    inner.with_decoder(Some(DecoderSequence::new(decoders)));
+    Ok(inner)
 }
 
 /// What one token writes, as [`Tokenizer::token_bytes`] gives it.

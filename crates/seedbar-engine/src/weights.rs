@@ -216,6 +216,50 @@ impl WeightMap {
         }
     }
 
+    /// A mixture of experts' `count` projections of `input` to `output` features: stacked
+    /// under `stacked` (`[count, output, input]`, as mlx-lm saves them) or one per expert
+    /// under `per_expert(e)` (as Hugging Face checkpoints store them), dense or quantized.
+    pub fn experts(
+        &mut self,
+        stacked: &str,
+        per_expert: impl Fn(usize) -> String,
+        count: usize,
+        input: i32,
+        output: i32,
+    ) -> Result<ExpertMatrices> {
+        let name = |e: usize| format!("{stacked}.{e}");
+        let prefixes: Vec<String> = if self.contains(&format!("{stacked}.weight")) {
+            // Each expert's slice under a name of its own, so `matrix` checks and converts
+            // it as it does any projection.
+            for part in ["weight", "scales", "biases"] {
+                let whole = format!("{stacked}.{part}");
+                if !self.contains(&whole) {
+                    continue;
+                }
+                let array = self.take(&whole)?;
+                if array.shape().first() != Some(&(count as i32)) {
+                    return Err(EngineError::WrongShape {
+                        name: whole,
+                        expected: vec![count as i32, output, input],
+                        actual: array.shape().to_vec(),
+                    });
+                }
+                for e in 0..count {
+                    let slice = array.index(e as i32);
+                    self.tensors.insert(format!("{}.{part}", name(e)), slice);
+                }
+            }
+            (0..count).map(name).collect()
+        } else {
+            (0..count).map(per_expert).collect()
+        };
+        let matrices = prefixes
+            .iter()
+            .map(|p| self.matrix(p, output, input))
+            .collect::<Result<Vec<_>>>()?;
+        ExpertMatrices::stack(&matrices, stacked)
+    }
+
     /// Names nobody took: a checkpoint with extra tensors is fine, but tell the log.
     pub fn leftover_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
@@ -333,6 +377,74 @@ impl Matrix {
                 true,
                 q.group_size,
                 q.bits,
+            )?,
+        })
+    }
+}
+
+/// A mixture of experts' projections stacked along a leading expert axis (a [`Matrix`] of
+/// `[E, rows, cols]` arrays), applied through MLX's gather kernels: each (token, expert)
+/// pair is a product of its own, so a row's result depends only on the row.
+#[derive(Debug, Clone)]
+pub struct ExpertMatrices(Matrix);
+
+impl ExpertMatrices {
+    /// One stack of `matrices` (all dense or all quantized alike); `name` for errors.
+    fn stack(matrices: &[Matrix], name: &str) -> Result<Self> {
+        let stacked = |parts: Vec<&Array>| materialize(ops::stack(&parts, 0)?);
+        let dense: Vec<&Array> = matrices
+            .iter()
+            .filter_map(|m| match m {
+                Matrix::Dense(w) => Some(w),
+                Matrix::Quantized(_) => None,
+            })
+            .collect();
+        if dense.len() == matrices.len() {
+            return Ok(ExpertMatrices(Matrix::Dense(stacked(dense)?)));
+        }
+        let quantized: Vec<&Quantized> = matrices
+            .iter()
+            .filter_map(|m| match m {
+                Matrix::Quantized(q) => Some(q),
+                Matrix::Dense(_) => None,
+            })
+            .collect();
+        let first = quantized[0];
+        if quantized.len() != matrices.len()
+            || quantized
+                .iter()
+                .any(|q| (q.bits, q.group_size) != (first.bits, first.group_size))
+        {
+            return Err(EngineError::bad_file(
+                name,
+                "experts are not all quantized alike",
+            ));
+        }
+        let part = |f: fn(&Quantized) -> &Array| quantized.iter().map(|q| f(q)).collect();
+        Ok(ExpertMatrices(Matrix::Quantized(Quantized {
+            weight: stacked(part(|q| &q.weight))?,
+            scales: stacked(part(|q| &q.scales))?,
+            biases: stacked(part(|q| &q.biases))?,
+            ..first.clone()
+        })))
+    }
+
+    /// `x[..., 1, cols]` times each routed expert's matrix transposed: `indices[...]` names
+    /// the experts (x broadcast over them), giving `[..., 1, rows]`.
+    pub fn gather(&self, x: &Array, indices: &Array) -> Result<Array> {
+        Ok(match &self.0 {
+            Matrix::Dense(w) => ops::gather_mm(x, w.swap_axes(-1, -2)?, None, indices, false)?,
+            Matrix::Quantized(q) => ops::gather_qmm(
+                x,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                None,
+                indices,
+                true,
+                q.group_size,
+                q.bits,
+                false,
             )?,
         })
     }

@@ -1,5 +1,6 @@
-//! Seed isolation and batch invariance on the real SmolLM2 model (CPU), and on a small
-//! random-weight Gemma 3 whose sliding windows are shorter than its prompts: a seeded
+//! Seed isolation and batch invariance on the real SmolLM2 model (CPU), on a small
+//! random-weight Gemma 3 whose sliding windows are shorter than its prompts, and on a small
+//! random-weight Qwen3-MoE: a seeded
 //! request's whole reply is the same alone and batched with any neighbours, arriving at
 //! any step, and with its prefix cached or computed.
 
@@ -103,14 +104,19 @@ fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
 /// a capacity class mid-stream, and siblings take and free slots around it.
 #[test]
 fn pooled_decode_attention_is_independent_too() {
-    let config = SchedulerConfig {
-        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
-        max_rows: 32,
-        ..SchedulerConfig::default()
-    };
+    let config = gpu_layout();
     let long = format!("{} ", PROMPTS[3]).repeat(9);
     let (model, target, siblings) = chat_case(&long);
     independent_of_siblings_and_arrival(model, config, target, siblings);
+}
+
+/// The GPU layout (decode groups of 16 rows, pooled attention), run on the CPU.
+fn gpu_layout() -> SchedulerConfig {
+    SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
+        max_rows: 32,
+        ..SchedulerConfig::default()
+    }
 }
 
 /// The real model, a 64-token seeded reply to `prompt` and seven siblings' requests.
@@ -348,51 +354,17 @@ fn a_constrained_seeded_reply_is_independent_of_free_neighbours() {
 /// A random-weight Gemma 3 (gemma3_text) in a scratch folder: two layers, the first with a
 /// sliding window of 16 positions, a 256-token vocabulary with a word-level tokenizer.
 fn sliding_window_model() -> Model {
-    use mlx_rs::{random, Array};
     const WINDOW: i32 = 16;
-    let (d, heads, kv_heads, head_dim, inner, vocab) = (64, 4, 2, 32, 128, 256);
-    // Tests run in parallel: each call writes a folder of its own.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("seedbar-gemma3-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let (d, heads, kv_heads, head_dim, inner) = (64, 4, 2, 32, 128);
     let config = serde_json::json!({
         "model_type": "gemma3_text", "hidden_size": d, "num_hidden_layers": 2,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
-        "intermediate_size": inner, "vocab_size": vocab, "rms_norm_eps": 1e-6,
+        "intermediate_size": inner, "vocab_size": VOCAB, "rms_norm_eps": 1e-6,
         "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
         "query_pre_attn_scalar": head_dim, "sliding_window": WINDOW,
-        "sliding_window_pattern": 2, "eos_token_id": vocab - 1,
+        "sliding_window_pattern": 2, "eos_token_id": VOCAB - 1,
     });
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let words: serde_json::Map<String, serde_json::Value> =
-        (0..vocab).map(|i| (format!("t{i}"), i.into())).collect();
-    let tokenizer = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
-        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
-        "decoder": null, "model": {"type": "WordLevel", "vocab": words, "unk_token": "t0"},
-    });
-    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
-    // Projections of variance 1 / fan-in and an output head of its own whose logits spread
-    // about 2, so the samples vary.
-    let key = std::cell::Cell::new(0);
-    let normal = |shape: &[i32], std: f32| {
-        key.set(key.get() + 1);
-        let k = random::key(key.get()).unwrap();
-        random::normal::<f32>(shape, None, std, &k).unwrap()
-    };
-    let matrix = |rows: i32, cols: i32| normal(&[rows, cols], 1.0 / (cols as f32).sqrt());
-    let mut tensors: Vec<(String, Array)> = vec![
-        (
-            "model.embed_tokens.weight".into(),
-            normal(&[vocab, d], 0.25),
-        ),
-        ("model.norm.weight".into(), normal(&[d], 0.1)),
-        (
-            "lm_head.weight".into(),
-            normal(&[vocab, d], 2.0 / (d as f32).sqrt()),
-        ),
-    ];
+    let mut tensors = RandomTensors::new(d);
     for layer in 0..2 {
         let p = format!("model.layers.{layer}");
         let norms = [
@@ -402,36 +374,151 @@ fn sliding_window_model() -> Model {
             "post_feedforward_layernorm",
         ];
         for norm in norms {
-            tensors.push((format!("{p}.{norm}.weight"), normal(&[d], 0.1)));
+            tensors.norm(&format!("{p}.{norm}"), d);
         }
-        for (name, rows, cols) in [
-            ("self_attn.q_proj", heads * head_dim, d),
-            ("self_attn.k_proj", kv_heads * head_dim, d),
-            ("self_attn.v_proj", kv_heads * head_dim, d),
-            ("self_attn.o_proj", d, heads * head_dim),
-            ("mlp.gate_proj", inner, d),
-            ("mlp.up_proj", inner, d),
-            ("mlp.down_proj", d, inner),
-        ] {
-            tensors.push((format!("{p}.{name}.weight"), matrix(rows, cols)));
-        }
-        for norm in ["q_norm", "k_norm"] {
-            tensors.push((
-                format!("{p}.self_attn.{norm}.weight"),
-                normal(&[head_dim], 0.1),
-            ));
-        }
+        tensors.attention(&p, heads, kv_heads, head_dim);
+        tensors.projection(&format!("{p}.mlp.gate_proj"), &[inner, d]);
+        tensors.projection(&format!("{p}.mlp.up_proj"), &[inner, d]);
+        tensors.projection(&format!("{p}.mlp.down_proj"), &[d, inner]);
     }
-    Array::save_safetensors(
-        tensors.iter().map(|(name, t)| (name.as_str(), t)),
-        &std::collections::HashMap::new(),
-        dir.join("model.safetensors"),
-    )
-    .unwrap();
-    seedbar_engine::runtime::prepare();
-    let model = Model::load(&dir).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    model
+    tensors.load("gemma3", config)
+}
+
+const VOCAB: i32 = 256;
+
+/// Random weights of a small model with a 256-token word-level vocabulary: projections of
+/// variance 1 / fan-in and an output head of its own whose logits spread about 2, so the
+/// samples vary.
+struct RandomTensors {
+    tensors: Vec<(String, mlx_rs::Array)>,
+    key: u64,
+}
+
+impl RandomTensors {
+    /// The embeddings, final norm and output head of a model of width `d`.
+    fn new(d: i32) -> Self {
+        let mut t = RandomTensors {
+            tensors: vec![],
+            key: 0,
+        };
+        t.add("model.embed_tokens.weight", &[VOCAB, d], 0.25);
+        t.norm("model.norm", d);
+        t.add("lm_head.weight", &[VOCAB, d], 2.0 / (d as f32).sqrt());
+        t
+    }
+
+    fn add(&mut self, name: &str, shape: &[i32], std: f32) {
+        self.key += 1;
+        let key = mlx_rs::random::key(self.key).unwrap();
+        let array = mlx_rs::random::normal::<f32>(shape, None, std, &key).unwrap();
+        self.tensors.push((name.to_string(), array));
+    }
+
+    fn norm(&mut self, prefix: &str, size: i32) {
+        self.add(&format!("{prefix}.weight"), &[size], 0.1);
+    }
+
+    /// `prefix.weight` of `shape` (`[.., out, in]`), of variance 1 / fan-in.
+    fn projection(&mut self, prefix: &str, shape: &[i32]) {
+        let fan_in = *shape.last().unwrap() as f32;
+        self.add(&format!("{prefix}.weight"), shape, 1.0 / fan_in.sqrt());
+    }
+
+    /// Layer `p`'s attention projections and q/k norms.
+    fn attention(&mut self, p: &str, heads: i32, kv_heads: i32, head_dim: i32) {
+        let d = self.tensors[0].1.shape()[1];
+        for (name, rows, cols) in [
+            ("q_proj", heads * head_dim, d),
+            ("k_proj", kv_heads * head_dim, d),
+            ("v_proj", kv_heads * head_dim, d),
+            ("o_proj", d, heads * head_dim),
+        ] {
+            self.projection(&format!("{p}.self_attn.{name}"), &[rows, cols]);
+        }
+        self.norm(&format!("{p}.self_attn.q_norm"), head_dim);
+        self.norm(&format!("{p}.self_attn.k_norm"), head_dim);
+    }
+
+    /// The model of `config` with these weights, loaded from a scratch folder.
+    fn load(self, name: &str, config: serde_json::Value) -> Model {
+        // Tests run in parallel: each call writes a folder of its own.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir =
+            std::env::temp_dir().join(format!("seedbar-{name}-{}-{call}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let words: serde_json::Map<String, serde_json::Value> =
+            (0..VOCAB).map(|i| (format!("t{i}"), i.into())).collect();
+        let tokenizer = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+            "decoder": null, "model": {"type": "WordLevel", "vocab": words, "unk_token": "t0"},
+        });
+        std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+        mlx_rs::Array::save_safetensors(
+            self.tensors.iter().map(|(name, t)| (name.as_str(), t)),
+            &std::collections::HashMap::new(),
+            dir.join("model.safetensors"),
+        )
+        .unwrap();
+        seedbar_engine::runtime::prepare();
+        let model = Model::load(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        model
+    }
+}
+
+/// A random-weight Qwen3-MoE: two layers of 8 experts, 2 per token, stacked as mlx-lm
+/// saves them.
+fn mixture_of_experts_model() -> Model {
+    let (d, heads, kv_heads, head_dim, experts, inner) = (64, 4, 2, 32, 8, 96);
+    let config = serde_json::json!({
+        "model_type": "qwen3_moe", "hidden_size": d, "num_hidden_layers": 2,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+        "intermediate_size": 128, "vocab_size": VOCAB, "rms_norm_eps": 1e-6,
+        "num_experts": experts, "num_experts_per_tok": 2, "moe_intermediate_size": inner,
+        "norm_topk_prob": true, "eos_token_id": VOCAB - 1,
+    });
+    let mut tensors = RandomTensors::new(d);
+    for layer in 0..2 {
+        let p = format!("model.layers.{layer}");
+        tensors.norm(&format!("{p}.input_layernorm"), d);
+        tensors.norm(&format!("{p}.post_attention_layernorm"), d);
+        tensors.attention(&p, heads, kv_heads, head_dim);
+        // A router whose logits spread, so tokens pick different experts.
+        tensors.add(&format!("{p}.mlp.gate.weight"), &[experts, d], 1.0);
+        let m = format!("{p}.mlp.switch_mlp");
+        tensors.projection(&format!("{m}.gate_proj"), &[experts, inner, d]);
+        tensors.projection(&format!("{m}.up_proj"), &[experts, inner, d]);
+        tensors.projection(&format!("{m}.down_proj"), &[experts, d, inner]);
+    }
+    tensors.load("qwen3-moe", config)
+}
+
+/// The MoE model's case: a 30-token prompt and seven siblings of 17 to 47 tokens.
+fn mixture_of_experts_case() -> (Model, Request, Vec<Request>) {
+    let target = seeded(token_ids(2, 30), 42, 64);
+    let siblings = (1..8)
+        .map(|i| seeded(token_ids(20 + i, 12 + 5 * i as usize), 500 + i as u64, 40))
+        .collect();
+    (mixture_of_experts_model(), target, siblings)
+}
+
+/// Experts gathered per token row: a seeded reply's routed expert products are the same
+/// alone and among neighbours routed elsewhere, arriving at any step.
+#[test]
+fn mixture_of_experts_replies_are_independent_of_siblings_and_arrival() {
+    let (model, target, siblings) = mixture_of_experts_case();
+    independent_of_siblings_and_arrival(model, SchedulerConfig::default(), target, siblings);
+}
+
+/// The same under the GPU layout (decode groups of 16 rows, pooled attention).
+#[test]
+fn mixture_of_experts_pooled_decode_is_independent_too() {
+    let (model, target, siblings) = mixture_of_experts_case();
+    let config = gpu_layout();
+    independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
 /// `len` token ids from `seed` (a fixed pseudo-random walk over the vocabulary).
@@ -466,11 +553,7 @@ fn sliding_window_replies_are_independent_of_siblings_and_arrival() {
 #[test]
 fn sliding_window_pooled_decode_is_independent_too() {
     let (model, target, siblings) = sliding_window_case();
-    let config = SchedulerConfig {
-        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
-        max_rows: 32,
-        ..SchedulerConfig::default()
-    };
+    let config = gpu_layout();
     independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 

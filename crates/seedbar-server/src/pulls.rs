@@ -38,6 +38,8 @@ pub struct Pull {
     pub status: PullStatus,
     pub downloaded_bytes: u64,
     pub total_bytes: u64,
+    /// The `model_type` of the repository's `config.json`, once checked.
+    pub architecture: Option<String>,
     pub error: Option<String>,
 }
 
@@ -80,6 +82,10 @@ impl Progress for Reporter {
 
     fn advance(&mut self, bytes: u64) {
         self.0.lock().downloaded_bytes += bytes;
+    }
+
+    fn architecture(&mut self, model_type: &str) {
+        self.0.lock().architecture = Some(model_type.to_string());
     }
 }
 
@@ -126,6 +132,7 @@ impl Pulls {
                 status: PullStatus::Downloading,
                 downloaded_bytes: 0,
                 total_bytes: 0,
+                architecture: None,
                 error: None,
             }),
             cancel: AtomicBool::new(false),

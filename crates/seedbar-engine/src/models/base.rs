@@ -1,8 +1,9 @@
 //! The decoder-only transformer every supported architecture is an instance of:
 //! embeddings, pre-norm attention + gated-MLP blocks, final norm, output head. Architectures
 //! differ only in the switches of [`Variant`] and in each layer's [`LayerAttention`] (its
-//! RoPE, or none, and its sliding window), set by their own files. How a step's rows are
-//! laid out into matmuls and attention calls comes from a [`StepPlan`].
+//! RoPE, or none, and its sliding window), set by their own files, and in the layers whose
+//! MLP is a mixture of experts (`moe.rs`). How a step's rows are laid out into matmuls and
+//! attention calls comes from a [`StepPlan`].
 //!
 //! Sliding-window layers keep every position's keys and values and mask those outside the
 //! window (so the prefix cache and the KV pool treat them like any layer); a cache that
@@ -16,6 +17,7 @@ use mlx_rs::{
     Array, Dtype,
 };
 
+use super::moe::SparseMoe;
 use crate::{
     config::ModelConfig,
     error::Result,
@@ -710,15 +712,37 @@ impl Mlp {
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {
-        let gate = self.gate_proj.forward(x)?;
-        let activated = match self.activation {
-            Activation::Silu => gate.multiply(ops::sigmoid(&gate)?)?,
-            Activation::GeluTanh => mlx_rs::nn::gelu_approximate(&gate)?,
-        };
+        let activated = activate(self.activation, &self.gate_proj.forward(x)?)?;
         self.down_proj
             .forward(&activated.multiply(self.up_proj.forward(x)?)?)
     }
 }
+
+/// The gate's activation applied to `gate`.
+pub(super) fn activate(activation: Activation, gate: &Array) -> Result<Array> {
+    Ok(match activation {
+        Activation::Silu => gate.multiply(ops::sigmoid(gate)?)?,
+        Activation::GeluTanh => mlx_rs::nn::gelu_approximate(gate)?,
+    })
+}
+
+/// A layer's feed-forward sublayer: the dense gated MLP, or a mixture of experts.
+enum FeedForward {
+    Dense(Mlp),
+    Sparse(SparseMoe),
+}
+
+impl FeedForward {
+    fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward(x),
+            FeedForward::Sparse(moe) => moe.forward(x),
+        }
+    }
+}
+
+/// Loads layer `i`'s mixture of experts, or `None` where the layer has a dense MLP.
+pub type SparseLayers<'a> = dyn FnMut(&mut WeightMap, usize) -> Result<Option<SparseMoe>> + 'a;
 
 /// One layer: `x + attn_out(attn(attn_in(x)))`, then `h + mlp_out(mlp(mlp_in(h)))`, where
 /// the output norms exist only in sandwich-norm variants.
@@ -727,7 +751,7 @@ struct Block {
     self_attn: Attention,
     attn_out: Option<RmsNorm>,
     mlp_in: RmsNorm,
-    mlp: Mlp,
+    mlp: FeedForward,
     mlp_out: Option<RmsNorm>,
 }
 
@@ -738,6 +762,7 @@ impl Block {
         c: &ModelConfig,
         v: Variant,
         positions: LayerAttention,
+        sparse: Option<SparseMoe>,
     ) -> Result<Self> {
         let mut norm = |name: &str| {
             let name = format!("{prefix}.{name}.weight");
@@ -764,7 +789,10 @@ impl Block {
             self_attn: Attention::load(weights, &format!("{prefix}.self_attn"), c, v, positions)?,
             attn_out,
             mlp_in,
-            mlp: Mlp::load(weights, &format!("{prefix}.mlp"), c, v)?,
+            mlp: match sparse {
+                Some(moe) => FeedForward::Sparse(moe),
+                None => FeedForward::Dense(Mlp::load(weights, &format!("{prefix}.mlp"), c, v)?),
+            },
             mlp_out,
         })
     }
@@ -842,6 +870,21 @@ impl Transformer {
         weights: &mut WeightMap,
         dtype: Dtype,
     ) -> Result<Self> {
+        Self::load_sparse(config, variant, layers, weights, dtype, &mut |_, _| {
+            Ok(None)
+        })
+    }
+
+    /// [`load_layers`](Self::load_layers) with the MLP of the layers `sparse` loads a
+    /// mixture of experts for replaced by it.
+    pub fn load_sparse(
+        config: ModelConfig,
+        variant: Variant,
+        layers: Vec<LayerAttention>,
+        weights: &mut WeightMap,
+        dtype: Dtype,
+        sparse: &mut SparseLayers,
+    ) -> Result<Self> {
         let c = &config;
         let d = c.hidden_size;
         let embed_tokens = weights.embedding("model.embed_tokens", c.vocab_size, d)?;
@@ -849,7 +892,9 @@ impl Transformer {
             .into_iter()
             .enumerate()
             .map(|(i, positions)| {
-                Block::load(weights, &format!("model.layers.{i}"), c, variant, positions)
+                let moe = sparse(weights, i)?;
+                let prefix = format!("model.layers.{i}");
+                Block::load(weights, &prefix, c, variant, positions, moe)
             })
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(

@@ -4,9 +4,12 @@ pub mod base;
 mod gemma3;
 mod llama;
 mod mistral;
+mod mixtral;
+mod moe;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3_moe;
 mod smollm3;
 
 pub use base::{Logits, Transformer};
@@ -31,9 +34,11 @@ pub fn build(
         }
         Architecture::Llama => llama::build(config, weights, dtype),
         Architecture::Mistral => mistral::build(config, weights, dtype),
+        Architecture::Mixtral => mixtral::build(config, weights, dtype),
         Architecture::Phi3 => phi3::build(config, weights, dtype),
         Architecture::Qwen2 => qwen2::build(config, weights, dtype),
         Architecture::Qwen3 => qwen3::build(config, weights, dtype),
+        Architecture::Qwen3Moe => qwen3_moe::build(config, weights, dtype),
         Architecture::SmolLm3 => smollm3::build(config, weights, dtype),
     }
 }
