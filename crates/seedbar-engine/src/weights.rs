@@ -167,6 +167,12 @@ impl WeightMap {
     }
 
     fn matrix(&mut self, prefix: &str, rows: i32, cols: i32) -> Result<Matrix> {
+        self.load_matrix(prefix, rows, cols, true)
+    }
+
+    /// The `[rows, cols]` matrix under `prefix`; on the CPU a quantized one is packed for the
+    /// CPU kernels when `pack` (and they hold its format), dequantized otherwise.
+    fn load_matrix(&mut self, prefix: &str, rows: i32, cols: i32, pack: bool) -> Result<Matrix> {
         let weight_name = format!("{prefix}.weight");
         let scales_name = format!("{prefix}.scales");
         if !self.contains(&scales_name) {
@@ -205,15 +211,15 @@ impl WeightMap {
         if !self.options.dequantize {
             return Ok(Matrix::Quantized(quantized));
         }
-        match quantized.packed(rows, cols) {
-            Ok(packed) => Ok(Matrix::Packed(Arc::new(packed))),
-            Err(reason) => {
-                tracing::debug!(name = weight_name, %reason, "dequantized for the CPU");
-                Ok(Matrix::Dense(materialize(
-                    quantized.dequantize(self.options.compute_dtype)?,
-                )?))
+        if pack {
+            match quantized.packed(rows, cols) {
+                Ok(packed) => return Ok(Matrix::Packed(Arc::new(packed))),
+                Err(reason) => tracing::debug!(name = weight_name, %reason, "dequantized"),
             }
         }
+        Ok(Matrix::Dense(materialize(
+            quantized.dequantize(self.options.compute_dtype)?,
+        )?))
     }
 
     /// A mixture of experts' `count` projections of `input` to `output` features: stacked
@@ -255,7 +261,8 @@ impl WeightMap {
         };
         let matrices = prefixes
             .iter()
-            .map(|p| self.matrix(p, output, input))
+            // MLX's gather kernels take MLX arrays: experts are never packed.
+            .map(|p| self.load_matrix(p, output, input, false))
             .collect::<Result<Vec<_>>>()?;
         ExpertMatrices::stack(&matrices, stacked)
     }
@@ -396,7 +403,7 @@ impl ExpertMatrices {
             .iter()
             .filter_map(|m| match m {
                 Matrix::Dense(w) => Some(w),
-                Matrix::Quantized(_) => None,
+                Matrix::Quantized(_) | Matrix::Packed(_) => None,
             })
             .collect();
         if dense.len() == matrices.len() {
@@ -406,7 +413,7 @@ impl ExpertMatrices {
             .iter()
             .filter_map(|m| match m {
                 Matrix::Quantized(q) => Some(q),
-                Matrix::Dense(_) => None,
+                Matrix::Dense(_) | Matrix::Packed(_) => None,
             })
             .collect();
         let first = quantized[0];
@@ -446,6 +453,10 @@ impl ExpertMatrices {
                 q.bits,
                 false,
             )?,
+            // `stack` builds dense or quantized stacks only.
+            Matrix::Packed(_) => {
+                return Err(EngineError::Mlx("experts cannot run packed".to_string()))
+            }
         })
     }
 }

@@ -933,17 +933,21 @@ impl Transformer {
     /// `Packed` only when every matmul of the model runs on the CPU kernels, whose rows are
     /// independent at any row count; a model with some dequantized layers is `Quantized`.
     pub fn weight_kind(&self) -> WeightKind {
-        let linears = self.layers.iter().flat_map(|b| {
-            let (a, m) = (&b.self_attn, &b.mlp);
-            [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
-                .into_iter()
-                .chain([&m.gate_proj, &m.up_proj, &m.down_proj])
-        });
-        let mut linears = linears.chain([&self.lm_head]);
+        let packed = |l: &Linear| matches!(l.weight, Matrix::Packed(_));
+        let all_packed = packed(&self.lm_head)
+            && self.layers.iter().all(|b| {
+                let a = &b.self_attn;
+                // Experts run through MLX's gather kernels, never packed.
+                let FeedForward::Dense(m) = &b.mlp else {
+                    return false;
+                };
+                [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
+                    .into_iter()
+                    .chain([&m.gate_proj, &m.up_proj, &m.down_proj])
+                    .all(packed)
+            });
         match self.layers.first().map(|b| &b.self_attn.q_proj.weight) {
-            Some(Matrix::Packed(_)) if linears.all(|l| matches!(l.weight, Matrix::Packed(_))) => {
-                WeightKind::Packed
-            }
+            Some(Matrix::Packed(_)) if all_packed => WeightKind::Packed,
             Some(Matrix::Quantized(_) | Matrix::Packed(_)) => WeightKind::Quantized,
             _ => WeightKind::Dense,
         }
