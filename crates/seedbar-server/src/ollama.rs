@@ -29,7 +29,7 @@ use crate::{
     models::{ModelCard, ModelFacts},
     openai::{seed_value, with_seed},
     pulls::PullStatus,
-    structured::OllamaFormat,
+    structured::{self, OllamaFormat},
     App,
 };
 
@@ -75,18 +75,18 @@ impl Options {
     }
 }
 
-/// The job for `prompt`, held to `format` when one is given.
-fn job(
+/// The job for `prompt` on `model`, held to `format` when one is given.
+async fn job(
+    model: &ServedModel,
     prompt: Prompt,
     options: &Options,
     format: Option<&OllamaFormat>,
     id_prefix: &'static str,
 ) -> std::result::Result<Job, ApiError> {
     let format = format.map(OllamaFormat::format).transpose()?.flatten();
-    Ok(Job {
-        format: format.map(|format| (format, "format")),
-        ..Job::new(vec![prompt], options.settings()?, id_prefix)
-    })
+    let mut settings = options.settings()?;
+    structured::constrain(&mut settings, &model.model, format.map(|f| (f, "format"))).await?;
+    Ok(Job::new(vec![prompt], settings, id_prefix))
 }
 
 fn yes() -> bool {
@@ -516,7 +516,7 @@ pub async fn chat(
     }
     let tools = req.tools.filter(|t| !t.is_empty());
     let prompt = Prompt::Chat { messages, tools };
-    let job = job(prompt, &req.options, req.format.as_ref(), "chat-")?;
+    let job = job(&model, prompt, &req.options, req.format.as_ref(), "chat-").await?;
     let generation = Generation::start(&app, model, job)?;
     Ok(respond(generation, req.stream, Route::Chat).await?)
 }
@@ -576,7 +576,7 @@ pub async fn generate(
     };
     let job = Job {
         context: req.context,
-        ..job(prompt, &req.options, req.format.as_ref(), "gen-")?
+        ..job(&model, prompt, &req.options, req.format.as_ref(), "gen-").await?
     };
     let generation = Generation::start(&app, model, job)?;
     Ok(respond(generation, req.stream, Route::Generate).await?)
