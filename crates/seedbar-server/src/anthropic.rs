@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::{
     error::{AnthropicError, ApiError},
-    extract::{AnthropicBody, TextOr},
+    extract::{null_as_default, AnthropicBody, TextOr},
     generation::{
         stream_body, Delta, Finish, Generation, Job, Reply, ServedModel, Settings, StopReason,
         Token, Translator,
@@ -36,7 +36,7 @@ pub struct Conversation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     system: Option<TextOr<TextBlock>>,
     messages: Vec<InMessage>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     tools: Vec<Tool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tool_choice: Option<ToolChoice>,
@@ -47,7 +47,7 @@ pub struct Conversation {
 pub struct MessagesFields {
     /// Required, as Anthropic requires it.
     max_tokens: usize,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     stop_sequences: Vec<String>,
 }
 
@@ -98,6 +98,10 @@ enum InBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<TextOr<TextBlock>>,
     },
+    /// An earlier assistant turn's reasoning (clients send it back, from whichever model
+    /// wrote it): left out of the prompt, as Anthropic leaves earlier turns' thinking out.
+    Thinking {},
+    RedactedThinking {},
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -201,6 +205,7 @@ fn push_turns(
             (InBlock::ToolUse { id, name, input }, Role::Assistant) => {
                 calls.push((id, name, input))
             }
+            (InBlock::Thinking {} | InBlock::RedactedThinking {}, Role::Assistant) => {}
             (
                 InBlock::ToolResult {
                     tool_use_id,
@@ -220,6 +225,9 @@ fn push_turns(
             (block, _) => {
                 let (kind, belongs) = match block {
                     InBlock::ToolUse { .. } => ("tool_use", "assistant"),
+                    InBlock::Thinking {} | InBlock::RedactedThinking {} => {
+                        ("thinking", "assistant")
+                    }
                     _ => ("tool_result", "user"),
                 };
                 return Err(ApiError::bad_param(
@@ -720,6 +728,35 @@ mod tests {
         let parsed: ToolChoice =
             serde_json::from_value(json!({"type": "tool", "name": "f"})).unwrap();
         assert_eq!(parsed, ToolChoice::Tool { name: "f".into() });
+    }
+
+    #[test]
+    fn earlier_thinking_is_left_out_of_the_prompt() {
+        let chat = conversation(json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "hello"}]},
+            {"role": "user", "content": "again"},
+        ]}))
+        .unwrap();
+        assert_eq!(
+            chat.messages,
+            [
+                ChatMessage::new("user", "hi"),
+                ChatMessage::new("assistant", "hello"),
+                ChatMessage::new("user", "again"),
+            ]
+        );
+        let e = conversation(json!({"messages": [
+            {"role": "user", "content": [{"type": "thinking", "thinking": "x"}]}]}))
+        .unwrap_err();
+        assert!(
+            e.message.contains("thinking blocks belong in assistant"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::{
     error::{ApiError, OllamaError, OllamaErrorBody},
-    extract::OllamaJson,
+    extract::{null_as_default, null_as_true, OllamaJson},
     generation::{
         spawn_body, stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel,
         Settings, StopReason, Timings, Token, Translator,
@@ -385,7 +385,7 @@ pub async fn ps(State(app): State<Arc<App>>) -> Result<Json<RunningList>> {
 pub struct PullRequest {
     #[serde(flatten)]
     model: ModelRequest,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "null_as_true")]
     stream: bool,
 }
 
@@ -471,9 +471,9 @@ pub async fn pull(
 pub struct ChatRequest {
     model: String,
     messages: Vec<OllamaMessage>,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "null_as_true")]
     stream: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     options: Options,
     tools: Option<Vec<Value>>,
     format: Option<OllamaFormat>,
@@ -482,9 +482,9 @@ pub struct ChatRequest {
 #[derive(Deserialize)]
 struct OllamaMessage {
     role: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     content: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     images: Vec<Value>,
     tool_calls: Option<Value>,
 }
@@ -524,20 +524,20 @@ pub async fn chat(
 #[derive(Deserialize)]
 pub struct GenerateRequest {
     model: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     prompt: String,
     suffix: Option<String>,
     system: Option<String>,
     /// Send the prompt as is, without the chat template.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     raw: bool,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "null_as_true")]
     stream: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     options: Options,
     format: Option<OllamaFormat>,
     /// An earlier reply's `context`: run before the prompt as given.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     context: Vec<u32>,
 }
 

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::{
     error::ApiError,
-    extract::JsonBody,
+    extract::{null_as_default, JsonBody},
     generation::{
         stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel, Settings,
         Token, TotalUsage, Translator,
@@ -50,7 +50,7 @@ pub struct CommonFields {
     stop: Option<Stop>,
     max_tokens: Option<usize>,
     n: Option<usize>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) stream: bool,
     stream_options: Option<StreamOptions>,
 }
@@ -64,7 +64,7 @@ enum Stop {
 
 #[derive(Deserialize, Default)]
 struct StreamOptions {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     include_usage: bool,
 }
 
@@ -205,7 +205,7 @@ pub async fn get_model(
 pub struct ChatRequest {
     messages: Vec<InMessage>,
     max_completion_tokens: Option<usize>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     logprobs: bool,
     top_logprobs: Option<usize>,
     tools: Option<Vec<Value>>,
@@ -805,7 +805,7 @@ impl Translator for ChatStream {
 pub struct CompletionRequest {
     prompt: PromptField,
     suffix: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     echo: bool,
     logprobs: Option<usize>,
     /// Not in OpenAI's legacy API; vLLM and llama.cpp's server take it here too.

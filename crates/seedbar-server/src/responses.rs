@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::{
     error::ApiError,
-    extract::{JsonBody, TextOr},
+    extract::{null_as_default, JsonBody, TextOr},
     generation::{
         stream_body, Delta, Finish, Generation, Job, ServedModel, StopReason, Token, Translator,
     },
@@ -34,7 +34,7 @@ pub struct ResponsesRequest {
     input: TextOr<InputItem>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     instructions: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     tools: Vec<FunctionTool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tool_choice: Option<ToolChoice>,
@@ -42,7 +42,7 @@ pub struct ResponsesRequest {
     max_output_tokens: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     previous_response_id: Option<String>,
-    #[serde(default, skip_serializing)]
+    #[serde(default, skip_serializing, deserialize_with = "null_as_default")]
     text: TextOptions,
 }
 
@@ -80,6 +80,9 @@ enum ItemType {
     Message,
     FunctionCall,
     FunctionCallOutput,
+    /// An earlier reply's reasoning (clients send it back, from whichever model wrote it):
+    /// opaque, and left out of the prompt.
+    Reasoning,
 }
 
 impl ItemType {
@@ -88,6 +91,7 @@ impl ItemType {
             ItemType::Message => "message",
             ItemType::FunctionCall => "function_call",
             ItemType::FunctionCallOutput => "function_call_output",
+            ItemType::Reasoning => "reasoning",
         }
     }
 }
@@ -244,6 +248,7 @@ fn push_items(items: Vec<InputItem>, chat: &mut Vec<ChatMessage>) -> Result<(), 
             )
         };
         match item.kind {
+            ItemType::Reasoning => {}
             ItemType::FunctionCall => {
                 let (Some(call_id), Some(name), Some(arguments)) =
                     (&item.call_id, &item.name, &item.arguments)
@@ -855,6 +860,20 @@ mod tests {
         );
         let chat = request(json!({"input": "Hi"})).unwrap();
         assert_eq!(chat.messages, [ChatMessage::new("user", "Hi")]);
+        let chat = request(json!({"input": [
+            {"role": "user", "content": "Hi"},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+            {"role": "assistant", "content": "Hello"},
+        ]}))
+        .unwrap();
+        assert_eq!(
+            chat.messages,
+            [
+                ChatMessage::new("user", "Hi"),
+                ChatMessage::new("assistant", "Hello")
+            ],
+            "reasoning items are left out"
+        );
     }
 
     #[test]
