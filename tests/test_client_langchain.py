@@ -31,7 +31,7 @@ class GetWeather(BaseModel):
 
 
 def chat_openai(server, **settings):
-    settings = {"max_tokens": 24, "temperature": 0.8, "seed": 7, **settings}
+    settings = {"max_tokens": 12, "temperature": 0.8, "seed": 7, **settings}
     return ChatOpenAI(
         model=DEFAULT_MODEL, base_url=server.base_url, api_key="unused", max_retries=0, timeout=120, **settings
     )
@@ -48,7 +48,7 @@ def test_chat_openai_invokes_and_counts_usage(chat):
     assert reply.response_metadata["model_name"] == DEFAULT_MODEL
     assert reply.response_metadata["finish_reason"] in ("stop", "length")
     usage = reply.usage_metadata
-    assert usage["input_tokens"] > 0 and 0 < usage["output_tokens"] <= 24
+    assert usage["input_tokens"] > 0 and 0 < usage["output_tokens"] <= 12
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
 
 
@@ -67,7 +67,7 @@ def test_chat_openai_streams_the_same_seeded_reply_it_invokes(chat):
 
 
 def test_with_structured_output_gives_a_valid_pydantic_object(server):
-    for seed in range(3):
+    for seed in range(2):
         structured = chat_openai(server, max_tokens=60, seed=seed).with_structured_output(
             Pet, method="json_schema", include_raw=True
         )
@@ -93,7 +93,7 @@ def test_bind_tools_with_a_forced_choice_gives_a_valid_call(server):
 
 @pytest.fixture(scope="module")
 def ollama_chat(server):
-    return ChatOllama(model=DEFAULT_MODEL, base_url=server.url, num_predict=24, seed=7, temperature=0.8)
+    return ChatOllama(model=DEFAULT_MODEL, base_url=server.url, num_predict=12, seed=7, temperature=0.8)
 
 
 def test_chat_ollama_invokes_and_streams(ollama_chat):
