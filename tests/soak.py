@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chat_stream import read_chat_stream  # noqa: E402
 from conftest import DEFAULT_MODEL, Seedbar, default_gguf, parse_metrics, serving, wait_for  # noqa: E402
 
 MAX_TOKENS = 24
@@ -161,38 +162,11 @@ async def sse_chat(client, body, stop_after=None):
             refused(resp.status_code, await resp.aread(), "openai")
         if resp.headers.get("x-seedbar-seed") != str(body["seed"]):
             raise Unexpected(f"x-seedbar-seed {resp.headers.get('x-seedbar-seed')!r} for seed {body['seed']}")
-        parts, tokens, chunks, done, finish = [], None, 0, False, None
-        async for line in resp.aiter_lines():
-            if not line or line.startswith(":"):
-                continue  # blank separators; keep-alive comments while waiting for a row
-            if not line.startswith("data: "):
-                raise Unexpected(f"not an SSE data line: {line[:200]!r}")
-            data = line[len("data: "):]
-            if data == "[DONE]":
-                done = True
-                continue
-            if done:
-                raise Unexpected("data after [DONE]")
-            chunk = json.loads(data)
-            if "error" in chunk:
-                raise Unexpected(f"error event mid-stream: {data[:300]}")
-            if chunk.get("seed") != body["seed"]:
-                raise Unexpected(f"chunk seed {chunk.get('seed')} != {body['seed']}")
-            chunks += 1
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            for choice in chunk["choices"]:
-                parts.append(choice["delta"].get("content") or "")
-                finish = choice["finish_reason"] or finish
-            if stop_after is not None and chunks >= stop_after:
-                return "".join(parts), chunks, chunks  # leaving the block closes the connection
+        stream = await read_chat_stream(resp, body["seed"], stop_after)
     if stop_after is not None:
-        return "".join(parts), chunks, chunks
-    if not done:
-        raise Unexpected("stream ended without data: [DONE]")
-    if finish not in ("stop", "length") or tokens is None:
-        raise Unexpected(f"finish_reason {finish!r}, usage tokens {tokens!r}")
-    return "".join(parts), tokens, chunks
+        return stream.text, stream.chunks, stream.chunks
+    stream.check_finished()
+    return stream.text, stream.usage["completion_tokens"], stream.chunks
 
 
 async def plain_chat(client, body):

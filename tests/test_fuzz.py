@@ -169,8 +169,10 @@ def one_token_openai(body):
 
 def one_token_ollama(body):
     """The same for Ollama: `options.num_predict` (absent or <= 0 means "until the context
-    ends") becomes 1 unless it has a wrong type."""
-    options = body.setdefault("options", {})
+    ends") becomes 1 unless it has a wrong type; `options: null` reads as absent."""
+    if body.get("options") is None:
+        body["options"] = {}
+    options = body["options"]
     if isinstance(options, dict):
         n = options.get("num_predict")
         if n is None or (is_int(n) and -(2**63) <= n < 2**63):

@@ -4,13 +4,13 @@ give exactly the text its (prompt, seed) gives alone (no token leaks between str
 server must end idle with its memory back near the warmed-up baseline."""
 
 import asyncio
-import json
 import os
 import time
 
 import httpx
 import pytest
 
+from chat_stream import read_chat_stream
 from conftest import DEFAULT_MODEL, serving
 
 CLIENTS = 32
@@ -43,38 +43,10 @@ async def stream_once(client, prompt, seed):
     async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         if resp.status_code != 200:
             raise AssertionError(f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}")
-        parts, finish, usage, done = [], None, None, False
-        async for line in resp.aiter_lines():
-            if not line:
-                continue
-            if line.startswith(":"):
-                # An SSE comment: the server's keep-alive while a request waits for a row.
-                # SSE clients (the openai SDK among them) skip these.
-                KEEP_ALIVES[0] += 1
-                continue
-            if not line.startswith("data: "):
-                raise AssertionError(f"not an SSE data line: {line!r}")
-            data = line[len("data: "):]
-            if data == "[DONE]":
-                done = True
-                continue
-            if done:
-                raise AssertionError("data after [DONE]")
-            chunk = json.loads(data)
-            if chunk.get("seed") != seed:
-                raise AssertionError(f"chunk seed {chunk.get('seed')} != {seed}")
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            for choice in chunk["choices"]:
-                parts.append(choice["delta"].get("content") or "")
-                finish = choice["finish_reason"] or finish
-    if not done:
-        raise AssertionError("stream ended without data: [DONE]")
-    if finish not in ("stop", "length"):
-        raise AssertionError(f"no finish_reason (got {finish!r})")
-    if usage is None:
-        raise AssertionError("no usage chunk")
-    return "".join(parts), finish, usage["completion_tokens"]
+        stream = await read_chat_stream(resp, seed)
+    KEEP_ALIVES[0] += stream.keep_alives
+    stream.check_finished()
+    return stream.text, stream.finish, stream.usage["completion_tokens"]
 
 
 async def timed(client, prompt, seed):

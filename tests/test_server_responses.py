@@ -1,13 +1,15 @@
 """`seedbar serve`'s OpenAI Responses API (stateless) through the official `openai` SDK's
 `client.responses.create`: a plain response and a cut-short one, streaming (event order,
 increasing sequence numbers, deltas that join to the text), function tools with a call and
-its output sent back, and `previous_response_id` refused."""
+its output sent back, structured output (`text.format`: the SDK's `responses.parse` with a
+pydantic model), and `previous_response_id` refused."""
 
 import json
 
 import openai
 import pytest
 from openai import OpenAI
+from pydantic import BaseModel, ConfigDict, Field
 
 from conftest import DEFAULT_MODEL
 
@@ -104,7 +106,26 @@ def test_a_required_tool_choice_always_calls(client):
     assert len(done) == 1 and done[0].arguments == call.arguments
 
 
+class City(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=20)
+    country: str = Field(max_length=20)
+
+
+def test_text_format_is_enforced(client):
+    parsed = client.responses.parse(
+        model=DEFAULT_MODEL, input="Name a big city.", text_format=City, max_output_tokens=40, temperature=0,
+        store=False,
+    )
+    assert isinstance(parsed.output_parsed, City), parsed.output_text
+    streamed = list(respond(client, input="Name a big city.", max_output_tokens=40, stream=True,
+                            text={"format": {"type": "json_object"}}))
+    assert isinstance(json.loads(streamed[-1].response.output_text), dict)
+
+
 @pytest.mark.parametrize("kwargs, fragment", [
+    ({"text": {"format": {"type": "json_object"}}, "tools": [WEATHER_TOOL], "tool_choice": "required"},
+     "cannot both apply"),
     ({"previous_response_id": "resp_123"}, "stateless"),
     ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "name": "nope"}}, "'nope'"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},

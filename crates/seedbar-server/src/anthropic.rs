@@ -14,15 +14,15 @@ use serde_json::Value;
 
 use crate::{
     error::{AnthropicError, ApiError},
-    extract::{AnthropicBody, TextOr},
+    extract::{null_as_default, AnthropicBody, TextOr},
     generation::{
-        stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel, Settings,
-        StopReason, Token, Translator,
+        stream_body, Delta, Finish, Generation, Job, Reply, ServedModel, Settings, StopReason,
+        Token, Translator,
     },
     openai::{
         arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
     },
-    structured::{forced_call, ChatInput},
+    structured::{self, forced_call, ChatInput},
     App,
 };
 use seedbar_grammar::ToolSchema;
@@ -36,7 +36,7 @@ pub struct Conversation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     system: Option<TextOr<TextBlock>>,
     messages: Vec<InMessage>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     tools: Vec<Tool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tool_choice: Option<ToolChoice>,
@@ -47,7 +47,7 @@ pub struct Conversation {
 pub struct MessagesFields {
     /// Required, as Anthropic requires it.
     max_tokens: usize,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     stop_sequences: Vec<String>,
 }
 
@@ -98,6 +98,10 @@ enum InBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<TextOr<TextBlock>>,
     },
+    /// An earlier assistant turn's reasoning (clients send it back, from whichever model
+    /// wrote it): left out of the prompt, as Anthropic leaves earlier turns' thinking out.
+    Thinking {},
+    RedactedThinking {},
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -131,15 +135,15 @@ fn text_of(content: TextOr<TextBlock>) -> String {
 }
 
 impl Conversation {
-    /// The chat as templates see it, and the tools offered (none with `tool_choice: none`).
-    /// A call that `any` or a named `tool` forces comes third.
+    /// The chat as templates see it, the tools offered (none with `tool_choice: none`), and
+    /// the call that `any` or a named `tool` forces.
     fn into_chat(self) -> Result<ChatInput, ApiError> {
         let forced_name = match &self.tool_choice {
             Some(ToolChoice::Any) => Some(None),
             Some(ToolChoice::Tool { name }) => Some(Some(name.as_str())),
             Some(ToolChoice::Auto | ToolChoice::None) | None => None,
         };
-        let forced = forced_name
+        let forced_call = forced_name
             .map(|name| {
                 let declared = self.tools.iter().map(|t| ToolSchema {
                     name: t.name.clone(),
@@ -171,7 +175,11 @@ impl Conversation {
         for (index, message) in self.messages.into_iter().enumerate() {
             push_turns(index, message, &mut chat)?;
         }
-        Ok((chat, tools, forced))
+        Ok(ChatInput {
+            messages: chat,
+            tools,
+            forced_call,
+        })
     }
 }
 
@@ -197,6 +205,7 @@ fn push_turns(
             (InBlock::ToolUse { id, name, input }, Role::Assistant) => {
                 calls.push((id, name, input))
             }
+            (InBlock::Thinking {} | InBlock::RedactedThinking {}, Role::Assistant) => {}
             (
                 InBlock::ToolResult {
                     tool_use_id,
@@ -216,6 +225,9 @@ fn push_turns(
             (block, _) => {
                 let (kind, belongs) = match block {
                     InBlock::ToolUse { .. } => ("tool_use", "assistant"),
+                    InBlock::Thinking {} | InBlock::RedactedThinking {} => {
+                        ("thinking", "assistant")
+                    }
                     _ => ("tool_result", "user"),
                 };
                 return Err(ApiError::bad_param(
@@ -542,13 +554,12 @@ pub async fn messages(
     let (common, fields, conversation): (CommonFields, MessagesFields, Conversation) =
         (body.parse()?, body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;
-    let settings = settings(&common, fields)?;
-    let (messages, tools, forced) = conversation.into_chat()?;
+    let mut settings = settings(&common, fields)?;
+    let (prompt, forced_call) = conversation.into_chat()?.into_prompt();
+    let forced_call = forced_call.map(|call| (call, "tool_choice"));
+    structured::constrain(&mut settings, &model.model, forced_call).await?;
     let stops = settings.stop.clone();
-    let job = Job {
-        format: forced.map(|call| (call, "tool_choice")),
-        ..Job::new(vec![Prompt::Chat { messages, tools }], settings, "msg_")
-    };
+    let job = Job::new(vec![prompt], settings, "msg_");
     let generation = Generation::start(&app, model, job)?;
     let frame = MessageFrame::new(&generation, stops);
     let seed = frame.seed;
@@ -575,8 +586,8 @@ pub async fn count_tokens(
 ) -> Result<Json<TokenCount>, AnthropicError> {
     let (common, conversation): (CommonFields, Conversation) = (body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;
-    let (messages, tools, _) = conversation.into_chat()?;
-    let prompt = Prompt::Chat { messages, tools }.tokens(&model)?;
+    let (prompt, _) = conversation.into_chat()?.into_prompt();
+    let prompt = prompt.tokens(&model)?;
     Ok(Json(TokenCount {
         input_tokens: prompt.len(),
     }))
@@ -640,7 +651,11 @@ mod tests {
 
     #[test]
     fn a_conversation_becomes_template_turns_and_tools() {
-        let (chat, tools, _) = conversation(json!({
+        let ChatInput {
+            messages: chat,
+            tools,
+            ..
+        } = conversation(json!({
             "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
             "tools": [{"name": "weather", "description": "Weather now",
                        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
@@ -693,11 +708,15 @@ mod tests {
                 "tool_choice": choice,
             }))
         };
-        assert!(with_choice(json!({"type": "auto"})).unwrap().1.is_some());
-        assert_eq!(with_choice(json!({"type": "none"})).unwrap().1, None);
+        assert!(with_choice(json!({"type": "auto"}))
+            .unwrap()
+            .tools
+            .is_some());
+        assert_eq!(with_choice(json!({"type": "none"})).unwrap().tools, None);
         for forced in [json!({"type": "any"}), json!({"type": "tool", "name": "f"})] {
-            let (_, tools, call) = with_choice(forced).unwrap();
-            assert!(tools.is_some());
+            let chat = with_choice(forced).unwrap();
+            assert!(chat.tools.is_some());
+            let call = chat.forced_call;
             let Some(seedbar_grammar::Format::ToolCall(calls)) = call else {
                 panic!("{call:?} forces no call")
             };
@@ -709,6 +728,35 @@ mod tests {
         let parsed: ToolChoice =
             serde_json::from_value(json!({"type": "tool", "name": "f"})).unwrap();
         assert_eq!(parsed, ToolChoice::Tool { name: "f".into() });
+    }
+
+    #[test]
+    fn earlier_thinking_is_left_out_of_the_prompt() {
+        let chat = conversation(json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "hello"}]},
+            {"role": "user", "content": "again"},
+        ]}))
+        .unwrap();
+        assert_eq!(
+            chat.messages,
+            [
+                ChatMessage::new("user", "hi"),
+                ChatMessage::new("assistant", "hello"),
+                ChatMessage::new("user", "again"),
+            ]
+        );
+        let e = conversation(json!({"messages": [
+            {"role": "user", "content": [{"type": "thinking", "thinking": "x"}]}]}))
+        .unwrap_err();
+        assert!(
+            e.message.contains("thinking blocks belong in assistant"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

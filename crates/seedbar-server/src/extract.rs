@@ -1,6 +1,7 @@
 //! The JSON body extractor every POST route uses: size-limited, and its errors say which
-//! field is wrong (`param`) instead of axum's plain-text rejections; and [`TextOr`], the
-//! "a string or a list of typed parts" field whose errors keep saying which part is wrong.
+//! field is wrong (`param`) instead of axum's plain-text rejections; [`TextOr`], the
+//! "a string or a list of typed parts" field whose errors keep saying which part is wrong;
+//! and [`null_as_default`] / [`null_as_true`] for fields clients send as `null`.
 
 use axum::{
     body::Bytes,
@@ -153,9 +154,57 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for TextOr<T> {
     }
 }
 
+/// For `#[serde(default, deserialize_with = "null_as_default")]`: a field sent as `null`
+/// reads as one left out. Clients of every protocol send `null` for what they do not set
+/// (Zed's `images`, Go and Rust clients' unset options), and the reference servers take it.
+pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// The same for a flag that is on unless sent `false` (Ollama's `stream`): pair it with
+/// `#[serde(default = "...")]` returning `true`.
+pub fn null_as_true<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    Ok(Option::<bool>::deserialize(deserializer)?.unwrap_or(true))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Nullable {
+        #[serde(default, deserialize_with = "null_as_default")]
+        images: Vec<String>,
+        #[serde(default = "on", deserialize_with = "null_as_true")]
+        stream: bool,
+    }
+
+    fn on() -> bool {
+        true
+    }
+
+    #[test]
+    fn null_reads_as_left_out() {
+        for body in [&br#"{}"#[..], br#"{"images": null, "stream": null}"#] {
+            let read: Nullable = parse(body).unwrap();
+            assert_eq!(
+                read,
+                Nullable {
+                    images: vec![],
+                    stream: true
+                }
+            );
+        }
+        let read: Nullable = parse(br#"{"images": ["a"], "stream": false}"#).unwrap();
+        assert_eq!(read.images, ["a"]);
+        assert!(!read.stream);
+        let bad = parse::<Nullable>(br#"{"images": 3}"#).unwrap_err();
+        assert_eq!(bad.param.as_deref(), Some("images"));
+    }
 
     #[derive(Debug, PartialEq, Deserialize)]
     #[serde(tag = "type", rename_all = "snake_case")]

@@ -18,12 +18,12 @@ use futures_util::{stream, Stream, StreamExt};
 use seedbar_engine::{
     ChatMessage, FinishReason, SamplingParams, ToolCall, ToolCallParser, ToolOutput,
 };
-use seedbar_grammar::{Constraint, Format};
+use seedbar_grammar::Constraint;
 use seedbar_scheduler::{draw_seed, Request, RequestStream, TokenLogprob, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc::Sender;
 
-use crate::{error::ApiError, metrics::Metrics, models::LoadedModel, structured, App};
+use crate::{error::ApiError, metrics::Metrics, models::LoadedModel, App};
 
 /// Stop strings a request may give (OpenAI allows 4; editors' autocomplete sends ~10).
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -142,9 +142,8 @@ pub struct Job {
     pub prompts: Vec<Prompt>,
     /// Choices per prompt.
     pub n: usize,
+    /// With the format every reply must follow compiled in (`structured::constrain`).
     pub settings: Settings,
-    /// The format every reply must follow, and the request field that asked for it.
-    pub format: Option<(Format, &'static str)>,
     /// Token ids run before each prompt, as given (Ollama's `context`).
     pub context: Vec<u32>,
     /// The response id is this and 13 hex digits.
@@ -158,7 +157,6 @@ impl Job {
             prompts,
             n: 1,
             settings,
-            format: None,
             context: Vec::new(),
             id_prefix,
         }
@@ -297,18 +295,15 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Build the prompts, compile the format, and submit `n` choices for each prompt;
-    /// choice `k` (prompt-major) uses `seed + k`.
+    /// Build the prompts and submit `n` choices for each prompt; choice `k` (prompt-major)
+    /// uses `seed + k`.
     pub fn start(app: &App, served: ServedModel, job: Job) -> Result<Self, ApiError> {
         let started = Instant::now();
         let ServedModel {
             model,
             load_duration,
         } = served;
-        let mut settings = job.settings;
-        if let Some((format, param)) = job.format {
-            structured::constrain(&mut settings, &model, format, param)?;
-        }
+        let settings = job.settings;
         let tools = job.prompts.iter().any(Prompt::offers_tools);
         let prompts = job
             .prompts

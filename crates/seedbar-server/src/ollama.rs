@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::{
     error::{ApiError, OllamaError, OllamaErrorBody},
-    extract::OllamaJson,
+    extract::{null_as_default, null_as_true, OllamaJson},
     generation::{
         spawn_body, stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel,
         Settings, StopReason, Timings, Token, Translator,
@@ -29,7 +29,7 @@ use crate::{
     models::{ModelCard, ModelFacts},
     openai::{seed_value, with_seed},
     pulls::PullStatus,
-    structured::OllamaFormat,
+    structured::{self, OllamaFormat},
     App,
 };
 
@@ -75,18 +75,18 @@ impl Options {
     }
 }
 
-/// The job for `prompt`, held to `format` when one is given.
-fn job(
+/// The job for `prompt` on `model`, held to `format` when one is given.
+async fn job(
+    model: &ServedModel,
     prompt: Prompt,
     options: &Options,
     format: Option<&OllamaFormat>,
     id_prefix: &'static str,
 ) -> std::result::Result<Job, ApiError> {
     let format = format.map(OllamaFormat::format).transpose()?.flatten();
-    Ok(Job {
-        format: format.map(|format| (format, "format")),
-        ..Job::new(vec![prompt], options.settings()?, id_prefix)
-    })
+    let mut settings = options.settings()?;
+    structured::constrain(&mut settings, &model.model, format.map(|f| (f, "format"))).await?;
+    Ok(Job::new(vec![prompt], settings, id_prefix))
 }
 
 fn yes() -> bool {
@@ -385,7 +385,7 @@ pub async fn ps(State(app): State<Arc<App>>) -> Result<Json<RunningList>> {
 pub struct PullRequest {
     #[serde(flatten)]
     model: ModelRequest,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "null_as_true")]
     stream: bool,
 }
 
@@ -471,9 +471,9 @@ pub async fn pull(
 pub struct ChatRequest {
     model: String,
     messages: Vec<OllamaMessage>,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "null_as_true")]
     stream: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     options: Options,
     tools: Option<Vec<Value>>,
     format: Option<OllamaFormat>,
@@ -482,9 +482,9 @@ pub struct ChatRequest {
 #[derive(Deserialize)]
 struct OllamaMessage {
     role: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     content: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     images: Vec<Value>,
     tool_calls: Option<Value>,
 }
@@ -516,7 +516,7 @@ pub async fn chat(
     }
     let tools = req.tools.filter(|t| !t.is_empty());
     let prompt = Prompt::Chat { messages, tools };
-    let job = job(prompt, &req.options, req.format.as_ref(), "chat-")?;
+    let job = job(&model, prompt, &req.options, req.format.as_ref(), "chat-").await?;
     let generation = Generation::start(&app, model, job)?;
     Ok(respond(generation, req.stream, Route::Chat).await?)
 }
@@ -524,20 +524,20 @@ pub async fn chat(
 #[derive(Deserialize)]
 pub struct GenerateRequest {
     model: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     prompt: String,
     suffix: Option<String>,
     system: Option<String>,
     /// Send the prompt as is, without the chat template.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     raw: bool,
-    #[serde(default = "yes")]
+    #[serde(default = "yes", deserialize_with = "null_as_true")]
     stream: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     options: Options,
     format: Option<OllamaFormat>,
     /// An earlier reply's `context`: run before the prompt as given.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     context: Vec<u32>,
 }
 
@@ -576,7 +576,7 @@ pub async fn generate(
     };
     let job = Job {
         context: req.context,
-        ..job(prompt, &req.options, req.format.as_ref(), "gen-")?
+        ..job(&model, prompt, &req.options, req.format.as_ref(), "gen-").await?
     };
     let generation = Generation::start(&app, model, job)?;
     Ok(respond(generation, req.stream, Route::Generate).await?)

@@ -22,13 +22,13 @@ use serde_json::Value;
 
 use crate::{
     error::ApiError,
-    extract::JsonBody,
+    extract::{null_as_default, JsonBody},
     generation::{
         stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel, Settings,
         Token, TotalUsage, Translator,
     },
     models::ModelCard,
-    structured::{ResponseFormat, ToolChoice, ToolMode},
+    structured::{self, ResponseFormat, ToolChoice, ToolMode},
     App, SEED_HEADER,
 };
 
@@ -50,7 +50,7 @@ pub struct CommonFields {
     stop: Option<Stop>,
     max_tokens: Option<usize>,
     n: Option<usize>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) stream: bool,
     stream_options: Option<StreamOptions>,
 }
@@ -64,7 +64,7 @@ enum Stop {
 
 #[derive(Deserialize, Default)]
 struct StreamOptions {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     include_usage: bool,
 }
 
@@ -200,13 +200,12 @@ pub async fn get_model(
 }
 
 // ---- /v1/chat/completions --------------------------------------------------------------
-// ---- /v1/chat/completions --------------------------------------------------------------
 
 #[derive(Deserialize)]
 pub struct ChatRequest {
     messages: Vec<InMessage>,
     max_completion_tokens: Option<usize>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     logprobs: bool,
     top_logprobs: Option<usize>,
     tools: Option<Vec<Value>>,
@@ -373,28 +372,21 @@ pub async fn chat_completions(
             "top_logprobs needs logprobs: true",
         ));
     }
-    let settings = common.settings(req.max_completion_tokens.or(common.max_tokens), logprobs)?;
+    let mut settings =
+        common.settings(req.max_completion_tokens.or(common.max_tokens), logprobs)?;
     let n = common.n()?;
     let tool_choice = req.tool_choice.unwrap_or(ToolChoice::Mode(ToolMode::Auto));
     let tools = req
         .tools
         .filter(|t| !t.is_empty() && tool_choice.offers_tools());
-    let format = match (
+    let format = structured::one_format(
         tool_choice.format(tools.as_deref().unwrap_or_default())?,
         req.response_format
             .as_ref()
             .and_then(ResponseFormat::format),
-    ) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad_param(
-                "response_format",
-                "a forced tool call (tool_choice) and a JSON response_format cannot both apply",
-            ))
-        }
-        (call, reply) => call
-            .map(|f| (f, "tool_choice"))
-            .or(reply.map(|f| (f, "response_format"))),
-    };
+        "response_format",
+    )?;
+    structured::constrain(&mut settings, &model.model, format).await?;
     let messages = req
         .messages
         .into_iter()
@@ -404,7 +396,6 @@ pub async fn chat_completions(
     let prompt = Prompt::Chat { messages, tools };
     let job = Job {
         n,
-        format,
         ..Job::new(vec![prompt], settings, "chatcmpl-")
     };
     let generation = Generation::start(&app, model, job)?;
@@ -814,7 +805,7 @@ impl Translator for ChatStream {
 pub struct CompletionRequest {
     prompt: PromptField,
     suffix: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     echo: bool,
     logprobs: Option<usize>,
     /// Not in OpenAI's legacy API; vLLM and llama.cpp's server take it here too.
@@ -893,7 +884,13 @@ pub async fn completions(
             "echo together with logprobs is not supported (prompt logprobs are not computed)",
         ));
     }
-    let settings = common.settings(Some(common.max_tokens.unwrap_or(16)), req.logprobs)?;
+    let mut settings = common.settings(Some(common.max_tokens.unwrap_or(16)), req.logprobs)?;
+    let format = req
+        .response_format
+        .as_ref()
+        .and_then(ResponseFormat::format);
+    let format = format.map(|f| (f, "response_format"));
+    structured::constrain(&mut settings, &model.model, format).await?;
     let n = common.n()?;
     let given: Vec<CompletionPrompt> = req.prompt.into();
     if given.is_empty() || given.iter().any(CompletionPrompt::is_empty) {
@@ -915,11 +912,6 @@ pub async fn completions(
     }
     let job = Job {
         n,
-        format: req
-            .response_format
-            .as_ref()
-            .and_then(ResponseFormat::format)
-            .map(|f| (f, "response_format")),
         ..Job::new(prompts, settings, "cmpl-")
     };
     let generation = Generation::start(&app, model, job)?;

@@ -14,15 +14,14 @@ use serde_json::Value;
 
 use crate::{
     error::ApiError,
-    extract::{JsonBody, TextOr},
+    extract::{null_as_default, JsonBody, TextOr},
     generation::{
-        stream_body, Delta, Finish, Generation, Job, Prompt, ServedModel, StopReason, Token,
-        Translator,
+        stream_body, Delta, Finish, Generation, Job, ServedModel, StopReason, Token, Translator,
     },
     openai::{
         arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
     },
-    structured::{forced_call, ChatInput},
+    structured::{self, forced_call, one_format, ChatInput, TextFormat},
     App,
 };
 use seedbar_grammar::ToolSchema;
@@ -35,7 +34,7 @@ pub struct ResponsesRequest {
     input: TextOr<InputItem>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     instructions: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     tools: Vec<FunctionTool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tool_choice: Option<ToolChoice>,
@@ -43,6 +42,15 @@ pub struct ResponsesRequest {
     max_output_tokens: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     previous_response_id: Option<String>,
+    #[serde(default, skip_serializing, deserialize_with = "null_as_default")]
+    text: TextOptions,
+}
+
+/// `text`: how the reply's text is shaped (`verbosity` is read and ignored).
+#[derive(Debug, Default, Deserialize)]
+struct TextOptions {
+    #[serde(default)]
+    format: Option<TextFormat>,
 }
 
 /// An input item. Messages may leave out `type`; which other fields an item needs depends
@@ -72,6 +80,9 @@ enum ItemType {
     Message,
     FunctionCall,
     FunctionCallOutput,
+    /// An earlier reply's reasoning (clients send it back, from whichever model wrote it):
+    /// opaque, and left out of the prompt.
+    Reasoning,
 }
 
 impl ItemType {
@@ -80,6 +91,7 @@ impl ItemType {
             ItemType::Message => "message",
             ItemType::FunctionCall => "function_call",
             ItemType::FunctionCallOutput => "function_call_output",
+            ItemType::Reasoning => "reasoning",
         }
     }
 }
@@ -149,8 +161,8 @@ fn text_of(content: Option<TextOr<InputPart>>) -> String {
 }
 
 impl ResponsesRequest {
-    /// The chat as templates see it, and the tools offered (none with `tool_choice: none`).
-    /// A call that `required` or a named function forces comes third.
+    /// The chat as templates see it, the tools offered (none with `tool_choice: none`), and
+    /// the call that `required` or a named function forces.
     fn into_chat(self) -> Result<ChatInput, ApiError> {
         if self.previous_response_id.is_some() {
             return Err(ApiError::bad_param(
@@ -169,7 +181,7 @@ impl ResponsesRequest {
                 .clone()
                 .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}))
         };
-        let forced = forced_name
+        let forced_call = forced_name
             .map(|name| {
                 let declared = self.tools.iter().map(|t| ToolSchema {
                     name: t.name.clone(),
@@ -199,7 +211,11 @@ impl ResponsesRequest {
         if chat.iter().all(|m| m.role == "system") {
             return Err(ApiError::bad_param("input", "input must not be empty"));
         }
-        Ok((chat, tools, forced))
+        Ok(ChatInput {
+            messages: chat,
+            tools,
+            forced_call,
+        })
     }
 }
 
@@ -232,6 +248,7 @@ fn push_items(items: Vec<InputItem>, chat: &mut Vec<ChatMessage>) -> Result<(), 
             )
         };
         match item.kind {
+            ItemType::Reasoning => {}
             ItemType::FunctionCall => {
                 let (Some(call_id), Some(name), Some(arguments)) =
                     (&item.call_id, &item.name, &item.arguments)
@@ -686,12 +703,12 @@ impl ResponseFrame {
 pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Response, ApiError> {
     let (common, req): (CommonFields, ResponsesRequest) = (body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;
-    let settings = common.settings(req.max_output_tokens, None)?;
-    let (messages, tools, forced) = req.into_chat()?;
-    let job = Job {
-        format: forced.map(|call| (call, "tool_choice")),
-        ..Job::new(vec![Prompt::Chat { messages, tools }], settings, "resp_")
-    };
+    let mut settings = common.settings(req.max_output_tokens, None)?;
+    let reply_format = req.text.format.as_ref().and_then(TextFormat::format);
+    let (prompt, forced_call) = req.into_chat()?.into_prompt();
+    let format = one_format(forced_call, reply_format, "text.format")?;
+    structured::constrain(&mut settings, &model.model, format).await?;
+    let job = Job::new(vec![prompt], settings, "resp_");
     let generation = Generation::start(&app, model, job)?;
     let frame = ResponseFrame::new(&generation);
     let seed = frame.seed;
@@ -795,7 +812,11 @@ mod tests {
 
     #[test]
     fn input_items_become_template_turns_and_tools() {
-        let (chat, tools, _) = request(json!({
+        let ChatInput {
+            messages: chat,
+            tools,
+            ..
+        } = request(json!({
             "instructions": "Be brief.",
             "tools": [{"type": "function", "name": "weather", "description": "Weather now",
                        "parameters": {"type": "object"}, "strict": true}],
@@ -837,8 +858,22 @@ mod tests {
                 "name": "weather", "description": "Weather now",
                 "parameters": {"type": "object"}}})])
         );
-        let (chat, _, _) = request(json!({"input": "Hi"})).unwrap();
-        assert_eq!(chat, [ChatMessage::new("user", "Hi")]);
+        let chat = request(json!({"input": "Hi"})).unwrap();
+        assert_eq!(chat.messages, [ChatMessage::new("user", "Hi")]);
+        let chat = request(json!({"input": [
+            {"role": "user", "content": "Hi"},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+            {"role": "assistant", "content": "Hello"},
+        ]}))
+        .unwrap();
+        assert_eq!(
+            chat.messages,
+            [
+                ChatMessage::new("user", "Hi"),
+                ChatMessage::new("assistant", "Hello")
+            ],
+            "reasoning items are left out"
+        );
     }
 
     #[test]
@@ -848,16 +883,16 @@ mod tests {
         assert!(e.message.contains("stateless"), "{}", e.message);
         let tools = json!([{"type": "function", "name": "f"}]);
         for forced in [json!("required"), json!({"type": "function", "name": "f"})] {
-            let (_, _, call) =
-                request(json!({"input": "Hi", "tools": tools, "tool_choice": forced})).unwrap();
+            let call = request(json!({"input": "Hi", "tools": tools, "tool_choice": forced}))
+                .unwrap()
+                .forced_call;
             let Some(seedbar_grammar::Format::ToolCall(calls)) = call else {
                 panic!("{call:?} forces no call")
             };
             assert_eq!(calls[0].name, "f");
         }
-        let (_, none, _) =
-            request(json!({"input": "Hi", "tools": tools, "tool_choice": "none"})).unwrap();
-        assert_eq!(none, None);
+        let none = request(json!({"input": "Hi", "tools": tools, "tool_choice": "none"})).unwrap();
+        assert_eq!(none.tools, None);
         let e = request(json!({"input": [{"type": "function_call", "name": "f"}]})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("input[0]"));
         assert!(e.message.contains("call_id"), "{}", e.message);
@@ -866,6 +901,41 @@ mod tests {
         )
         .is_err());
         assert!(request(json!({"input": [], "instructions": "x"})).is_err());
+    }
+
+    #[test]
+    fn text_format_asks_for_json_and_not_beside_a_forced_call() {
+        let format = |body: Value| {
+            let req: ResponsesRequest = serde_json::from_value(body).unwrap();
+            req.text.format.as_ref().and_then(TextFormat::format)
+        };
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        assert_eq!(
+            format(json!({"input": "Hi", "text": {"format": {
+                "type": "json_schema", "name": "output", "schema": schema, "strict": false}}})),
+            Some(seedbar_grammar::Format::JsonSchema(schema))
+        );
+        assert_eq!(
+            format(json!({"input": "Hi", "text": {"format": {"type": "json_object"}}})),
+            Some(seedbar_grammar::Format::JsonObject)
+        );
+        for free in [
+            json!({"format": {"type": "text"}}),
+            json!({"verbosity": "low"}),
+        ] {
+            assert_eq!(format(json!({"input": "Hi", "text": free})), None);
+        }
+        assert!(serde_json::from_value::<ResponsesRequest>(
+            json!({"input": "Hi", "text": {"format": {"type": "yaml"}}})
+        )
+        .is_err());
+        let e = one_format(
+            Some(seedbar_grammar::Format::JsonObject),
+            Some(seedbar_grammar::Format::JsonObject),
+            "text.format",
+        )
+        .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("text.format"));
     }
 
     fn frame() -> ResponseFrame {

@@ -1,20 +1,40 @@
 //! Structured outputs as the protocols ask for them: OpenAI's `response_format` and
-//! `tool_choice`, Ollama's `format`, turned into one [`Format`] and compiled into the
-//! reply's constraint (400 naming the field when a schema is invalid).
+//! `tool_choice`, the Responses API's `text.format`, Ollama's `format`, turned into one
+//! [`Format`] and compiled into the reply's constraint (400 naming the field when a schema is
+//! invalid).
+
+use std::sync::Arc;
 
 use seedbar_grammar::{Format, GrammarError, ToolSchema};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{error::ApiError, generation::Settings, models::LoadedModel};
+use crate::{
+    error::ApiError,
+    generation::{Prompt, Settings},
+    models::LoadedModel,
+};
 
-/// A chat request as templates see it: the messages, the tools offered to the model, and the
-/// call a tool choice forces.
-pub type ChatInput = (
-    Vec<seedbar_engine::ChatMessage>,
-    Option<Vec<Value>>,
-    Option<Format>,
-);
+/// A chat request as templates see it.
+#[derive(Debug)]
+pub struct ChatInput {
+    pub messages: Vec<seedbar_engine::ChatMessage>,
+    /// The tools offered to the model (none when the tool choice is `none`).
+    pub tools: Option<Vec<Value>>,
+    /// The call the tool choice forces (`required`, `any` or a named function).
+    pub forced_call: Option<Format>,
+}
+
+impl ChatInput {
+    /// The chat as a prompt, and the call it forces.
+    pub fn into_prompt(self) -> (Prompt, Option<Format>) {
+        let prompt = Prompt::Chat {
+            messages: self.messages,
+            tools: self.tools,
+        };
+        (prompt, self.forced_call)
+    }
+}
 
 /// OpenAI's `response_format`.
 #[derive(Debug, Deserialize)]
@@ -23,6 +43,15 @@ pub enum ResponseFormat {
     Text,
     JsonObject,
     JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+/// The Responses API's `text.format`: `response_format` with the schema's fields flat.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TextFormat {
+    Text,
+    JsonObject,
+    JsonSchema(JsonSchemaFormat),
 }
 
 /// `json_schema`'s `name`, `description` and `strict` change nothing here: the schema is
@@ -34,18 +63,51 @@ pub struct JsonSchemaFormat {
     pub schema: Option<Value>,
 }
 
+impl JsonSchemaFormat {
+    fn format(&self) -> Format {
+        Format::JsonSchema(
+            self.schema
+                .clone()
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        )
+    }
+}
+
 impl ResponseFormat {
     pub fn format(&self) -> Option<Format> {
         match self {
             ResponseFormat::Text => None,
             ResponseFormat::JsonObject => Some(Format::JsonObject),
-            ResponseFormat::JsonSchema { json_schema } => Some(Format::JsonSchema(
-                json_schema
-                    .schema
-                    .clone()
-                    .unwrap_or_else(|| Value::Object(Default::default())),
-            )),
+            ResponseFormat::JsonSchema { json_schema } => Some(json_schema.format()),
         }
+    }
+}
+
+impl TextFormat {
+    pub fn format(&self) -> Option<Format> {
+        match self {
+            TextFormat::Text => None,
+            TextFormat::JsonObject => Some(Format::JsonObject),
+            TextFormat::JsonSchema(json_schema) => Some(json_schema.format()),
+        }
+    }
+}
+
+/// The one format a reply follows: the call a tool choice forces, or the reply format the
+/// field `reply_param` asked for; 400 when a request asks for both.
+pub fn one_format(
+    forced_call: Option<Format>,
+    reply: Option<Format>,
+    reply_param: &'static str,
+) -> Result<Option<(Format, &'static str)>, ApiError> {
+    match (forced_call, reply) {
+        (Some(_), Some(_)) => Err(ApiError::bad_param(
+            reply_param,
+            format!("a forced tool call (tool_choice) and a JSON {reply_param} cannot both apply"),
+        )),
+        (call, reply) => Ok(call
+            .map(|f| (f, "tool_choice"))
+            .or(reply.map(|f| (f, reply_param)))),
     }
 }
 
@@ -169,21 +231,32 @@ impl OllamaFormat {
     }
 }
 
-/// Compile `format` for `model` into `settings` (the field `param` stated it).
-pub fn constrain(
+/// Compile `format` (the request field that asked for it comes second) for `model` into
+/// `settings`. It runs on a blocking thread: the first compile for a model builds its
+/// vocabulary (every token's bytes into a trie), which must not stall the async workers.
+pub async fn constrain(
     settings: &mut Settings,
-    model: &LoadedModel,
-    format: Format,
-    param: &str,
+    model: &Arc<LoadedModel>,
+    format: Option<(Format, &'static str)>,
 ) -> Result<(), ApiError> {
-    let vocabulary = model
-        .vocabulary()
-        .map_err(|e| ApiError::new(axum::http::StatusCode::BAD_REQUEST, e.to_string()))?;
-    settings.constraint = Some(vocabulary.compile(&format).map_err(|e| match e {
-        GrammarError::Invalid(reason) => {
-            ApiError::bad_param(param, format!("invalid schema: {reason}"))
-        }
-        other => ApiError::internal(other),
-    })?);
+    let Some((format, param)) = format else {
+        return Ok(());
+    };
+    let model = model.clone();
+    let compiled = tokio::task::spawn_blocking(move || {
+        model
+            .vocabulary()
+            .map_err(|e| ApiError::new(axum::http::StatusCode::BAD_REQUEST, e.to_string()))?
+            .compile(&format)
+            .map_err(|e| match e {
+                GrammarError::Invalid(reason) => {
+                    ApiError::bad_param(param, format!("invalid schema: {reason}"))
+                }
+                other => ApiError::internal(other),
+            })
+    })
+    .await
+    .map_err(ApiError::internal)?;
+    settings.constraint = Some(compiled?);
     Ok(())
 }
