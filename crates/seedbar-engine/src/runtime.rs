@@ -172,7 +172,10 @@ mod bundle_tests {
             Some(contents.join("Resources/mlx.metallib"))
         );
         // A binary outside a bundle's MacOS folder (target/debug) keeps MLX's own search.
-        assert_eq!(bundled_metallib(&contents.join("Resources/seedbar-app")), None);
+        assert_eq!(
+            bundled_metallib(&contents.join("Resources/seedbar-app")),
+            None
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
