@@ -15,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,10 +127,8 @@ class Server:
         return Path(self.stderr_path).read_text(errors="replace")
 
     def rss_bytes(self):
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError(f"no VmRSS for pid {self.pid}")
+        """Resident memory (psutil: /proc on Linux, the kernel's task info on macOS)."""
+        return psutil.Process(self.pid).memory_info().rss
 
     def metrics_text(self, headers=None):
         req = urllib.request.Request(self.url + "/metrics", headers=headers or {})

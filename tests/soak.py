@@ -38,7 +38,6 @@ import json
 import random
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,6 +48,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chat_stream import read_chat_stream  # noqa: E402
@@ -523,14 +523,8 @@ async def take_references(url, prompts, seeds=len(SEEDS), solo_modes=True):
 
 
 def rss_bytes(pid):
-    """Resident memory of `pid`: /proc/PID/status VmRSS on Linux, `ps -o rss=` elsewhere."""
-    status = Path(f"/proc/{pid}/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    out = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True, check=True)
-    return int(out.stdout.strip()) * 1024
+    """Resident memory of `pid` (psutil, on Linux and macOS alike)."""
+    return psutil.Process(pid).memory_info().rss
 
 
 def metrics(url):

@@ -122,3 +122,46 @@ def test_bundle_config_carries_the_metallib_and_lsuielement():
     with open(ROOT / mac["infoPlist"], "rb") as f:
         assert plistlib.load(f)["LSUIElement"] is True
     assert mac["infoPlist"] == "Info.plist"  # beside tauri.conf.json, where codegen looks too
+
+
+def bundle_like_make_bundle(tmp: Path, metal_dir: Path) -> Path:
+    """Seedbar.app laid out as `make bundle` (Tauri's bundler) lays it out from
+    tauri.conf.json: Contents/MacOS/<mainBinaryName>, each bundle.macOS.files entry at its
+    key under Contents/ (copied from its source, here with target/ moved to `metal_dir`'s
+    parent), and Info.plist: the keys Tauri writes merged with the repository's Info.plist."""
+    config = json.loads((ROOT / "tauri.conf.json").read_text())
+    mac = config["bundle"]["macOS"]
+    contents = tmp / f"{config['productName']}.app/Contents"
+    (contents / "MacOS").mkdir(parents=True)
+    exe = contents / "MacOS" / config["mainBinaryName"]
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    for destination, source in mac["files"].items():
+        assert source.startswith("target/mlx-metal/"), source
+        target = contents / destination
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(metal_dir / Path(source).relative_to("target/mlx-metal"), target)
+    with open(ROOT / mac["infoPlist"], "rb") as f:
+        extra = plistlib.load(f)
+    info = {"CFBundleExecutable": config["mainBinaryName"], "CFBundleIdentifier": config["identifier"],
+            "CFBundleName": config["productName"], "LSMinimumSystemVersion": mac["minimumSystemVersion"],
+            **extra}
+    with open(contents / "Info.plist", "wb") as f:
+        plistlib.dump(info, f)
+    return contents.parent
+
+
+def test_the_bundle_make_bundle_lays_out_passes(tmp_path):
+    """The configuration, not a hand-made layout: what tauri.conf.json and Info.plist put in
+    the bundle is what check-bundle.sh (and the app's start-up, which reads
+    Contents/Resources/mlx.metallib: runtime::bundled_metallib) expects."""
+    metal = tmp_path / "target/mlx-metal"
+    metal.mkdir(parents=True)
+    (metal / "mlx.metallib").write_bytes(b"MTLB" + bytes(1000))
+    app = bundle_like_make_bundle(tmp_path, metal)
+    assert (app / "Contents/Resources/mlx.metallib").stat().st_size == 1004
+    proc = check(tmp_path, app)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok: Contents/Resources/mlx.metallib (1004 bytes)" in proc.stdout
+    assert "ok: Info.plist: LSUIElement is true" in proc.stdout
+    assert "ok: main binary Contents/MacOS/seedbar-app" in proc.stdout

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -403,7 +404,30 @@ def test_settings_apply_live(app):
 
 
 def test_quit_stops_the_server(app):
+    """Quit during a stream stops the server gracefully: the stream finishes or ends with an
+    error event (never cut off mid-way), then the port closes."""
     desktop, base = app["desktop"], app["base"]
+    body = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": "Write a long story."}],
+            "max_tokens": 400, "stream": True, "logit_bias": {"0": -100, "2": -100}}
+    request = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    lines, started = [], threading.Event()
+
+    def read():
+        try:
+            with LOCAL.open(request, timeout=60) as stream:
+                for raw in stream:
+                    lines.append(raw.decode().strip())
+                    started.set()
+        except OSError as e:  # a connection cut off: what the assertion below rejects
+            lines.append(f"cut off: {e!r}")
+        finally:
+            started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert started.wait(60) and lines[0].startswith("data: {"), lines[:3]
+    assert "data: [DONE]" not in lines, "the stream ended before Quit"
     choose(desktop, QUIT)
 
     def gone():
@@ -413,6 +437,10 @@ def test_quit_stops_the_server(app):
         except OSError:
             return True
     wait_for(gone, 20, message="the server to stop after Quit")
+    reader.join(10)
+    assert not reader.is_alive(), "the stream was left hanging"
+    events = [line for line in lines if line]
+    assert events[-1] == "data: [DONE]" or '"error"' in events[-1], events[-3:]
 
 
 def invoke(driver, command, args=None):

@@ -42,8 +42,11 @@ pub fn setup<R: Runtime>(builder: Builder<R>, shell: Arc<Shell>) -> Builder<R> {
         })
 }
 
-/// The single-instance lock's name on Linux (D-Bus): one app per data directory, so a
-/// development or test copy with its own `SEEDBAR_HOME` runs beside the installed one.
+/// The single-instance lock's identity: one app per data directory, so a development or
+/// test copy with its own `SEEDBAR_HOME` runs beside the installed one.
+/// tauri-plugin-single-instance (2.5) keys the lock on Linux by a D-Bus name (its
+/// `dbus_id`) and on macOS by a socket named after the config's `identifier` alone
+/// (`/tmp/<identifier>_si.sock`), so `run` gives it this as both.
 pub fn instance_id(identifier: &str, seedbar_home: Option<&std::ffi::OsStr>) -> String {
     match seedbar_home {
         None => identifier.to_string(),
@@ -78,7 +81,18 @@ pub fn run() -> ExitCode {
     };
     let hidden = std::env::args().any(|a| a == HIDDEN_ARG);
     let context = tauri::generate_context!("../tauri.conf.json");
-    let home = std::env::var_os("SEEDBAR_HOME");
+    let lock_id = instance_id(
+        &context.config().identifier,
+        std::env::var_os("SEEDBAR_HOME").as_deref(),
+    );
+    // The macOS lock has no key but the identifier, which nothing else of the app reads at
+    // run time (the bundle's Info.plist keeps the real one).
+    #[cfg(target_os = "macos")]
+    let context = {
+        let mut context = context;
+        context.config_mut().identifier = lock_id.clone();
+        context
+    };
     let single_instance = tauri_plugin_single_instance::Builder::new()
         .callback(|handle, _args, _cwd| {
             // A second launch shows the running app's window.
@@ -86,7 +100,7 @@ pub fn run() -> ExitCode {
                 tracing::error!("cannot open the window: {e}");
             }
         })
-        .dbus_id(instance_id(&context.config().identifier, home.as_deref()))
+        .dbus_id(lock_id)
         .build();
     let autostart = tauri_plugin_autostart::Builder::new()
         .args([HIDDEN_ARG])
@@ -116,16 +130,34 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    app.run(|_handle, event| {
-        // The window only hides, but keep running should every window be gone.
-        if let RunEvent::ExitRequested {
-            code: None, api, ..
-        } = event
-        {
-            api.prevent_exit();
-        }
-    });
+    app.run(on_run_event);
     ExitCode::SUCCESS
+}
+
+/// The event loop's app-wide events.
+pub fn on_run_event<R: Runtime>(handle: &tauri::AppHandle<R>, event: RunEvent) {
+    match event {
+        // The window only hides, but keep running should every window be gone (an exit
+        // with a code is Quit's own).
+        RunEvent::ExitRequested {
+            code: None, api, ..
+        } => api.prevent_exit(),
+        // The loop has ended and the process ends when this returns. macOS's Cmd+Q (the app
+        // menu's Quit) and the Dock's Quit come only this way: tao 0.37's app delegate does
+        // not answer `applicationShouldTerminate:`, so AppKit goes on to
+        // `applicationWillTerminate:`, which tao turns into `LoopDestroyed`, Tauri into
+        // `RunEvent::Exit`; no `ExitRequested` comes first. The server stops here as it
+        // does for Quit and SIGTERM (after those it has already stopped).
+        RunEvent::Exit => tray::stop_and_wait(handle),
+        // Opening the running app again (Finder, Spotlight, `open -a`) shows the chat window.
+        #[cfg(target_os = "macos")]
+        RunEvent::Reopen { .. } => {
+            if let Err(e) = window::show(handle, "") {
+                tracing::error!("cannot open the window: {e}");
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Ctrl-C or SIGTERM quit like the menu's Quit: the server ends its streams first.

@@ -137,3 +137,15 @@ pub fn quit<R: Runtime>(handle: &AppHandle<R>) {
         handle.exit(0);
     });
 }
+
+/// Stop the server and wait for it on this thread (at most as long as Quit does), for an
+/// exit that nothing can delay or run async work after: macOS's Cmd+Q and the Dock's Quit.
+/// Polls a flag rather than blocking on the async runtime, whose workers may be busy.
+/// Returns at once when the server is not running (after Quit or a signal).
+pub fn stop_and_wait<R: Runtime>(handle: &AppHandle<R>) {
+    let stopped = handle.state::<Arc<Shell>>().stop();
+    let deadline = std::time::Instant::now() + QUIT_WAIT;
+    while !*stopped.borrow() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

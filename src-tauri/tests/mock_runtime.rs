@@ -203,7 +203,7 @@ fn copy_needs_a_running_server() {
 }
 
 #[test]
-fn linux_instance_lock_is_per_data_directory() {
+fn instance_lock_is_per_data_directory() {
     let id = "dev.seedbar.Seedbar";
     assert_eq!(seedbar_app::instance_id(id, None), id);
     let a = seedbar_app::instance_id(id, Some("/tmp/a".as_ref()));
@@ -211,8 +211,41 @@ fn linux_instance_lock_is_per_data_directory() {
     assert_ne!(a, b);
     assert!(a.starts_with("dev.seedbar.Seedbar.home"));
     assert_eq!(a, seedbar_app::instance_id(id, Some("/tmp/a".as_ref())));
-    // D-Bus name elements: letters, digits, '_' and '-', not starting with a digit.
+    // Linux, a D-Bus name: elements of letters, digits, '_' and '-', not starting with a digit.
     assert!(a
         .split('.')
         .all(|part| !part.is_empty() && !part.starts_with(|c: char| c.is_ascii_digit())));
+    // macOS, the identifier names a Unix socket, /tmp/<identifier, '.' and '-' as '_'>_si.sock,
+    // whose path must stay under the 104 bytes of sun_path.
+    assert!(format!("/tmp/{}_si.sock", a.replace(['.', '-'], "_")).len() < 100);
+}
+
+/// `RunEvent::Exit` (how macOS's Cmd+Q arrives) stops the server and returns only once it
+/// has stopped; with no server running it returns at once.
+#[test]
+fn exit_stops_the_server_and_waits_for_it() {
+    let (app, shell) = app();
+    let started = std::time::Instant::now();
+    seedbar_app::on_run_event(app.handle(), tauri::RunEvent::Exit);
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+
+    let (stop, stopping) = tokio::sync::oneshot::channel();
+    shell.serving_with(stop);
+    let server_shell = shell.clone();
+    let server = std::thread::spawn(move || {
+        stopping.blocking_recv().expect("the stop switch was sent");
+        // Streams finishing their grace period.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        server_shell.served();
+    });
+    let started = std::time::Instant::now();
+    seedbar_app::on_run_event(app.handle(), tauri::RunEvent::Exit);
+    let waited = started.elapsed();
+    server.join().unwrap();
+    assert!(
+        waited >= std::time::Duration::from_millis(300),
+        "returned before the server stopped ({waited:?})"
+    );
+    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+    assert_eq!(shell.model().phase, Phase::Stopping);
 }

@@ -115,6 +115,18 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
         out.insert("rendered".into(), json!(rendered));
     }
     out.insert("eos_ids".into(), json!(model.eos_ids));
+    out.insert("backend".into(), backend());
     println!("{}", Value::Object(out));
     Ok(())
+}
+
+/// The device MLX computes on and the dtype the model computes in there, which decide how
+/// close its logits come to a reference's (the parity tests' tolerances).
+fn backend() -> Value {
+    let on_gpu = seedbar_engine::runtime::default_device_is_gpu();
+    let dtype = seedbar_engine::weights::LoadOptions::for_default_device().compute_dtype;
+    json!({
+        "device": if on_gpu { "gpu" } else { "cpu" },
+        "compute_dtype": format!("{dtype:?}").to_lowercase(),
+    })
 }

@@ -11,6 +11,7 @@ use mlx_rs::{Device, DeviceType};
 ///   full cache evicts instead.
 /// - On Linux, an OpenBLAS older than the CPU runs its generic kernels (see
 ///   [`openblas_core`]); the process then runs itself again with the right ones.
+/// - On macOS, MLX is pointed at the app bundle's `mlx.metallib` (see [`bundled_metallib`]).
 pub fn prepare() {
     const THRASHING_CHECK: &str = "MLX_ENABLE_CACHE_THRASHING_CHECK";
     if std::env::var_os(THRASHING_CHECK).is_none() {
@@ -18,6 +19,46 @@ pub fn prepare() {
     }
     #[cfg(target_os = "linux")]
     openblas_core::reexec_with_native_kernels();
+    #[cfg(target_os = "macos")]
+    use_bundled_metallib();
+}
+
+/// The Metal kernels of an app bundle, for a binary at `exe`: `Seedbar.app/Contents/MacOS/
+/// seedbar-app` finds them at `Contents/Resources/mlx.metallib`, where `make bundle` puts
+/// them (tauri.conf.json's `bundle.macOS.files`). `None` when that file is not there (a dev
+/// build in `target/`, the CLI).
+///
+/// MLX 0.32.2 itself looks (metal/device.cpp, `load_default_library`) next to the binary
+/// (`Contents/MacOS/mlx.metallib`), then in `Contents/MacOS/Resources/`, then at the path
+/// compiled in as `METAL_PATH` (the builder's `target/mlx-metal/`): no place of a signed
+/// bundle's resources, and no environment variable. Its `metal::set_metallib_path` (MLX
+/// PR 3597; mlx-c `mlx_metal_set_metallib_path`, mlx-rs `metal::set_metallib_path`), called
+/// before the Metal device exists, is tried first and falls back to that search when the
+/// file does not load.
+pub fn bundled_metallib(exe: &std::path::Path) -> Option<std::path::PathBuf> {
+    let macos_dir = exe.parent()?;
+    if macos_dir.file_name()? != "MacOS" {
+        return None;
+    }
+    let metallib = macos_dir.parent()?.join("Resources").join("mlx.metallib");
+    metallib.is_file().then_some(metallib)
+}
+
+/// Point MLX at the bundle's metallib before anything creates the Metal device (the first
+/// GPU op does): without it, a bundle on any Mac but the builder's fails with "Failed to
+/// load the default metallib".
+#[cfg(target_os = "macos")]
+fn use_bundled_metallib() {
+    let Some(metallib) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| bundled_metallib(&exe))
+    else {
+        return;
+    };
+    let path = metallib.to_string_lossy();
+    if let Err(error) = mlx_rs::metal::set_metallib_path(&path) {
+        eprintln!("could not point MLX at {path}: {error}");
+    }
 }
 
 /// The CPU BLAS kernel set in use, where the BLAS can say (OpenBLAS's core name).
@@ -111,6 +152,32 @@ pub fn default_device_is_gpu() -> bool {
         .and_then(|d| d.get_type())
         .map(|t| matches!(t, DeviceType::Gpu))
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod bundle_tests {
+    use super::bundled_metallib;
+
+    #[test]
+    fn the_metallib_of_an_app_bundle_is_found_beside_the_binary_folder() {
+        let dir = std::env::temp_dir().join(format!("seedbar-metallib-{}", std::process::id()));
+        let contents = dir.join("Seedbar.app/Contents");
+        std::fs::create_dir_all(contents.join("MacOS")).unwrap();
+        std::fs::create_dir_all(contents.join("Resources")).unwrap();
+        let exe = contents.join("MacOS/seedbar-app");
+        assert_eq!(bundled_metallib(&exe), None, "no metallib yet");
+        std::fs::write(contents.join("Resources/mlx.metallib"), b"kernels").unwrap();
+        assert_eq!(
+            bundled_metallib(&exe),
+            Some(contents.join("Resources/mlx.metallib"))
+        );
+        // A binary outside a bundle's MacOS folder (target/debug) keeps MLX's own search.
+        assert_eq!(
+            bundled_metallib(&contents.join("Resources/seedbar-app")),
+            None
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 #[cfg(all(test, target_os = "linux"))]
