@@ -355,11 +355,19 @@ async fn reply(
         messages,
         tools: None,
     };
+    let ran_on = model.card.name.clone();
     let generation = Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-"))?;
 
     // The turn and the streaming reply row in one transaction, refused (409) while another
     // reply streams into this conversation.
-    let row = NewMessage::reply(seed, settings.sampling());
+    // The reply records the model it ran on (the default one for a conversation without).
+    let row = NewMessage::reply(
+        seed,
+        seedbar_chats::Sampling {
+            model: ran_on,
+            ..settings.sampling()
+        },
+    );
     let (user, reply) = db(&app, move |s| s.begin_reply(id, &turn, &row)).await?;
     let body = spawn_body(move |tx| stream_reply(app, generation, user, reply, tx));
     Ok(with_seed(seed, sse(body)))

@@ -72,8 +72,8 @@ pub struct ServerConfig {
     /// Origins allowed by CORS besides the app's own window.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
-    /// The model loaded at start (`App::start`), or the one `App::bring_up` looks for
-    /// first; empty: none in particular.
+    /// The model `App::bring_up` looks for first (a store name or a path); empty: none in
+    /// particular.
     pub model: String,
     pub scheduler: SchedulerConfig,
     /// The built chat UI, served at `/` (static files need no API key).
@@ -250,18 +250,6 @@ async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Nex
 }
 
 impl App {
-    /// Check the configuration, open the conversations database and load the served model.
-    pub async fn start(config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {
-        let app = App::open(config, store).await?;
-        let model = app.config.model.clone();
-        app.models
-            .get(&model)
-            .await
-            .map_err(|e| anyhow::anyhow!(e.message))?;
-        app.readiness.send_replace(Readiness::ready(&model));
-        Ok(app)
-    }
-
     /// Check the configuration and open the conversations database, without a model: the
     /// `/app` API, the store and the library work at once; `bring_up` brings the model.
     pub async fn open(mut config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {

@@ -86,7 +86,12 @@ impl Readiness {
     }
 
     /// A problem and its fix; `can_download`: a default model can be downloaded.
-    fn problem(state: ModelState, model: Option<&str>, problem: String, can_download: bool) -> Self {
+    fn with_problem(
+        state: ModelState,
+        model: Option<&str>,
+        problem: String,
+        can_download: bool,
+    ) -> Self {
         let (fix, actions) = if can_download {
             (
                 "Retry the download, import a GGUF file or a model folder from disk \
@@ -114,17 +119,17 @@ impl Readiness {
             Some(name) => format!("The model {name} is not installed."),
             None => "No model is installed yet.".to_string(),
         };
-        Self::problem(ModelState::NoModel, wanted, problem, can_download)
+        Self::with_problem(ModelState::NoModel, wanted, problem, can_download)
     }
 
     pub fn download_failed(model: &str, message: &str) -> Self {
         let problem = format!("Cannot download {model}: {message}");
-        Self::problem(ModelState::Error, Some(model), problem, true)
+        Self::with_problem(ModelState::Error, Some(model), problem, true)
     }
 
     pub fn load_failed(model: &str, message: &str, can_download: bool) -> Self {
         let problem = format!("Cannot load {model}: {message}");
-        Self::problem(ModelState::Error, Some(model), problem, can_download)
+        Self::with_problem(ModelState::Error, Some(model), problem, can_download)
     }
 
     /// Before the bring-up: loading, `wanted` or whichever it finds.
