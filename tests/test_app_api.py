@@ -549,7 +549,7 @@ def test_without_a_model_the_app_api_works_and_an_import_fixes_it(tmp_path):
             status = api.get("/app/status").json()
             assert status["state"] == "no_model", status
             assert status["problem"] == f"The model {DEFAULT_MODEL} is not installed.", status
-            assert "import a GGUF file" in status["fix"].lower() and "seedbar pull" in status["fix"], status
+            assert "import a gguf file" in status["fix"].lower() and "seedbar pull" in status["fix"], status
             assert "import" in status["actions"] and status["endpoint"] == match[1] + "/v1"
             assert "not installed" in (tmp_path / "serve.log").read_text()
 

@@ -722,7 +722,7 @@ async fn import_model(
         e => ApiError::bad_param("path", e.to_string()),
     })?;
     tracing::info!(model = model.name, path = %model.path.display(), "imported");
-    app.retry_bring_up();
+    app.retry_bring_up(Some(&model.name));
     Ok(Json(ModelInfo {
         loaded: false,
         name: model.name,
@@ -787,7 +787,7 @@ async fn status(State(app): State<Arc<App>>) -> Json<ServerStatus> {
 /// Look for a model again (and download the default one when the store is empty); 409
 /// while one is ready or on its way.
 async fn retry(State(app): State<Arc<App>>) -> Result<(StatusCode, Json<ServerStatus>), ApiError> {
-    if !app.retry_bring_up() {
+    if !app.retry_bring_up(None) {
         return Err(ApiError {
             code: Some("model_on_its_way"),
             ..ApiError::new(

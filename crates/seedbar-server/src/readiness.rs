@@ -238,9 +238,10 @@ impl App {
         }
     }
 
-    /// Start over when there is no model (after an import, a `seedbar pull`, or to retry a
-    /// failed download), in the background. False when a model is ready or on its way.
-    pub fn retry_bring_up(self: &Arc<Self>) -> bool {
+    /// Start over when there is no model (after a `seedbar pull`, or to retry a failed
+    /// download), in the background; `model`: bring up this one instead (just imported).
+    /// False when a model is ready or on its way.
+    pub fn retry_bring_up(self: &Arc<Self>, model: Option<&str>) -> bool {
         let mut started = false;
         self.readiness.send_if_modified(|r| {
             if r.settled() {
@@ -250,7 +251,10 @@ impl App {
             started
         });
         if started {
-            let plan = self.plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(model) = model {
+                plan.wanted = Some(model.to_string());
+            }
             let app = self.clone();
             tokio::spawn(async move { app.bring_up(plan).await });
         }
