@@ -209,8 +209,9 @@ fn follow(shell: &Arc<Shell>, app: &Arc<App>) {
                 .into_iter()
                 .filter(|p| p.status == PullStatus::Downloading)
                 .map(|p| Download {
-                    percent: (p.total_bytes > 0)
-                        .then(|| (p.downloaded_bytes.min(p.total_bytes) * 100 / p.total_bytes) as u8),
+                    percent: (p.total_bytes > 0).then(|| {
+                        (p.downloaded_bytes.min(p.total_bytes) * 100 / p.total_bytes) as u8
+                    }),
                     repo: p.repo,
                 })
                 .collect();

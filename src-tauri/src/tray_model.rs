@@ -203,9 +203,9 @@ impl TrayModel {
             Phase::Serving { .. } if self.paused => {
                 Some("Editors and SDKs get 503; the chat window still works".to_string())
             }
-            Phase::NoModel { .. } | Phase::Error { .. } if self.listening.is_some() => Some(
-                "Import one in Models (Open Chat), or: seedbar pull <org/name>".to_string(),
-            ),
+            Phase::NoModel { .. } | Phase::Error { .. } if self.listening.is_some() => {
+                Some("Import one in Models (Open Chat), or: seedbar pull <org/name>".to_string())
+            }
             _ => None,
         }
     }
@@ -612,7 +612,12 @@ mod tests {
         assert!(info(&failed, HINT_ID).unwrap().contains("seedbar pull"));
         assert_eq!(failed.state_name(), "error");
         // A server that did not start has nothing to import into.
-        let down = TrayModel::new(Phase::Error { message: "x".into() }, false);
+        let down = TrayModel::new(
+            Phase::Error {
+                message: "x".into(),
+            },
+            false,
+        );
         assert_eq!(info(&down, HINT_ID), None);
     }
 

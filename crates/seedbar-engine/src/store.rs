@@ -160,9 +160,7 @@ impl ModelStore {
         }
         let files = importable_files(path)?;
         let dir = self.models_dir().join(&name);
-        let same = |(source, file): &(PathBuf, String)| {
-            matches!((source.metadata(), dir.join(file).metadata()), (Ok(x), Ok(y)) if x.len() == y.len())
-        };
+        let same = |(source, file): &(PathBuf, String)| matches!((source.metadata(), dir.join(file).metadata()), (Ok(x), Ok(y)) if x.len() == y.len());
         if dir.exists() && !files.iter().all(same) {
             return Err(EngineError::NameTaken(name));
         }
@@ -294,11 +292,15 @@ fn import_name(path: &Path) -> Result<String> {
 fn importable_files(path: &Path) -> Result<Vec<(PathBuf, String)>> {
     let shown = path.display();
     if !path.exists() {
-        return Err(EngineError::InvalidRequest(format!("{shown} does not exist")));
+        return Err(EngineError::InvalidRequest(format!(
+            "{shown} does not exist"
+        )));
     }
     if path.is_file() {
         let mut magic = [0u8; 4];
-        let is_gguf = path.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+        let is_gguf = path
+            .extension()
+            .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
             && std::fs::File::open(path)
                 .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
                 .is_ok()
@@ -315,7 +317,11 @@ fn importable_files(path: &Path) -> Result<Vec<(PathBuf, String)>> {
     }
     let mut files = Vec::new();
     for entry in read_dir(path)? {
-        let Some(top) = entry.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+        let Some(top) = entry
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
             continue;
         };
         if entry.is_dir() {
@@ -331,8 +337,14 @@ fn importable_files(path: &Path) -> Result<Vec<(PathBuf, String)>> {
     files.retain(|f| wanted(f));
     let missing: Vec<&str> = [
         ("config.json", files.iter().any(|f| f == "config.json")),
-        (".safetensors weights", files.iter().any(|f| f.ends_with(".safetensors"))),
-        ("tokenizer.json", files.iter().any(|f| f == "tokenizer.json")),
+        (
+            ".safetensors weights",
+            files.iter().any(|f| f.ends_with(".safetensors")),
+        ),
+        (
+            "tokenizer.json",
+            files.iter().any(|f| f == "tokenizer.json"),
+        ),
     ]
     .into_iter()
     .filter(|(_, present)| !present)
@@ -665,16 +677,31 @@ mod tests {
         std::fs::write(root.join("notes.txt"), b"hello").unwrap();
         std::fs::write(root.join("fake.gguf"), b"not a gguf").unwrap();
         std::fs::write(root.join("model.Q4_0.gguf"), b"GGUF\x03\0\0\0").unwrap();
-        let error = |path: &str| store.0.import(&root.join(path), None).unwrap_err().to_string();
+        let error = |path: &str| {
+            store
+                .0
+                .import(&root.join(path), None)
+                .unwrap_err()
+                .to_string()
+        };
         assert!(error("missing.gguf").ends_with("missing.gguf does not exist"));
         assert!(error("notes.txt").contains("is not a GGUF model file"));
         assert!(error("fake.gguf").contains("is not a GGUF model file"));
         let half = error("half");
-        assert!(half.contains("no .safetensors weights, no tokenizer.json"), "{half}");
-        assert!(store.0.list().unwrap().is_empty(), "nothing refused was added");
+        assert!(
+            half.contains("no .safetensors weights, no tokenizer.json"),
+            "{half}"
+        );
+        assert!(
+            store.0.list().unwrap().is_empty(),
+            "nothing refused was added"
+        );
         let gguf = store.0.import(&root.join("model.Q4_0.gguf"), None).unwrap();
         assert_eq!((gguf.name.as_str(), gguf.format), ("model.Q4_0", "gguf"));
-        assert!(store.0.import(&root.join("model.Q4_0.gguf"), Some("a/b")).is_err());
+        assert!(store
+            .0
+            .import(&root.join("model.Q4_0.gguf"), Some("a/b"))
+            .is_err());
     }
 
     #[test]

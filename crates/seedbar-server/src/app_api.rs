@@ -707,20 +707,19 @@ async fn import_model(
     }
     let host = app.clone();
     let name = body.name.filter(|n| !n.trim().is_empty());
-    let model = tokio::task::spawn_blocking(move || {
-        host.models.store().import(&path, name.as_deref())
-    })
-    .await
-    .map_err(ApiError::internal)?
-    .map_err(|e| match e {
-        EngineError::NameTaken(_) => ApiError {
-            param: Some("name".into()),
-            code: Some("name_taken"),
-            ..ApiError::new(StatusCode::CONFLICT, e.to_string())
-        },
-        EngineError::Io { .. } => ApiError::internal(e),
-        e => ApiError::bad_param("path", e.to_string()),
-    })?;
+    let model =
+        tokio::task::spawn_blocking(move || host.models.store().import(&path, name.as_deref()))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| match e {
+                EngineError::NameTaken(_) => ApiError {
+                    param: Some("name".into()),
+                    code: Some("name_taken"),
+                    ..ApiError::new(StatusCode::CONFLICT, e.to_string())
+                },
+                EngineError::Io { .. } => ApiError::internal(e),
+                e => ApiError::bad_param("path", e.to_string()),
+            })?;
     tracing::info!(model = model.name, path = %model.path.display(), "imported");
     app.retry_bring_up(Some(&model.name));
     Ok(Json(ModelInfo {

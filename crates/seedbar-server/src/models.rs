@@ -338,7 +338,11 @@ impl ModelHost {
     /// are returned, to be dropped outside the lock). When it still does not fit it loads
     /// only beside the served model, never beside another model that is busy.
     fn make_room(&self, card: &ModelCard) -> Result<Vec<Entry>, ApiError> {
-        let served = self.served.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut models = self.lock();
         let mut evicted = Vec::new();
         loop {

@@ -302,8 +302,7 @@ impl App {
             match pull.status {
                 PullStatus::Downloading => {
                     let percent = (pull.total_bytes > 0).then(|| {
-                        (pull.downloaded_bytes.min(pull.total_bytes) * 100 / pull.total_bytes)
-                            as u8
+                        (pull.downloaded_bytes.min(pull.total_bytes) * 100 / pull.total_bytes) as u8
                     });
                     self.set_readiness(Readiness::downloading(&shown, percent));
                 }
@@ -337,7 +336,9 @@ mod tests {
         assert_eq!(failed.state, ModelState::Error);
         let error = failed.unavailable();
         assert_eq!(error.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert!(error.message.starts_with("Cannot download SmolLM2: cannot reach the hub"));
+        assert!(error
+            .message
+            .starts_with("Cannot download SmolLM2: cannot reach the hub"));
         assert!(error.message.contains("import a GGUF file"));
     }
 
@@ -360,7 +361,10 @@ mod tests {
     fn the_wire_shape() {
         let json = serde_json::to_value(Readiness::no_model(None, false)).unwrap();
         assert_eq!(json["state"], "no_model");
-        assert_eq!(json["actions"], serde_json::json!(["import", "retry_download"]));
+        assert_eq!(
+            json["actions"],
+            serde_json::json!(["import", "retry_download"])
+        );
         assert_eq!(json["model"], serde_json::Value::Null);
     }
 }
