@@ -150,8 +150,12 @@ async fn create_conversation(
     ApiJson(body): ApiJson<ConversationBody>,
 ) -> Result<Json<Conversation>, ApiError> {
     let title = body.title()?.unwrap_or_else(|| "New chat".to_string());
-    // Without a ready model the conversation runs on whichever becomes the default ("").
-    let default = app.default_model().unwrap_or_default();
+    // Without a model (yet) the conversation runs on whichever becomes the default ("").
+    let default = app
+        .readiness()
+        .served_model()
+        .unwrap_or_default()
+        .to_string();
     let settings = Settings::for_model(&default).patched(&body.settings);
     check_settings(&app, &settings, !settings.model.is_empty())?;
     Ok(Json(db(&app, move |s| s.create(&title, &settings)).await?))
@@ -337,9 +341,11 @@ async fn reply(
     let settings = conversation.settings;
 
     // Everything that can refuse the request runs before anything is stored.
-    let name = match (settings.model.as_str(), app.default_model()) {
-        ("", Some(default)) => default,
-        ("", None) => return Err(app.readiness().unavailable()),
+    // The default model, once chosen: while it loads, the reply waits for it.
+    let readiness = app.readiness();
+    let name = match (settings.model.as_str(), readiness.served_model()) {
+        ("", Some(default)) => default.to_string(),
+        ("", None) => return Err(readiness.unavailable()),
         (name, _) => name.to_string(),
     };
     let model = ServedModel::find(&app, &name).await?;
