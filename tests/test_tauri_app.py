@@ -502,6 +502,9 @@ def test_first_start_offline_serves_says_why_and_an_import_fixes_it(tmp_path):
         assert driver.js(f"return !!document.querySelector('{tid('status-import')}')")
         assert driver.js(f"return document.querySelector('{tid('status-dot')}').dataset.state") == "error"
         assert driver.js(f"return !!document.querySelector('{tid('conversations-empty')}')")
+        # Two frames painted, so the screenshot shows what the checks saw.
+        driver.js_async("const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));")
+        time.sleep(0.5)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         driver.screenshot(SCREENSHOTS / "first-start-offline.png")
 
