@@ -585,7 +585,8 @@ class FakeHub:
 
 def test_first_start_downloads_the_default_model(tmp_path):
     """An empty store: the app pulls the default model (a small random-weight llama served
-    by a stand-in hub here), the tray shows "Downloading N%", then it serves the model."""
+    by a stand-in hub here) as a library download, the tray shows "Downloading N%" and lists
+    the download, then it serves the model."""
     from checkpoints import write_checkpoint
 
     model_dir = write_checkpoint(tmp_path / "checkpoint", "llama")
@@ -598,10 +599,11 @@ def test_first_start_downloads_the_default_model(tmp_path):
     driver = None
     try:
         driver = start_with_driver(desktop, env)
-        seen = []
+        seen, lines = [], set()
 
         def serving():
             status = shell_status(driver)
+            lines.update(status["lines"])
             if not seen or seen[-1] != status["status"]:
                 seen.append(status["status"])
             assert status["state"] not in ("error", "download-failed"), status
@@ -611,6 +613,9 @@ def test_first_start_downloads_the_default_model(tmp_path):
         assert len(downloading) >= 2, seen
         percents = [int(s.split()[-1][:-1]) for s in downloading]
         assert percents == sorted(percents) and percents[-1] <= 100, seen
+        # The menu lists the download (as it lists those started from the Model Library).
+        assert any(re.fullmatch(r"Downloading HuggingFaceTB/SmolLM2-135M-Instruct \d+%", line)
+                   for line in lines), lines
         served = api(f"http://127.0.0.1:{port}/v1/models")["data"]
         assert [m["id"] for m in served] == ["HuggingFaceTB--SmolLM2-135M-Instruct"]
         assert any(p.endswith("/config.json") for p in hub.requests)
