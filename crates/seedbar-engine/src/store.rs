@@ -659,9 +659,17 @@ mod tests {
         // Again: everything is in place already.
         assert_eq!(store.0.import(&source, Some("encoder")).unwrap().path, dir);
         // Another model under a taken name is refused.
-        std::fs::write(source.join("config.json"), br#"{"model_type": "llama"}"#).unwrap();
+        let other = store.0.root().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        for (file, body) in [
+            ("config.json", &br#"{"model_type": "llama"}"#[..]),
+            ("model.safetensors", b"other weights"),
+            ("tokenizer.json", b"{}"),
+        ] {
+            std::fs::write(other.join(file), body).unwrap();
+        }
         assert!(matches!(
-            store.0.import(&source, Some("encoder")),
+            store.0.import(&other, Some("encoder")),
             Err(EngineError::NameTaken(_))
         ));
         // The folder's name by default.
