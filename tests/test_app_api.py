@@ -4,6 +4,9 @@ server), the model library with downloads from a stand-in hub, app settings, sta
 key and the static chat UI."""
 
 import json
+import re
+import shutil
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +16,7 @@ import httpx
 import ollama
 import pytest
 
-from conftest import DEFAULT_MODEL, Seedbar, default_gguf, serving, start_server, wait_for
+from conftest import BIN, DEFAULT_MODEL, Seedbar, default_gguf, serving, start_server, wait_for
 
 SHORT = 24  # max_tokens of most replies
 STORY = "Write a long, detailed story about a dragon who learns to bake bread."
@@ -523,7 +526,99 @@ def test_settings_round_trip(api):
 
 def test_status(api, server):
     status = api.get("/app/status").json()
-    assert status == {"state": "serving", "model": server.model, "endpoint": server.base_url, "message": None}
+    assert status == {"state": "ready", "model": server.model, "percent": None, "problem": None, "fix": None,
+                      "actions": [], "endpoint": server.base_url, "paused": False, "message": None}
+    assert_error(api.post("/app/status/retry"), 409)  # a model is ready: nothing to retry
+
+
+# --- no model yet: the API answers, says why and how to fix it; an import fixes it ----------
+
+LISTENING = re.compile(r"Seedbar listening at (http://127\.0\.0\.1:\d+)/v1 without a model")
+
+
+def test_without_a_model_the_app_api_works_and_an_import_fixes_it(tmp_path):
+    sb = Seedbar(tmp_path / "empty-home")
+    stderr = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([str(BIN), "serve", "--port", "0"], stdout=subprocess.PIPE, stderr=stderr,
+                            text=True, env=sb.env())
+    try:
+        line = proc.stdout.readline()
+        match = LISTENING.fullmatch(line.strip())
+        assert match, (line, (tmp_path / "serve.log").read_text())
+        with httpx.Client(base_url=match[1], timeout=120) as api:
+            status = api.get("/app/status").json()
+            assert status["state"] == "no_model", status
+            assert status["problem"] == f"The model {DEFAULT_MODEL} is not installed.", status
+            assert "import a gguf file" in status["fix"].lower() and "seedbar pull" in status["fix"], status
+            assert "import" in status["actions"] and status["endpoint"] == match[1] + "/v1"
+            assert "not installed" in (tmp_path / "serve.log").read_text()
+
+            # The store, the library and settings work without a model.
+            assert api.get("/app/conversations").json() == []
+            waiting = create(api, "Before the model")
+            assert waiting["settings"]["model"] == ""  # the default model, whichever it becomes
+            assert api.get("/app/models").json() == []
+            assert api.get("/app/settings").status_code == 200
+            assert api.get("/v1/models").json()["data"] == []
+
+            # Requests that need a model get a 503 saying why, at once.
+            refused = assert_error(api.post(f"/app/conversations/{waiting['id']}/reply", json={"content": "Hi"}), 503)
+            assert "not installed" in refused["message"] and refused["code"] == "model_not_ready", refused
+            assert messages(api, waiting["id"]) == []
+            chat = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+            error = assert_error(api.post("/v1/chat/completions", json=chat), 503)
+            assert error["type"] == "server_error" and "seedbar pull" in error["message"], error
+
+            # Imports are checked first.
+            (tmp_path / "notes.txt").write_text("not a model")
+            (tmp_path / "half").mkdir()
+            (tmp_path / "half" / "config.json").write_text("{}")
+            for path, says in [("relative.gguf", "absolute"), (tmp_path / "missing.gguf", "does not exist"),
+                               (tmp_path / "notes.txt", "not a GGUF model file"), (tmp_path / "half", "no .safetensors")]:
+                error = assert_error(api.post("/app/models/import", json={"path": str(path)}), 400, "path")
+                assert says in error["message"], error
+            assert_error(api.post("/app/models/import", json={}), 400)
+
+            # A copy of the SmolLM2 GGUF, imported through the library's route: it becomes the
+            # default model, loads, lists in /v1/models and answers.
+            copy = tmp_path / "disk" / "my-smol.gguf"
+            copy.parent.mkdir()
+            shutil.copyfile(default_gguf(), copy)
+            imported = api.post("/app/models/import", json={"path": str(copy)})
+            assert imported.status_code == 200, imported.text
+            assert imported.json()["name"] == "my-smol" and imported.json()["format"] == "gguf"
+            ready = wait_for(lambda: (s := api.get("/app/status").json())["state"] == "ready" and s, 60,
+                             message="the imported model to load")
+            assert ready["model"] == "my-smol" and ready["problem"] is None
+            assert "my-smol" in [m["id"] for m in api.get("/v1/models").json()["data"]]
+            answer = api.post("/v1/chat/completions", json={**chat, "model": "my-smol", "temperature": 0})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["choices"][0]["message"]["content"].strip()
+            # The conversation made before there was a model now replies with the default one.
+            api.patch(f"/app/conversations/{waiting['id']}", json={"settings": {"max_tokens": SHORT}})
+            events = reply(api, waiting["id"], {"content": "What is the capital of France?"})
+            assert events[-1]["type"] == "done" and streamed_text(events), events
+            assert events[-1]["message"]["sampling"]["model"] == "my-smol"
+            # The file stays where it was (a link in the store, not a copy); the same file
+            # again changes nothing; another file under a taken name is refused.
+            assert copy.exists()
+            assert api.post("/app/models/import", json={"path": str(copy)}).status_code == 200
+            other = tmp_path / "disk" / "other.gguf"
+            other.write_bytes(copy.read_bytes()[:1024])
+            assert_error(api.post("/app/models/import", json={"path": str(other), "name": "my-smol"}), 409, "name")
+
+            # `seedbar models add` into the same store: listed and answering at once.
+            cli = tmp_path / "disk" / "cli-copy.gguf"
+            shutil.copyfile(default_gguf(), cli)
+            assert sb.run("models", "add", cli).stdout.startswith("cli-copy: ")
+            assert "cli-copy" in [m["id"] for m in api.get("/v1/models").json()["data"]]
+            answer = api.post("/v1/chat/completions", json={**chat, "model": "cli-copy", "temperature": 0})
+            assert answer.status_code == 200, answer.text
+            bad = sb.run("models", "add", tmp_path / "notes.txt", check=False)
+            assert bad.returncode == 1 and "not a GGUF model file" in bad.stderr, bad.stderr
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
 
 
 # --- the API key and the chat UI ------------------------------------------------------------
@@ -545,7 +640,7 @@ def test_app_routes_need_the_key_but_the_ui_does_not(keyed, ui_dir):
             resp = anonymous.get(sneaky)
             assert KEY not in resp.text and '"object":"list"' not in resp.text, (sneaky, resp.text)
         assert_error(anonymous.post("/", json={}), 401)
-    assert client.get("/app/status").json()["state"] == "serving"
+    assert client.get("/app/status").json()["state"] == "ready"
     assert_error(client.get("/app/nothing"), 404)
 
 

@@ -297,6 +297,27 @@ def test_window_chats_with_the_real_model(app):
     assert (SCREENSHOTS / "chat-window.png").stat().st_size > 10_000
 
 
+def test_tray_shows_live_status_while_a_chat_streams(app):
+    """While a reply streams, the tray's tooltip and menu (as the shell draws them, read over
+    the page's IPC) show the model, one running chat and the tokens per second."""
+    d, base = app["driver"], app["base"]
+    body = json.dumps({"model": DEFAULT_MODEL, "stream": True, "max_tokens": 400, "temperature": 0.8,
+                       "messages": [{"role": "user", "content": "Write a long story about a dragon."}]})
+    conn = http.client.HTTPConnection("127.0.0.1", int(base.rsplit(":", 1)[1]), timeout=60)
+    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    try:
+        response.readline()  # streaming
+        status = wait_for(lambda: (s := shell_status(d))["tooltip"].endswith("tok/s") and s, 20,
+                          interval=0.2, message="tokens/s in the tooltip")
+        assert re.fullmatch(rf"Seedbar: {DEFAULT_MODEL} · 1 chat · \d+ tok/s", status["tooltip"]), status
+        assert any(re.fullmatch(r"1 chat · \d+ tok/s", line) for line in status["lines"]), status
+    finally:
+        conn.close()
+    wait_for(lambda: not shell_status(d)["tooltip"].endswith("tok/s"), 20, message="the idle tooltip")
+
+
 def find_tray_icon(desktop):
     """The centre of the docked tray icon (trayer's dock window, at the top right), or None."""
     try:
@@ -467,23 +488,71 @@ def shell_status(driver):
     return invoke(driver, "shell_status")["ok"]
 
 
-def test_ipc_and_a_failed_first_download(tmp_path):
-    """An empty store and no hub: the page's IPC reports the failed download and what to do,
-    and pausing is refused."""
+def test_first_start_offline_serves_says_why_and_an_import_fixes_it(tmp_path):
+    """A fresh home, no network: the server and the `/app` API answer at once, the first
+    download fails, and the window says so in a banner with the fixes (the status dot red);
+    a chat request gets a 503 saying why. Importing a GGUF file from the library's path
+    field fixes it: the banner goes, the model answers."""
     desktop = Desktop(tmp_path)
     closed = free_port()  # nothing listens there: the hub is unreachable
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
     env = dict(desktop.env, SEEDBAR_HOME=str(tmp_path / "empty-home"), HOME=str(tmp_path),
-               SEEDBAR_PORT=str(free_port()), HF_ENDPOINT=f"http://127.0.0.1:{closed}")
+               SEEDBAR_PORT=str(port), HF_ENDPOINT=f"http://127.0.0.1:{closed}")
     driver = None
     try:
         driver = start_with_driver(desktop, env)
-        status = wait_for(lambda: (s := shell_status(driver))["state"] == "download-failed" and s,
+        status = wait_for(lambda: (s := shell_status(driver))["state"] == "error" and s,
                           60, message="the failed download")
         assert status["status"].startswith("Cannot download SmolLM2-135M-Instruct: "), status
-        assert "seedbar pull" in status["hint"]
-        assert status["endpoint"] is None
-        refused = invoke(driver, "set_server_paused", {"paused": True})
-        assert "not running" in refused["error"], refused
+        assert "seedbar pull" in status["hint"] and "Import" in status["hint"]
+        assert status["endpoint"] == base + "/v1"  # the server answers without a model
+
+        app_status = api(base + "/app/status")
+        assert app_status["state"] == "error" and app_status["model"] == "SmolLM2-135M-Instruct"
+        assert app_status["problem"].startswith("Cannot download SmolLM2-135M-Instruct: ")
+        assert app_status["actions"] == ["retry_download", "import"], app_status
+        assert api(base + "/app/conversations") == []
+        try:
+            api(base + "/v1/chat/completions", "POST", {"model": DEFAULT_MODEL, "messages": [
+                {"role": "user", "content": "Hi"}]})
+            raise AssertionError("a chat without a model was answered")
+        except urllib.error.HTTPError as e:
+            assert e.code == 503
+            assert "Cannot download" in json.loads(e.read())["error"]["message"]
+
+        # The window: no dead end, a banner with the problem and the fixes.
+        banner = driver.wait_js(
+            f"""const b = document.querySelector('{tid('status-banner')}');
+                return b && b.dataset.state === 'error' && b.textContent;""", 30, "the banner")
+        assert "Cannot download SmolLM2-135M-Instruct" in banner and "seedbar pull" in banner, banner
+        assert driver.js(f"return !!document.querySelector('{tid('status-retry')}')")
+        assert driver.js(f"return !!document.querySelector('{tid('status-import')}')")
+        assert driver.js(f"return document.querySelector('{tid('status-dot')}').dataset.state") == "error"
+        assert driver.js(f"return !!document.querySelector('{tid('conversations-empty')}')")
+        # Two frames painted, so the screenshot shows what the checks saw.
+        driver.js_async("const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));")
+        time.sleep(0.5)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        driver.screenshot(SCREENSHOTS / "first-start-offline.png")
+
+        # The fix: a GGUF file on disk, imported from the library's path field.
+        copy = tmp_path / "disk" / "SmolLM2-copy.gguf"
+        copy.parent.mkdir()
+        shutil.copyfile(default_gguf(), copy)
+        driver.click(tid("nav-models"))
+        driver.wait_js(f"return !!document.querySelector('{tid('import-path')}')", 10, "the import field")
+        assert driver.js(f"return !!document.querySelector('{tid('import-file')}')"), "the native picker button"
+        driver.type(tid("import-path"), str(copy))
+        driver.click(tid("import-submit"))
+        driver.wait_js(f"return !document.querySelector('{tid('status-banner')}')", 60, "the banner to go")
+        assert driver.js(f"return document.querySelector('{tid('status-dot')}').dataset.state") == "ready"
+        assert "SmolLM2-copy" in [m["id"] for m in api(base + "/v1/models")["data"]]
+        answer = api(base + "/v1/chat/completions", "POST", {
+            "model": "SmolLM2-copy", "temperature": 0, "max_tokens": 12,
+            "messages": [{"role": "user", "content": QUESTION}]})
+        assert "Paris" in answer["choices"][0]["message"]["content"], answer
+        assert shell_status(driver)["state"] == "serving"
     finally:
         if driver:
             driver.quit()
@@ -544,7 +613,8 @@ class FakeHub:
 
 def test_first_start_downloads_the_default_model(tmp_path):
     """An empty store: the app pulls the default model (a small random-weight llama served
-    by a stand-in hub here), the tray shows "Downloading N%", then it serves the model."""
+    by a stand-in hub here) as a library download, the tray shows "Downloading N%" and lists
+    the download, then it serves the model."""
     from checkpoints import write_checkpoint
 
     model_dir = write_checkpoint(tmp_path / "checkpoint", "llama")
@@ -557,10 +627,11 @@ def test_first_start_downloads_the_default_model(tmp_path):
     driver = None
     try:
         driver = start_with_driver(desktop, env)
-        seen = []
+        seen, lines = [], set()
 
         def serving():
             status = shell_status(driver)
+            lines.update(status["lines"])
             if not seen or seen[-1] != status["status"]:
                 seen.append(status["status"])
             assert status["state"] not in ("error", "download-failed"), status
@@ -570,6 +641,9 @@ def test_first_start_downloads_the_default_model(tmp_path):
         assert len(downloading) >= 2, seen
         percents = [int(s.split()[-1][:-1]) for s in downloading]
         assert percents == sorted(percents) and percents[-1] <= 100, seen
+        # The menu lists the download (as it lists those started from the Model Library).
+        assert any(re.fullmatch(r"Downloading HuggingFaceTB/SmolLM2-135M-Instruct \d+%", line)
+                   for line in lines), lines
         served = api(f"http://127.0.0.1:{port}/v1/models")["data"]
         assert [m["id"] for m in served] == ["HuggingFaceTB--SmolLM2-135M-Instruct"]
         assert any(p.endswith("/config.json") for p in hub.requests)

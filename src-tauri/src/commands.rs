@@ -1,9 +1,11 @@
 //! What the window's page may ask the shell through Tauri's IPC
-//! (`window.__TAURI_INTERNALS__.invoke(name, args)`): the server's state, and pausing it.
+//! (`window.__TAURI_INTERNALS__.invoke(name, args)`): the server's state, pausing it, and
+//! a native file picker for a model to import.
 
 use std::sync::Arc;
 
-use tauri::State;
+use tauri::{AppHandle, Runtime, State};
+use tauri_plugin_dialog::DialogExt;
 
 use crate::shell::{Shell, Status};
 
@@ -17,4 +19,28 @@ pub fn shell_status(shell: State<'_, Arc<Shell>>) -> Status {
 #[tauri::command]
 pub fn set_server_paused(shell: State<'_, Arc<Shell>>, paused: bool) -> Result<Status, String> {
     shell.set_paused(paused)
+}
+
+/// A native picker for a model on disk: a `.gguf` file, or (`folder`) a model folder.
+/// The chosen path, or `None` when cancelled; the page then imports it through the API.
+#[tauri::command]
+pub async fn pick_model_path<R: Runtime>(
+    app: AppHandle<R>,
+    folder: bool,
+) -> Result<Option<String>, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let dialog = app.dialog().file().set_title("Import a model");
+    let send = move |picked: Option<tauri_plugin_dialog::FilePath>| {
+        let _ = tx.send(picked);
+    };
+    if folder {
+        dialog.pick_folder(send);
+    } else {
+        dialog.add_filter("GGUF model", &["gguf"]).pick_file(send);
+    }
+    let picked = rx.await.map_err(|e| e.to_string())?;
+    picked
+        .map(|path| path.into_path().map(|p| p.display().to_string()))
+        .transpose()
+        .map_err(|e| e.to_string())
 }

@@ -30,7 +30,8 @@ pub fn setup<R: Runtime>(builder: Builder<R>, shell: Arc<Shell>) -> Builder<R> {
         .manage(shell)
         .invoke_handler(tauri::generate_handler![
             commands::shell_status,
-            commands::set_server_paused
+            commands::set_server_paused,
+            commands::pick_model_path
         ])
         .on_window_event(|window, event| {
             if let WindowEvent::CloseRequested { api, .. } = event {
@@ -106,7 +107,10 @@ pub fn run() -> ExitCode {
         .args([HIDDEN_ARG])
         .build();
 
-    let builder = Builder::default().plugin(single_instance).plugin(autostart);
+    let builder = Builder::default()
+        .plugin(single_instance)
+        .plugin(autostart)
+        .plugin(tauri_plugin_dialog::init());
     let app = setup(builder, Shell::new()).setup(move |app| {
         // A menu-bar app: no Dock icon unless the settings ask for one.
         #[cfg(target_os = "macos")]

@@ -1,26 +1,33 @@
-//! The engine and the local API server, in this process: pick the model, bind the port,
-//! `App::start` (loads the model), `serve` until Quit; every step is shown in the tray.
+//! The engine and the local API server, in this process: bind the port, open the `App`
+//! (the `/app` API, the chat store and the model library work from then on, model or
+//! not), serve until Quit, and bring the model up in the background (found in the store,
+//! else the default one downloaded); the tray follows the model's readiness and samples
+//! what generates and downloads.
 
 use std::{
     net::{IpAddr, SocketAddr},
     sync::Arc,
+    time::{Duration, Instant},
 };
 
-use seedbar_engine::store::{ModelStore, Progress, DEFAULT_MODEL};
-use seedbar_server::{App, ServerConfig, DEFAULT_PORT};
+use seedbar_engine::store::ModelStore;
+use seedbar_server::{App, BringUp, ModelState, PullStatus, Readiness, ServerConfig, DEFAULT_PORT};
 use tauri::{AppHandle, Manager, Runtime};
 use tokio::{net::TcpListener, sync::oneshot};
 
 use crate::{
     settings,
     shell::{Connection, Shell},
-    tray_model::Phase,
+    tray_model::{Activity, Download, Phase},
     window,
 };
 
 /// The Hugging Face repository of the default model, fetched on a first start with an
 /// empty store.
 pub const DEFAULT_REPO: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
+
+/// How often the tray's live status (running chats, tokens/s, downloads) is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// What the launch asks for, from the environment (all optional; for development, tests
 /// and several stores side by side): `SEEDBAR_MODEL`, `SEEDBAR_PORT`, `SEEDBAR_API_KEY`,
@@ -63,32 +70,18 @@ impl Launch {
             download: var("SEEDBAR_NO_DOWNLOAD").is_none_or(|v| v == "0"),
         })
     }
-}
 
-/// The model to serve: the one asked for, else the default, else the first installed.
-pub fn choose_model(store: &ModelStore, wanted: Option<&str>) -> Result<String, Phase> {
-    if let Some(name) = wanted {
-        return match store.resolve(name) {
-            Ok(_) => Ok(name.to_string()),
-            Err(_) => Err(Phase::NoModel {
-                model: Some(name.to_string()),
-            }),
-        };
-    }
-    if store.resolve(DEFAULT_MODEL).is_ok() {
-        return Ok(DEFAULT_MODEL.to_string());
-    }
-    match store.list() {
-        Ok(models) if !models.is_empty() => Ok(models[0].name.clone()),
-        Ok(_) => Err(Phase::NoModel { model: None }),
-        Err(e) => Err(Phase::Error {
-            message: e.to_string(),
-        }),
+    /// How the server finds its model.
+    pub fn bring_up(&self) -> BringUp {
+        BringUp {
+            wanted: self.model.clone(),
+            download: self.download.then(|| DEFAULT_REPO.to_string()),
+        }
     }
 }
 
 /// The server's configuration from the launch and the saved settings.
-pub fn config(launch: &Launch, saved: &settings::Saved, model: String) -> ServerConfig {
+pub fn config(launch: &Launch, saved: &settings::Saved) -> ServerConfig {
     ServerConfig {
         host: IpAddr::from([127, 0, 0, 1]),
         port: launch.port.or(saved.port).unwrap_or(DEFAULT_PORT),
@@ -98,24 +91,35 @@ pub fn config(launch: &Launch, saved: &settings::Saved, model: String) -> Server
             .or_else(|| saved.api_key.clone())
             .filter(|k| !k.is_empty()),
         allowed_origins: saved.allowed_origins.clone(),
-        model,
+        model: launch.model.clone().unwrap_or_default(),
         ..ServerConfig::default()
+    }
+}
+
+/// The tray's phase for the model's readiness.
+pub fn phase_of(readiness: &Readiness) -> Phase {
+    let model = readiness.model.clone();
+    let problem = || readiness.problem.clone().unwrap_or_default();
+    match readiness.state {
+        ModelState::Ready => Phase::Serving {
+            model: model.unwrap_or_default(),
+        },
+        ModelState::Loading => Phase::Loading { model },
+        ModelState::Downloading => Phase::Downloading {
+            model: model.unwrap_or_default(),
+            percent: readiness.percent,
+        },
+        ModelState::NoModel => Phase::NoModel { model },
+        ModelState::Error => Phase::Error { message: problem() },
     }
 }
 
 /// Start the server and serve until the shell's stop switch; the tray follows along.
 pub async fn run<R: Runtime>(handle: AppHandle<R>, launch: Launch) {
     let shell = handle.state::<Arc<Shell>>().inner().clone();
-    if let Err(phase) = start(&handle, &shell, &launch).await {
-        if let Phase::Error { message } = &phase {
-            tracing::error!("{message}");
-        } else {
-            tracing::error!(
-                "{}",
-                crate::tray_model::TrayModel::new(phase.clone(), false).status_line()
-            );
-        }
-        shell.set_phase(phase);
+    if let Err(message) = start(&handle, &shell, &launch).await {
+        tracing::error!("{message}");
+        shell.set_phase(Phase::Error { message });
         window::open_pending(&handle);
     }
 }
@@ -124,63 +128,100 @@ async fn start<R: Runtime>(
     handle: &AppHandle<R>,
     shell: &Arc<Shell>,
     launch: &Launch,
-) -> Result<(), Phase> {
-    let error = |e: &dyn std::fmt::Display| Phase::Error {
-        message: e.to_string(),
-    };
-    let store = ModelStore::open_default().map_err(|e| error(&e))?;
+) -> Result<(), String> {
+    let text = |e: &dyn std::fmt::Display| e.to_string();
+    let store = ModelStore::open_default().map_err(|e| text(&e))?;
     let saved = settings::Saved::load(store.root());
     settings::apply(handle, saved.desktop);
-    // Bind first: the window learns the real port at once (and a port in use shows now,
-    // not after a download or a long load); connections wait in the backlog until `serve`.
-    let mut config = config(launch, &saved, String::new());
-    config.check().map_err(|e| error(&e))?;
-    let listener = bind(SocketAddr::new(config.host, config.port))
-        .await
-        .map_err(|e| error(&e))?;
-    let address = listener.local_addr().map_err(|e| error(&e))?;
-    shell.set_connection(Connection {
+    // Bind first: the window learns the real port at once (and a port in use shows now);
+    // connections wait in the backlog until `serve`.
+    let config = config(launch, &saved);
+    config.check()?;
+    let listener = bind(SocketAddr::new(config.host, config.port)).await?;
+    let address = listener.local_addr().map_err(|e| text(&e))?;
+    let connection = Connection {
         api: format!("http://{address}"),
         api_key: config.api_key.clone(),
-    });
-    window::open_pending(handle);
-
-    let model = match choose_model(&store, launch.model.as_deref()) {
-        Ok(model) => model,
-        // A first start with an empty store: fetch the default model.
-        Err(Phase::NoModel { model: None }) if launch.download => {
-            download_default(shell, store.root().to_path_buf()).await?
-        }
-        Err(phase) => return Err(phase),
     };
-    config.model = model.clone();
-    shell.set_phase(Phase::Loading {
-        model: model.clone(),
-    });
-    tracing::info!("loading {model}");
-    let app = App::start(config, store)
+    shell.set_connection(connection.clone());
+    let app = App::open(config, store)
         .await
-        .map_err(|e| error(&format!("{e:#}")))?;
+        .map_err(|e| format!("{e:#}"))?;
     app.set_endpoint(address);
-    let connection = shell.connection().expect("set above");
-    tracing::info!("serving {model} at {}", connection.endpoint());
-    println!("Seedbar serving {model} at {}", connection.endpoint());
+    let endpoint = connection.endpoint();
+    tracing::info!("listening at {endpoint}");
 
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     shell.serving_with(stop_tx);
-    shell.attach(app.clone(), connection, &model);
+    shell.attach(app.clone(), connection);
+    window::open_pending(handle);
     settings::follow(handle, &app);
+    follow(shell, &app);
+    let bringing = app.clone();
+    let plan = launch.bring_up();
+    tauri::async_runtime::spawn(async move {
+        bringing.bring_up(plan).await;
+        if let Some(model) = bringing.default_model() {
+            println!("Seedbar serving {model} at {endpoint}");
+        }
+    });
 
     let served = seedbar_server::serve(app, listener, async move {
         let _ = stop_rx.await;
     })
     .await;
     shell.served();
-    if let Err(e) = served {
-        tracing::error!("the server stopped: {e}");
-        return Err(error(&format!("the server stopped: {e}")));
-    }
-    Ok(())
+    served.map_err(|e| format!("the server stopped: {e}"))
+}
+
+/// Show the model's readiness in the tray as it changes, and sample what generates and
+/// downloads every second, for as long as the server runs.
+fn follow(shell: &Arc<Shell>, app: &Arc<App>) {
+    let mut changes = app.subscribe_readiness();
+    let watching = shell.clone();
+    tauri::async_runtime::spawn(async move {
+        loop {
+            let phase = phase_of(&changes.borrow_and_update());
+            if watching.model().phase != Phase::Stopping {
+                watching.set_phase(phase);
+            }
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+    let (shell, app) = (shell.clone(), Arc::downgrade(app));
+    tauri::async_runtime::spawn(async move {
+        let mut last: Option<(Instant, u64)> = None;
+        loop {
+            tokio::time::sleep(SAMPLE_EVERY).await;
+            let Some(app) = app.upgrade() else { break };
+            let now = app.activity();
+            let at = Instant::now();
+            let tokens_per_second = last.and_then(|(then, tokens)| {
+                let seconds = at.duration_since(then).as_secs_f32();
+                let made = now.generated_tokens.saturating_sub(tokens);
+                (now.running > 0 && made > 0).then(|| made as f32 / seconds)
+            });
+            last = Some((at, now.generated_tokens));
+            let downloads = app
+                .downloads()
+                .into_iter()
+                .filter(|p| p.status == PullStatus::Downloading)
+                .map(|p| Download {
+                    percent: (p.total_bytes > 0).then(|| {
+                        (p.downloaded_bytes.min(p.total_bytes) * 100 / p.total_bytes) as u8
+                    }),
+                    repo: p.repo,
+                })
+                .collect();
+            let activity = Activity {
+                running: now.running,
+                tokens_per_second,
+            };
+            shell.set_activity(activity, downloads);
+        }
+    });
 }
 
 /// Listen on `address`; when another program holds its port, on a free one instead (the
@@ -206,115 +247,52 @@ async fn bind(address: SocketAddr) -> Result<TcpListener, String> {
     }
 }
 
-/// Download progress shown in the tray, in whole percents.
-struct TrayProgress {
-    shell: Arc<Shell>,
-    model: String,
-    total: u64,
-    done: u64,
-}
-
-impl Progress for TrayProgress {
-    fn total(&mut self, bytes: u64) {
-        self.total = bytes;
-        self.show();
-    }
-
-    fn advance(&mut self, bytes: u64) {
-        self.done += bytes;
-        self.show();
-    }
-}
-
-impl TrayProgress {
-    fn show(&self) {
-        let percent =
-            (self.total > 0).then(|| (self.done.min(self.total) * 100 / self.total) as u8);
-        self.shell.set_phase(Phase::Downloading {
-            model: self.model.clone(),
-            percent,
-        });
-    }
-}
-
-/// Pull the default model from the Hugging Face hub (`HF_ENDPOINT` moves it) into the
-/// store; Quit cancels. Returns its store name.
-async fn download_default(shell: &Arc<Shell>, root: std::path::PathBuf) -> Result<String, Phase> {
-    tracing::info!("no model installed: downloading {DEFAULT_REPO}");
-    let mut progress = TrayProgress {
-        shell: shell.clone(),
-        model: DEFAULT_MODEL.to_string(),
-        total: 0,
-        done: 0,
-    };
-    progress.show();
-    let cancel = shell.download_cancel();
-    let pulled = tokio::task::spawn_blocking(move || {
-        ModelStore::at(root).pull(DEFAULT_REPO, &mut progress, &cancel)
-    })
-    .await
-    .map_err(|e| Phase::Error {
-        message: e.to_string(),
-    })?;
-    match pulled {
-        Ok(dir) => Ok(dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| DEFAULT_REPO.replace('/', "--"))),
-        Err(e) => Err(Phase::DownloadFailed {
-            model: DEFAULT_MODEL.to_string(),
-            message: e.to_string(),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
 
-    fn store_with(models: &[&str]) -> (ModelStore, PathBuf) {
-        let root = std::env::temp_dir().join(format!(
-            "seedbar-app-test-{}-{}",
-            std::process::id(),
-            models.join("-")
-        ));
-        let _ = std::fs::remove_dir_all(&root);
-        for name in models {
-            let dir = root.join("models").join(name);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("model.Q4_1.gguf"), b"").unwrap();
-        }
-        (ModelStore::at(root.clone()), root)
+    #[test]
+    fn readiness_becomes_the_tray_phase() {
+        assert_eq!(
+            phase_of(&Readiness::ready("m")),
+            Phase::Serving { model: "m".into() }
+        );
+        assert_eq!(
+            phase_of(&Readiness::downloading("m", Some(5))),
+            Phase::Downloading {
+                model: "m".into(),
+                percent: Some(5)
+            }
+        );
+        assert_eq!(
+            phase_of(&Readiness::no_model(None, true)),
+            Phase::NoModel { model: None }
+        );
+        let failed = phase_of(&Readiness::download_failed("m", "offline"));
+        assert_eq!(
+            failed,
+            Phase::Error {
+                message: "Cannot download m: offline".into()
+            }
+        );
     }
 
     #[test]
-    fn default_model_first_then_any() {
-        let (store, root) = store_with(&["Alpha", DEFAULT_MODEL]);
-        assert_eq!(choose_model(&store, None).unwrap(), DEFAULT_MODEL);
-        std::fs::remove_dir_all(&root).unwrap();
-
-        let (store, root) = store_with(&["Zeta", "Alpha"]);
-        assert_eq!(choose_model(&store, None).unwrap(), "Alpha");
-        assert_eq!(choose_model(&store, Some("Zeta")).unwrap(), "Zeta");
+    fn the_launch_says_how_to_find_the_model() {
         assert_eq!(
-            choose_model(&store, Some("Missing")),
-            Err(Phase::NoModel {
-                model: Some("Missing".into())
-            })
+            Launch::default().bring_up(),
+            BringUp {
+                wanted: None,
+                download: Some(DEFAULT_REPO.into())
+            }
         );
-        std::fs::remove_dir_all(&root).unwrap();
-    }
-
-    #[test]
-    fn empty_store_has_no_model() {
-        let (store, root) = store_with(&[]);
-        assert_eq!(
-            choose_model(&store, None),
-            Err(Phase::NoModel { model: None })
-        );
-        let _ = std::fs::remove_dir_all(&root);
+        let offline = Launch {
+            model: Some("Mine".into()),
+            download: false,
+            ..Launch::default()
+        };
+        assert_eq!(offline.bring_up().wanted.as_deref(), Some("Mine"));
+        assert_eq!(offline.bring_up().download, None);
     }
 
     #[test]
@@ -325,7 +303,7 @@ mod tests {
             allowed_origins: vec!["https://example.org".into()],
             ..Default::default()
         };
-        let c = config(&Launch::default(), &saved, "m".into());
+        let c = config(&Launch::default(), &saved);
         assert_eq!((c.port, c.api_key.as_deref()), (9000, Some("saved")));
         assert_eq!(c.allowed_origins, ["https://example.org"]);
         assert!(c.host.is_loopback());
@@ -334,9 +312,9 @@ mod tests {
             api_key: Some("env".into()),
             ..Launch::default()
         };
-        let c = config(&launch, &saved, "m".into());
+        let c = config(&launch, &saved);
         assert_eq!((c.port, c.api_key.as_deref()), (0, Some("env")));
-        let c = config(&Launch::default(), &settings::Saved::default(), "m".into());
+        let c = config(&Launch::default(), &settings::Saved::default());
         assert_eq!((c.port, c.api_key), (DEFAULT_PORT, None));
     }
 }

@@ -3,15 +3,12 @@
 //! Nothing here touches a display, so the IPC commands and the menu actions are tested on
 //! Tauri's mock runtime.
 
-use std::sync::{
-    atomic::{AtomicBool, Ordering},
-    Arc, Mutex, OnceLock,
-};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use crate::tray_model::{Phase, TrayModel};
+use crate::tray_model::{Activity, Download, Entry, Phase, TrayModel};
 
 /// Where the window's UI finds the API: written into the page as `window.__SEEDBAR__`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -54,8 +51,6 @@ pub struct Shell {
     pending_route: Mutex<Option<String>>,
     /// Kept alive: on X11 a clipboard's text goes away with its owner.
     clipboard: Mutex<Option<arboard::Clipboard>>,
-    /// Set by Quit: a download in progress stops.
-    cancel_download: Arc<AtomicBool>,
 }
 
 impl Default for Shell {
@@ -68,7 +63,6 @@ impl Default for Shell {
             stopped: watch::Sender::new(true),
             pending_route: Mutex::new(None),
             clipboard: Mutex::new(None),
-            cancel_download: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -82,10 +76,13 @@ pub struct Status {
     pub status: String,
     /// The tray's hint line, if any.
     pub hint: Option<String>,
-    /// The OpenAI base URL while serving.
+    /// The OpenAI base URL while the server answers (with or without a model).
     pub endpoint: Option<String>,
     pub paused: bool,
     pub version: &'static str,
+    /// The tray's tooltip and its menu's text lines, as drawn now (live status).
+    pub tooltip: String,
+    pub lines: Vec<String>,
 }
 
 impl Shell {
@@ -110,6 +107,15 @@ impl Shell {
         });
     }
 
+    /// What generates and downloads now (sampled by `server.rs`).
+    pub fn set_activity(&self, activity: Activity, downloads: Vec<Download>) {
+        self.model.send_if_modified(|m| {
+            let changed = m.activity != activity || m.downloads != downloads;
+            (m.activity, m.downloads) = (activity, downloads);
+            changed
+        });
+    }
+
     pub fn status(&self) -> Status {
         let model = self.model();
         Status {
@@ -119,19 +125,25 @@ impl Shell {
             endpoint: model.endpoint().map(str::to_string),
             paused: model.paused,
             version: env!("CARGO_PKG_VERSION"),
+            tooltip: model.tooltip(),
+            lines: model
+                .entries()
+                .into_iter()
+                .filter_map(|e| match e {
+                    Entry::Info { text, .. } => Some(text),
+                    _ => None,
+                })
+                .collect(),
         }
     }
 
-    /// The server answers: remember how to reach it and show it as serving.
-    pub fn attach(&self, server: Arc<dyn Server>, connection: Connection, model: &str) {
+    /// The server answers (model or not): remember how to reach it and show its endpoint.
+    pub fn attach(&self, server: Arc<dyn Server>, connection: Connection) {
         server.set_paused(self.model.borrow().paused);
         let _ = self.server.set(server);
         let endpoint = connection.endpoint();
         *self.connection.lock().unwrap() = Some(connection);
-        self.set_phase(Phase::Serving {
-            model: model.to_string(),
-            endpoint,
-        });
+        self.model.send_modify(|m| m.listening = Some(endpoint));
     }
 
     /// How the window reaches the server (None until it answers).
@@ -145,9 +157,9 @@ impl Shell {
         *self.connection.lock().unwrap() = Some(connection);
     }
 
-    /// Pause or resume the API for outside clients; only while serving.
+    /// Pause or resume the API for outside clients; only while the server answers.
     pub fn set_paused(&self, paused: bool) -> Result<Status, String> {
-        if !matches!(self.model.borrow().phase, Phase::Serving { .. }) {
+        if self.model.borrow().endpoint().is_none() {
             return Err(format!(
                 "the server is not running ({})",
                 self.model().status_line()
@@ -209,16 +221,10 @@ impl Shell {
     /// it. Returns a receiver that turns true once `serve` has returned.
     pub fn stop(&self) -> watch::Receiver<bool> {
         self.set_phase(Phase::Stopping);
-        self.cancel_download.store(true, Ordering::SeqCst);
         if let Some(tx) = self.shutdown.lock().unwrap().take() {
             let _ = tx.send(());
         }
         self.stopped.subscribe()
-    }
-
-    /// The flag a download checks between chunks (set by `stop`).
-    pub fn download_cancel(&self) -> Arc<AtomicBool> {
-        self.cancel_download.clone()
     }
 
     /// Put the endpoint URL on the clipboard.
@@ -242,6 +248,8 @@ impl Shell {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
 
     #[derive(Default)]
@@ -265,7 +273,8 @@ mod tests {
         let shell = Shell::new();
         assert!(shell.set_paused(true).is_err());
         let server = Arc::new(FakeServer::default());
-        shell.attach(server.clone(), connection(), "m");
+        shell.attach(server.clone(), connection());
+        shell.set_phase(Phase::Serving { model: "m".into() });
         let status = shell.set_paused(true).unwrap();
         assert!(status.paused);
         assert_eq!(status.state, "paused");
@@ -276,15 +285,37 @@ mod tests {
     }
 
     #[test]
-    fn attach_shows_the_endpoint() {
+    fn attach_shows_the_endpoint_before_the_model() {
         let shell = Shell::new();
         let changes = shell.subscribe();
-        shell.attach(Arc::new(FakeServer::default()), connection(), "SmolLM2");
+        shell.attach(Arc::new(FakeServer::default()), connection());
         assert!(changes.has_changed().unwrap());
+        shell.set_phase(Phase::NoModel { model: None });
+        let status = shell.status();
+        assert_eq!(status.state, "no-model");
+        assert_eq!(status.endpoint.as_deref(), Some("http://127.0.0.1:7337/v1"));
+        shell.set_phase(Phase::Serving {
+            model: "SmolLM2".into(),
+        });
         let status = shell.status();
         assert_eq!(status.state, "serving");
-        assert_eq!(status.endpoint.as_deref(), Some("http://127.0.0.1:7337/v1"));
         assert_eq!(status.status, "Serving SmolLM2 at http://127.0.0.1:7337/v1");
+    }
+
+    #[test]
+    fn activity_changes_redraw_only_when_they_change() {
+        let shell = Shell::new();
+        let mut changes = shell.subscribe();
+        let busy = Activity {
+            running: 1,
+            tokens_per_second: Some(50.0),
+        };
+        shell.set_activity(busy, Vec::new());
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        shell.set_activity(busy, Vec::new());
+        assert!(!changes.has_changed().unwrap());
+        assert_eq!(shell.model().activity, busy);
     }
 
     #[test]
@@ -332,7 +363,6 @@ mod tests {
         assert!(!*stopped.borrow());
         assert!(rx.try_recv().is_ok());
         assert_eq!(shell.model().phase, Phase::Stopping);
-        assert!(shell.download_cancel().load(Ordering::SeqCst));
         shell.served();
         assert!(*stopped.borrow());
     }

@@ -98,6 +98,9 @@ fn redraw<R: Runtime>(handle: &AppHandle<R>, model: &TrayModel) -> tauri::Result
     };
     tray.set_menu(Some(build_menu(handle, model)?))?;
     tray.set_tooltip(Some(model.tooltip()))?;
+    // The menu bar shows text beside the icon on macOS only (elsewhere: the tooltip).
+    #[cfg(target_os = "macos")]
+    tray.set_title(model.title())?;
     Ok(())
 }
 

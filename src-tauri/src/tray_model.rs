@@ -1,26 +1,42 @@
-//! What the tray menu shows, as plain data: the server's phase and the pause switch in,
-//! menu entries with their labels and enabled flags out. No Tauri types, so every state is
-//! unit-tested without a display; `tray.rs` turns the entries into native menu items.
+//! What the tray menu shows, as plain data: the default model's phase, where the server
+//! listens, the pause switch, what is generating and downloading in; menu entries with
+//! their labels and enabled flags, the tooltip and the menu-bar title out. No Tauri types,
+//! so every state is unit-tested without a display; `tray.rs` turns the entries into
+//! native menu items.
 
-/// What the in-process server is doing.
+/// What the default model is doing (the server answers meanwhile, see `endpoint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phase {
-    /// Before the model store is looked at.
+    /// Before the server listens.
     Starting,
-    /// The model is being read into memory.
-    Loading { model: String },
+    /// The model is being read into memory (`None`: before it is chosen).
+    Loading { model: Option<String> },
     /// A model download; `percent` when its size is known.
     Downloading { model: String, percent: Option<u8> },
-    /// The API answers at `endpoint` (the OpenAI base URL, ending in `/v1`).
-    Serving { model: String, endpoint: String },
+    /// The model answers.
+    Serving { model: String },
     /// No model to serve: `model` is the one asked for (None when the store is empty).
     NoModel { model: Option<String> },
-    /// Fetching the default model into an empty store failed.
-    DownloadFailed { model: String, message: String },
-    /// Starting or serving failed.
+    /// Downloading or loading the model failed, or the server could not start.
     Error { message: String },
     /// Quit was chosen; the server is finishing its streams.
     Stopping,
+}
+
+/// What is generating now.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Activity {
+    /// Chats (rows) generating.
+    pub running: usize,
+    /// Tokens generated per second over the last sample, while any run.
+    pub tokens_per_second: Option<f32>,
+}
+
+/// A model download in progress (the first-start one, or one from the Model Library).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    pub repo: String,
+    pub percent: Option<u8>,
 }
 
 /// The menu's actions. Their ids are the native menu items' ids.
@@ -80,16 +96,24 @@ pub enum Entry {
 pub const STATUS_ID: &str = "status";
 /// Id of the hint line under the status (only there when there is something to add).
 pub const HINT_ID: &str = "hint";
+/// Id of the line saying what generates (only while something does).
+pub const ACTIVITY_ID: &str = "activity";
+/// Id of a download's line.
+pub const DOWNLOAD_ID: &str = "download";
 
 /// Longest error line shown; longer messages are cut with an ellipsis.
 pub const MAX_LINE_CHARS: usize = 72;
 
 /// The tray's whole state.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TrayModel {
     pub phase: Phase,
     /// Outside clients get 503 while paused (the app's own routes keep working).
     pub paused: bool,
+    /// The OpenAI base URL (ending in `/v1`) once the server listens, model or not.
+    pub listening: Option<String>,
+    pub activity: Activity,
+    pub downloads: Vec<Download>,
 }
 
 impl Default for TrayModel {
@@ -97,20 +121,35 @@ impl Default for TrayModel {
         TrayModel {
             phase: Phase::Starting,
             paused: false,
+            listening: None,
+            activity: Activity::default(),
+            downloads: Vec::new(),
         }
     }
 }
 
 impl TrayModel {
     pub fn new(phase: Phase, paused: bool) -> Self {
-        TrayModel { phase, paused }
+        TrayModel {
+            phase,
+            paused,
+            ..TrayModel::default()
+        }
     }
 
-    /// The endpoint URL, once the server answers.
+    /// The same, listening at `endpoint`.
+    pub fn listening_at(self, endpoint: &str) -> Self {
+        TrayModel {
+            listening: Some(endpoint.to_string()),
+            ..self
+        }
+    }
+
+    /// The endpoint URL while the server answers (until Quit).
     pub fn endpoint(&self) -> Option<&str> {
-        match &self.phase {
-            Phase::Serving { endpoint, .. } => Some(endpoint),
-            _ => None,
+        match self.phase {
+            Phase::Stopping => None,
+            _ => self.listening.as_deref(),
         }
     }
 
@@ -123,7 +162,6 @@ impl TrayModel {
             (Phase::Serving { .. }, false) => "serving",
             (Phase::Serving { .. }, true) => "paused",
             (Phase::NoModel { .. }, _) => "no-model",
-            (Phase::DownloadFailed { .. }, _) => "download-failed",
             (Phase::Error { .. }, _) => "error",
             (Phase::Stopping, _) => "stopping",
         }
@@ -135,21 +173,26 @@ impl TrayModel {
         let cut = |text: &str| shorten(text, MAX_LINE_CHARS);
         match &self.phase {
             Phase::Starting => "Starting…".to_string(),
-            Phase::Loading { model } => format!("Loading {model}…"),
+            Phase::Loading { model: Some(model) } => format!("Loading {model}…"),
+            Phase::Loading { model: None } => "Loading the model…".to_string(),
             Phase::Downloading { model, percent } => match percent {
                 Some(p) => format!("Downloading {model} {p}%"),
                 None => format!("Downloading {model}…"),
             },
-            Phase::Serving { model, endpoint } if self.paused => {
-                format!("Paused: {model} at {endpoint}")
+            Phase::Serving { model } => {
+                let at = self
+                    .listening
+                    .as_deref()
+                    .map(|e| format!(" at {e}"))
+                    .unwrap_or_default();
+                match self.paused {
+                    true => format!("Paused: {model}{at}"),
+                    false => format!("Serving {model}{at}"),
+                }
             }
-            Phase::Serving { model, endpoint } => format!("Serving {model} at {endpoint}"),
             Phase::NoModel { model: Some(model) } => format!("{model} is not installed"),
             Phase::NoModel { model: None } => "No model installed".to_string(),
-            Phase::DownloadFailed { model, message } => {
-                cut(&format!("Cannot download {model}: {message}"))
-            }
-            Phase::Error { message } => cut(&format!("Error: {message}")),
+            Phase::Error { message } => cut(message),
             Phase::Stopping => "Stopping…".to_string(),
         }
     }
@@ -160,8 +203,8 @@ impl TrayModel {
             Phase::Serving { .. } if self.paused => {
                 Some("Editors and SDKs get 503; the chat window still works".to_string())
             }
-            Phase::NoModel { .. } | Phase::DownloadFailed { .. } => {
-                Some("Install one: seedbar pull <org/name>, then restart Seedbar".to_string())
+            Phase::NoModel { .. } | Phase::Error { .. } if self.listening.is_some() => {
+                Some("Import one in Models (Open Chat), or: seedbar pull <org/name>".to_string())
             }
             _ => None,
         }
@@ -175,9 +218,36 @@ impl TrayModel {
         }
     }
 
+    /// What generates, while something does: "2 chats · 41 tok/s".
+    pub fn activity_line(&self) -> Option<String> {
+        let Activity {
+            running,
+            tokens_per_second,
+        } = self.activity;
+        if running == 0 {
+            return None;
+        }
+        let chats = match running {
+            1 => "1 chat".to_string(),
+            n => format!("{n} chats"),
+        };
+        Some(match tokens_per_second {
+            Some(rate) => format!("{chats} · {rate:.0} tok/s"),
+            None => chats,
+        })
+    }
+
+    /// A download's line: "Downloading org/name 42%".
+    pub fn download_line(download: &Download) -> String {
+        match download.percent {
+            Some(p) => format!("Downloading {} {p}%", download.repo),
+            None => format!("Downloading {}…", download.repo),
+        }
+    }
+
     /// The menu, top to bottom (the native menu is rebuilt from it on every change).
     pub fn entries(&self) -> Vec<Entry> {
-        let serving = matches!(self.phase, Phase::Serving { .. });
+        let serving = self.endpoint().is_some();
         let stopping = self.phase == Phase::Stopping;
         let item = |action, label: &str, enabled| Entry::Item {
             action,
@@ -194,6 +264,16 @@ impl TrayModel {
                 text: hint,
             });
         }
+        if let Some(activity) = self.activity_line() {
+            entries.push(Entry::Info {
+                id: ACTIVITY_ID,
+                text: activity,
+            });
+        }
+        entries.extend(self.downloads.iter().map(|d| Entry::Info {
+            id: DOWNLOAD_ID,
+            text: Self::download_line(d),
+        }));
         entries.extend([
             Entry::Separator,
             item(Action::OpenChat, "Open Chat", !stopping),
@@ -209,9 +289,19 @@ impl TrayModel {
         entries
     }
 
-    /// The tooltip (where the platform shows one).
+    /// The tooltip (where the platform shows one): the status, and what generates.
     pub fn tooltip(&self) -> String {
-        format!("Seedbar: {}", self.status_line())
+        let status = match (&self.phase, self.activity_line()) {
+            (Phase::Serving { model }, Some(activity)) => format!("{model} · {activity}"),
+            _ => self.status_line(),
+        };
+        format!("Seedbar: {status}")
+    }
+
+    /// The text beside the menu-bar icon (macOS): the speed while generating, else none.
+    pub fn title(&self) -> Option<String> {
+        let rate = self.activity.tokens_per_second?;
+        (self.activity.running > 0).then(|| format!("{rate:.0} tok/s"))
     }
 }
 
@@ -247,8 +337,12 @@ mod tests {
     fn serving() -> Phase {
         Phase::Serving {
             model: "SmolLM2-135M-Instruct".into(),
-            endpoint: ENDPOINT.into(),
         }
+    }
+
+    /// `phase` with the server listening at ENDPOINT.
+    fn up(phase: Phase, paused: bool) -> TrayModel {
+        TrayModel::new(phase, paused).listening_at(ENDPOINT)
     }
 
     fn item(model: &TrayModel, action: Action) -> (String, bool) {
@@ -279,10 +373,11 @@ mod tests {
             (Phase::Starting, "Starting…"),
             (
                 Phase::Loading {
-                    model: "SmolLM2-135M-Instruct".into(),
+                    model: Some("SmolLM2-135M-Instruct".into()),
                 },
                 "Loading SmolLM2-135M-Instruct…",
             ),
+            (Phase::Loading { model: None }, "Loading the model…"),
             (
                 Phase::Downloading {
                     model: "SmolLM2".into(),
@@ -297,10 +392,7 @@ mod tests {
                 },
                 "Downloading SmolLM2…",
             ),
-            (
-                serving(),
-                "Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1",
-            ),
+            (serving(), "Serving SmolLM2-135M-Instruct"),
             (
                 Phase::NoModel {
                     model: Some("SmolLM2-135M-Instruct".into()),
@@ -309,17 +401,10 @@ mod tests {
             ),
             (Phase::NoModel { model: None }, "No model installed"),
             (
-                Phase::DownloadFailed {
-                    model: "SmolLM2".into(),
-                    message: "offline".into(),
+                Phase::Error {
+                    message: "Cannot download SmolLM2: offline".into(),
                 },
                 "Cannot download SmolLM2: offline",
-            ),
-            (
-                Phase::Error {
-                    message: "cannot listen on 127.0.0.1:7337: address in use".into(),
-                },
-                "Error: cannot listen on 127.0.0.1:7337: address in use",
             ),
             (Phase::Stopping, "Stopping…"),
         ];
@@ -328,11 +413,15 @@ mod tests {
             assert_eq!(model.status_line(), line);
             assert_eq!(info(&model, STATUS_ID).as_deref(), Some(line));
         }
+        assert_eq!(
+            up(serving(), false).status_line(),
+            "Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1"
+        );
     }
 
     #[test]
     fn pause_toggles_label_and_status() {
-        let running = TrayModel::new(serving(), false);
+        let running = up(serving(), false);
         assert_eq!(
             item(&running, Action::TogglePause),
             ("Pause Server".into(), true)
@@ -340,7 +429,7 @@ mod tests {
         assert_eq!(running.state_name(), "serving");
         assert_eq!(info(&running, HINT_ID), None);
 
-        let paused = TrayModel::new(serving(), true);
+        let paused = up(serving(), true);
         assert_eq!(
             item(&paused, Action::TogglePause),
             ("Resume Server".into(), true)
@@ -356,28 +445,32 @@ mod tests {
     }
 
     #[test]
-    fn server_actions_only_while_serving() {
+    fn server_actions_while_it_listens_model_or_not() {
         for phase in [
             Phase::Starting,
-            Phase::Loading { model: "m".into() },
+            Phase::Loading { model: None },
             Phase::NoModel { model: None },
             Phase::Error {
                 message: "boom".into(),
             },
-            Phase::Stopping,
         ] {
-            let model = TrayModel::new(phase, false);
+            let model = TrayModel::new(phase.clone(), false);
             assert!(!item(&model, Action::CopyEndpoint).1, "{model:?}");
             assert!(!item(&model, Action::TogglePause).1, "{model:?}");
             assert_eq!(model.endpoint(), None);
+            // The server answers without a model: its endpoint is real and copyable.
+            let listening = up(phase, false);
+            assert!(item(&listening, Action::CopyEndpoint).1, "{listening:?}");
+            assert_eq!(listening.endpoint(), Some(ENDPOINT));
         }
-        let model = TrayModel::new(serving(), false);
-        assert!(item(&model, Action::CopyEndpoint).1);
+        let stopping = up(Phase::Stopping, false);
+        assert!(!item(&stopping, Action::CopyEndpoint).1);
+        assert_eq!(stopping.endpoint(), None);
     }
 
     #[test]
     fn window_actions_work_until_quit() {
-        let loading = TrayModel::new(Phase::Loading { model: "m".into() }, false);
+        let loading = TrayModel::new(Phase::Loading { model: None }, false);
         for action in [
             Action::OpenChat,
             Action::NewChat,
@@ -426,28 +519,106 @@ mod tests {
                 "quit"
             ]
         );
-        assert_eq!(shape(&TrayModel::new(serving(), false)), base);
+        assert_eq!(shape(&up(serving(), false)), base);
         assert_eq!(shape(&TrayModel::new(Phase::Stopping, false)), base);
         // A hint line comes right under the status when there is one.
         let mut with_hint = base.clone();
         with_hint.insert(1, "hint".to_string());
-        assert_eq!(shape(&TrayModel::new(serving(), true)), with_hint);
+        assert_eq!(shape(&up(serving(), true)), with_hint);
+        // Then what generates, then each download.
+        let busy = TrayModel {
+            activity: Activity {
+                running: 2,
+                tokens_per_second: Some(41.4),
+            },
+            downloads: vec![
+                Download {
+                    repo: "org/a".into(),
+                    percent: Some(42),
+                },
+                Download {
+                    repo: "org/b".into(),
+                    percent: None,
+                },
+            ],
+            ..up(serving(), false)
+        };
+        let mut with_lines = base.clone();
+        with_lines.splice(1..1, ["activity", "download", "download"].map(String::from));
+        assert_eq!(shape(&busy), with_lines);
+        let lines: Vec<_> = busy
+            .entries()
+            .into_iter()
+            .filter_map(|e| match e {
+                Entry::Info { id, text } if id != STATUS_ID => Some(text),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "2 chats · 41 tok/s",
+                "Downloading org/a 42%",
+                "Downloading org/b…"
+            ]
+        );
+    }
+
+    #[test]
+    fn live_status_in_tooltip_and_title() {
+        let idle = up(serving(), false);
+        assert_eq!(
+            idle.tooltip(),
+            "Seedbar: Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1"
+        );
+        assert_eq!(idle.title(), None);
+        assert_eq!(idle.activity_line(), None);
+        let one = TrayModel {
+            activity: Activity {
+                running: 1,
+                tokens_per_second: Some(87.6),
+            },
+            ..idle.clone()
+        };
+        assert_eq!(
+            one.tooltip(),
+            "Seedbar: SmolLM2-135M-Instruct · 1 chat · 88 tok/s"
+        );
+        assert_eq!(one.title().as_deref(), Some("88 tok/s"));
+        // Before the first sample there is no speed yet.
+        let starting = TrayModel {
+            activity: Activity {
+                running: 3,
+                tokens_per_second: None,
+            },
+            ..idle
+        };
+        assert_eq!(starting.activity_line().as_deref(), Some("3 chats"));
+        assert_eq!(starting.title(), None);
     }
 
     #[test]
     fn missing_model_says_what_to_do() {
-        let model = TrayModel::new(Phase::NoModel { model: None }, false);
+        let model = up(Phase::NoModel { model: None }, false);
         assert!(info(&model, HINT_ID).unwrap().contains("seedbar pull"));
+        assert!(info(&model, HINT_ID).unwrap().contains("Import"));
         assert_eq!(model.state_name(), "no-model");
-        let failed = TrayModel::new(
-            Phase::DownloadFailed {
-                model: "m".into(),
-                message: "offline".into(),
+        let failed = up(
+            Phase::Error {
+                message: "Cannot download m: offline".into(),
             },
             false,
         );
         assert!(info(&failed, HINT_ID).unwrap().contains("seedbar pull"));
-        assert_eq!(failed.state_name(), "download-failed");
+        assert_eq!(failed.state_name(), "error");
+        // A server that did not start has nothing to import into.
+        let down = TrayModel::new(
+            Phase::Error {
+                message: "x".into(),
+            },
+            false,
+        );
+        assert_eq!(info(&down, HINT_ID), None);
     }
 
     #[test]
@@ -456,7 +627,7 @@ mod tests {
         let model = TrayModel::new(Phase::Error { message }, false);
         let line = model.status_line();
         assert_eq!(line.chars().count(), MAX_LINE_CHARS);
-        assert!(line.starts_with("Error: first line second x"));
+        assert!(line.starts_with("first line second x"));
         assert!(line.ends_with('…'));
         assert!(!line.contains('\n'));
     }
@@ -466,10 +637,10 @@ mod tests {
         let model = TrayModel::new(
             Phase::Serving {
                 model: "HuggingFaceTB--SmolLM2-135M-Instruct".into(),
-                endpoint: "http://127.0.0.1:65535/v1".into(),
             },
             true,
-        );
+        )
+        .listening_at("http://127.0.0.1:65535/v1");
         assert!(model.status_line().ends_with("http://127.0.0.1:65535/v1"));
     }
 

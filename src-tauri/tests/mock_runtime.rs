@@ -76,8 +76,10 @@ fn serve(shell: &Shell, port: u16) -> Arc<FakeServer> {
             api: format!("http://127.0.0.1:{port}"),
             api_key: None,
         },
-        "SmolLM2-135M-Instruct",
     );
+    shell.set_phase(Phase::Serving {
+        model: "SmolLM2-135M-Instruct".into(),
+    });
     server
 }
 
@@ -91,7 +93,7 @@ fn status_follows_the_server() {
     assert_eq!(status["endpoint"], Value::Null);
 
     shell.set_phase(Phase::Loading {
-        model: "SmolLM2-135M-Instruct".into(),
+        model: Some("SmolLM2-135M-Instruct".into()),
     });
     let status = invoke(&w, "shell_status", json!({})).unwrap();
     assert_eq!(status["state"], "loading");
@@ -108,6 +110,8 @@ fn status_follows_the_server() {
             "endpoint": "http://127.0.0.1:7337/v1",
             "paused": false,
             "version": env!("CARGO_PKG_VERSION"),
+            "tooltip": "Seedbar: Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1",
+            "lines": ["Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1"],
         })
     );
 }

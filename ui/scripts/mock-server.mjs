@@ -193,7 +193,10 @@ const server = createServer(async (req, res) => {
       return send(res, 200, appSettings);
     }
     if (path === '/app/status' && m === 'GET') {
-      return send(res, 200, { state: 'serving', model: 'SmolLM2-135M-Instruct', endpoint: `http://127.0.0.1:${server.address().port}/v1`, message: null });
+      return send(res, 200, {
+        state: 'ready', model: 'SmolLM2-135M-Instruct', percent: null, problem: null, fix: null, actions: [],
+        endpoint: `http://127.0.0.1:${server.address().port}/v1`, paused: false, message: null,
+      });
     }
     return fail(res, 404, `no route ${m} ${path}`);
   } catch (error) {

@@ -337,14 +337,44 @@ export async function cancelPull(repo: string) {
 // Status and key
 
 let statusTimer: ReturnType<typeof setTimeout> | undefined;
+/** Reads the server's status; polled until a model is ready. */
 export async function loadStatus() {
   clearTimeout(statusTimer);
   try {
+    const before = getState().status;
     const status = await client.status();
     setState({ status });
-    if (status.state === 'loading') statusTimer = setTimeout(loadStatus, 1000);
+    // Quickly while the model is on its way; slowly while there is none (a fix made in
+    // another window or tab shows here too).
+    if (status.state !== 'ready') statusTimer = setTimeout(loadStatus, status.state === 'loading' || status.state === 'downloading' ? 1000 : 3000);
+    if (status.state === 'ready' && before && before.state !== 'ready') void loadModels();
   } catch (error) {
     report(error);
+    statusTimer = setTimeout(loadStatus, 3000);
+  }
+}
+
+/** Looks for a model again: downloads the default one when none is installed. */
+export async function retryModel() {
+  try {
+    setState({ status: await client.retryStatus() });
+  } catch (error) {
+    report(error);
+  }
+  void loadStatus();
+}
+
+/** Adds a model file or folder on this computer to the library. */
+export async function importModel(path: string): Promise<boolean> {
+  try {
+    const model = await client.importModel(path.trim());
+    toast(`Imported ${model.name}.`, 'info');
+    await loadModels();
+    void loadStatus();
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
   }
 }
 

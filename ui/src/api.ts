@@ -179,6 +179,9 @@ export class Client {
   pullModel(repo: string) {
     return this.request<Pull>('POST', '/app/models/pull', `Downloading ${repo} failed`, { repo });
   }
+  importModel(path: string) {
+    return this.request<ModelInfo>('POST', '/app/models/import', 'Importing the model failed', { path });
+  }
   listPulls() {
     return this.request<Pull[]>('GET', '/app/models/pulls', 'Loading downloads failed');
   }
@@ -197,6 +200,9 @@ export class Client {
   }
   status() {
     return this.request<AppStatus>('GET', '/app/status', 'Loading the server status failed');
+  }
+  retryStatus() {
+    return this.request<AppStatus>('POST', '/app/status/retry', 'Retrying failed');
   }
 }
 

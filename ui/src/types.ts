@@ -68,10 +68,24 @@ export type AppSettings = {
   launch_at_login: boolean;
 };
 
+export type ModelState = 'no_model' | 'downloading' | 'loading' | 'ready' | 'error';
+
+export type FixAction = 'import' | 'retry_download';
+
 export type AppStatus = {
-  state: 'loading' | 'serving' | 'error';
-  model: string;
-  endpoint: string;
+  /** What the default model is doing; the API answers in every state. */
+  state: ModelState;
+  /** The default model (downloading, loading or ready), when there is one. */
+  model: string | null;
+  /** A download's progress. */
+  percent: number | null;
+  /** What is wrong (no_model, error), and what to do about it. */
+  problem: string | null;
+  fix: string | null;
+  actions: FixAction[];
+  endpoint: string | null;
+  paused: boolean;
+  /** Why it is paused, when it is. */
   message: string | null;
 };
 

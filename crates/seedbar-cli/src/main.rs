@@ -75,8 +75,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ModelsAction {
-    /// Put a GGUF file or a model directory (config.json, safetensors, tokenizer.json) into
-    /// the store.
+    /// Add a GGUF file or a model directory (config.json, safetensors, tokenizer.json) to
+    /// the store: linked where it is, not copied (a running app picks it up from its
+    /// Models view or on its next start).
     Add {
         file: PathBuf,
         /// The store name (defaults to the file or folder name without extension).
@@ -183,21 +184,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Models {
             action: Some(ModelsAction::Add { file, name }),
         } => {
-            let name = match name {
-                Some(n) => n,
-                None => file
-                    .file_stem()
-                    .and_then(|s| s.to_str())
-                    .context("cannot name the model after its file; pass --name")?
-                    .to_string(),
-            };
-            let store = ModelStore::open_default()?;
-            let path = if file.is_dir() {
-                store.import_dir(&file, &name)?
-            } else {
-                store.import_gguf(&file, &name)?
-            };
-            println!("{name}: {}", path.display());
+            let model = ModelStore::open_default()?.import(&file, name.as_deref())?;
+            println!("{}: {}", model.name, model.path.display());
         }
         Command::Pull { repo } => {
             let bar = indicatif::ProgressBar::new(0).with_style(

@@ -4,7 +4,7 @@ use std::{io::Write, net::IpAddr, path::PathBuf, process::ExitCode};
 
 use seedbar_engine::store::{ModelStore, DEFAULT_MODEL};
 use seedbar_scheduler::SchedulerConfig;
-use seedbar_server::{App, ServerConfig, DEFAULT_PORT};
+use seedbar_server::{App, BringUp, ServerConfig, DEFAULT_PORT};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -78,14 +78,30 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let store = ModelStore::open_default()?;
-        let app = App::start(config, store).await?;
+        // Without the model (not installed, or it cannot load) the server still answers:
+        // the chat UI and `/app/status` say what is wrong, and an import fixes it.
+        let app = App::open(config, store).await?;
+        let wanted = Some(app.config.model.clone());
+        app.bring_up(BringUp {
+            wanted,
+            download: None,
+        })
+        .await;
         let listener = seedbar_server::listen(&app).await?;
         let address = listener.local_addr()?;
         app.set_endpoint(address);
-        println!(
-            "Seedbar serving {} at http://{address}/v1",
-            app.config.model
-        );
+        match app.default_model() {
+            Some(model) => println!("Seedbar serving {model} at http://{address}/v1"),
+            None => {
+                let readiness = app.readiness();
+                eprintln!(
+                    "seedbar: {} {}",
+                    readiness.problem.unwrap_or_default(),
+                    readiness.fix.unwrap_or_default()
+                );
+                println!("Seedbar listening at http://{address}/v1 without a model");
+            }
+        }
         if app.config.ui_dir.is_some() {
             println!("Chat UI at http://{address}/");
         }

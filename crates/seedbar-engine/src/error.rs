@@ -27,6 +27,8 @@ pub enum EngineError {
     InvalidRequest(String),
     #[error("model `{0}` is not in the store (see `seedbar models`) and is not a path")]
     UnknownModel(String),
+    #[error("a model named `{0}` is already installed; choose another name")]
+    NameTaken(String),
     #[error("download: {0}")]
     Download(String),
     #[error("cancelled")]

@@ -138,51 +138,38 @@ impl ModelStore {
             .ok_or_else(|| EngineError::UnknownModel(name_or_path.to_string()))
     }
 
-    /// Put a GGUF file into the store under `name` (a hard link when possible).
-    pub fn import_gguf(&self, file: &Path, name: &str) -> Result<PathBuf> {
-        let file_name = file.file_name().ok_or_else(|| {
-            EngineError::InvalidRequest(format!("{} is not a file", file.display()))
-        })?;
-        let target = self.models_dir().join(name).join(file_name);
-        place(file, &target)?;
-        Ok(target)
-    }
-
-    /// Put a model directory into the store under `name`: the files Seedbar loads from it
-    /// (hard links when possible), `config.json` last so the folder is never a half model.
-    pub fn import_dir(&self, source: &Path, name: &str) -> Result<PathBuf> {
-        if !source.join("config.json").is_file() {
+    /// Add a model on disk to the store: a `.gguf` file, or a model folder (`config.json`,
+    /// `.safetensors` weights, `tokenizer.json`), under `name` (default: the file or folder
+    /// name). Checked first, with a readable error for anything else. The files are hard
+    /// links when the store is on the same volume (no space used, and the model stays when
+    /// the original is moved or deleted), else symbolic links to them in place: a large
+    /// file is never copied. The same file again under the same name changes nothing.
+    pub fn import(&self, path: &Path, name: Option<&str>) -> Result<StoredModel> {
+        let name = match name {
+            Some(name) => name.trim().to_string(),
+            None => import_name(path)?,
+        };
+        if name.is_empty()
+            || name.starts_with('.')
+            || name.contains(['/', '\\'])
+            || name.chars().any(char::is_control)
+        {
             return Err(EngineError::InvalidRequest(format!(
-                "{} has no config.json: not a model directory",
-                source.display()
+                "`{name}` cannot be a model name (no slashes, not empty)"
             )));
         }
-        let mut files = Vec::new();
-        for entry in read_dir(source)? {
-            let Some(top) = entry
-                .file_name()
-                .and_then(|n| n.to_str())
-                .map(str::to_string)
-            else {
-                continue;
-            };
-            if entry.is_dir() {
-                for inner in read_dir(&entry)? {
-                    if let Some(n) = inner.file_name().and_then(|n| n.to_str()) {
-                        files.push(format!("{top}/{n}"));
-                    }
-                }
-            } else {
-                files.push(top);
-            }
+        let files = importable_files(path)?;
+        let dir = self.models_dir().join(&name);
+        let same = |(source, file): &(PathBuf, String)| matches!((source.metadata(), dir.join(file).metadata()), (Ok(x), Ok(y)) if x.len() == y.len());
+        if dir.exists() && !files.iter().all(same) {
+            return Err(EngineError::NameTaken(name));
         }
-        files.retain(|f| wanted(f));
-        files.sort_by_key(|f| f == "config.json");
-        let dir = self.models_dir().join(name);
-        for file in &files {
-            place(&source.join(file), &dir.join(file))?;
+        for (source, file) in &files {
+            place(source, &dir.join(file))?;
         }
-        Ok(dir)
+        describe(&dir).ok_or_else(|| {
+            EngineError::InvalidRequest(format!("{} did not import as a model", path.display()))
+        })
     }
 
     /// Download `org/name` from the Hugging Face hub (`$HF_ENDPOINT` overrides its address)
@@ -281,6 +268,101 @@ pub fn check_repo_id(repo_id: &str) -> Result<()> {
     Ok(())
 }
 
+/// What the file picker and `seedbar models add` accept, for error messages.
+const IMPORTABLE: &str =
+    "a .gguf file, or a model folder with config.json, .safetensors weights and tokenizer.json";
+
+/// The default name of an imported model: the file name without `.gguf`, or the folder's.
+fn import_name(path: &Path) -> Result<String> {
+    let name = if path.is_dir() {
+        path.file_name()
+    } else {
+        path.file_stem()
+    };
+    name.and_then(|n| n.to_str())
+        .map(str::to_string)
+        .ok_or_else(|| {
+            EngineError::InvalidRequest(format!(
+                "cannot name a model after {}; give it a name",
+                path.display()
+            ))
+        })
+}
+
+/// The files of a model on disk as (source, path in the model's folder), `config.json`
+/// last so that the folder is never a half model; an error saying what is wrong when
+/// `path` is not a model Seedbar can run.
+fn importable_files(path: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let shown = path.display();
+    if !path.exists() {
+        return Err(EngineError::InvalidRequest(format!(
+            "{shown} does not exist"
+        )));
+    }
+    if path.is_file() {
+        let mut magic = [0u8; 4];
+        let is_gguf = path
+            .extension()
+            .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+            && std::fs::File::open(path)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+                .is_ok()
+            && &magic == b"GGUF";
+        if !is_gguf {
+            return Err(EngineError::InvalidRequest(format!(
+                "{shown} is not a GGUF model file (import {IMPORTABLE})"
+            )));
+        }
+        let file = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+            EngineError::InvalidRequest(format!("{shown}: the file name is not UTF-8"))
+        })?;
+        return Ok(vec![(path.to_path_buf(), file.to_string())]);
+    }
+    let mut files = Vec::new();
+    for entry in read_dir(path)? {
+        let Some(top) = entry
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        if entry.is_dir() {
+            for inner in read_dir(&entry)? {
+                if let Some(n) = inner.file_name().and_then(|n| n.to_str()) {
+                    files.push(format!("{top}/{n}"));
+                }
+            }
+        } else {
+            files.push(top);
+        }
+    }
+    files.retain(|f| wanted(f));
+    let missing: Vec<&str> = [
+        ("config.json", files.iter().any(|f| f == "config.json")),
+        (
+            ".safetensors weights",
+            files.iter().any(|f| f.ends_with(".safetensors")),
+        ),
+        (
+            "tokenizer.json",
+            files.iter().any(|f| f == "tokenizer.json"),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, present)| !present)
+    .map(|(what, _)| what)
+    .collect();
+    if !missing.is_empty() {
+        return Err(EngineError::InvalidRequest(format!(
+            "{shown} is not a model folder: it has no {} (import {IMPORTABLE})",
+            missing.join(", no ")
+        )));
+    }
+    files.sort_by_key(|f| f == "config.json");
+    Ok(files.into_iter().map(|f| (path.join(&f), f)).collect())
+}
+
 /// The entries of a folder.
 fn read_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(std::fs::read_dir(dir)
@@ -289,8 +371,9 @@ fn read_dir(dir: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// `source` at `target`: a hard link when possible, else a copy, moved into place whole.
-/// A target of the same size is taken as already there.
+/// `source` at `target`: a hard link when possible (same volume), else a symbolic link to
+/// it where it is, moved into place whole. A target of the same size is taken as already
+/// there.
 fn place(source: &Path, target: &Path) -> Result<()> {
     let same_size =
         matches!((source.metadata(), target.metadata()), (Ok(x), Ok(y)) if x.len() == y.len());
@@ -300,10 +383,23 @@ fn place(source: &Path, target: &Path) -> Result<()> {
     create_parent(target)?;
     let partial = target.with_file_name(".importing");
     let _ = std::fs::remove_file(&partial);
-    std::fs::hard_link(source, &partial)
-        .or_else(|_| std::fs::copy(source, &partial).map(|_| ()))
+    let absolute = source
+        .canonicalize()
+        .map_err(|e| EngineError::io(source, e))?;
+    std::fs::hard_link(&absolute, &partial)
+        .or_else(|_| link_in_place(&absolute, &partial))
         .map_err(|e| EngineError::io(source, e))?;
     std::fs::rename(&partial, target).map_err(|e| EngineError::io(target, e))
+}
+
+#[cfg(unix)]
+fn link_in_place(source: &Path, link: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(source, link)
+}
+
+#[cfg(not(unix))]
+fn link_in_place(source: &Path, link: &Path) -> std::io::Result<()> {
+    std::fs::copy(source, link).map(|_| ())
 }
 
 fn create_parent(path: &Path) -> Result<()> {
@@ -552,7 +648,8 @@ mod tests {
         ] {
             std::fs::write(source.join(file), body).unwrap();
         }
-        let dir = store.0.import_dir(&source, "encoder").unwrap();
+        let imported = store.0.import(&source, Some("encoder")).unwrap();
+        let dir = imported.path.clone();
         assert!(dir.join("1_Pooling/config.json").is_file());
         assert!(dir.join("model.safetensors").is_file());
         assert!(!dir.join("README.md").exists());
@@ -563,8 +660,59 @@ mod tests {
             ("encoder", ModelKind::Embedding)
         );
         // Again: everything is in place already.
-        assert_eq!(store.0.import_dir(&source, "encoder").unwrap(), dir);
-        assert!(store.0.import_dir(store.0.root(), "x").is_err());
+        assert_eq!(store.0.import(&source, Some("encoder")).unwrap().path, dir);
+        // Another model under a taken name is refused.
+        let other = store.0.root().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        for (file, body) in [
+            ("config.json", &br#"{"model_type": "llama"}"#[..]),
+            ("model.safetensors", b"other weights"),
+            ("tokenizer.json", b"{}"),
+        ] {
+            std::fs::write(other.join(file), body).unwrap();
+        }
+        assert!(matches!(
+            store.0.import(&other, Some("encoder")),
+            Err(EngineError::NameTaken(_))
+        ));
+        // The folder's name by default.
+        assert_eq!(store.0.import(&source, None).unwrap().name, "source");
+    }
+
+    #[test]
+    fn imports_are_checked_first() {
+        let store = TempStore::new("import-checks");
+        let root = store.0.root().to_path_buf();
+        std::fs::create_dir_all(root.join("half")).unwrap();
+        std::fs::write(root.join("half/config.json"), b"{}").unwrap();
+        std::fs::write(root.join("notes.txt"), b"hello").unwrap();
+        std::fs::write(root.join("fake.gguf"), b"not a gguf").unwrap();
+        std::fs::write(root.join("model.Q4_0.gguf"), b"GGUF\x03\0\0\0").unwrap();
+        let error = |path: &str| {
+            store
+                .0
+                .import(&root.join(path), None)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(error("missing.gguf").ends_with("missing.gguf does not exist"));
+        assert!(error("notes.txt").contains("is not a GGUF model file"));
+        assert!(error("fake.gguf").contains("is not a GGUF model file"));
+        let half = error("half");
+        assert!(
+            half.contains("no .safetensors weights, no tokenizer.json"),
+            "{half}"
+        );
+        assert!(
+            store.0.list().unwrap().is_empty(),
+            "nothing refused was added"
+        );
+        let gguf = store.0.import(&root.join("model.Q4_0.gguf"), None).unwrap();
+        assert_eq!((gguf.name.as_str(), gguf.format), ("model.Q4_0", "gguf"));
+        assert!(store
+            .0
+            .import(&root.join("model.Q4_0.gguf"), Some("a/b"))
+            .is_err());
     }
 
     #[test]

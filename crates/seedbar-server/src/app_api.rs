@@ -20,7 +20,7 @@ use seedbar_chats::{
     AppSettings, ChatError, ChatStore, Conversation, Message, NewMessage, Role, Settings,
     SettingsPatch, Status, Turn,
 };
-use seedbar_engine::{ChatMessage, SamplingParams};
+use seedbar_engine::{ChatMessage, EngineError, SamplingParams};
 use seedbar_scheduler::draw_seed;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::Sender;
@@ -34,7 +34,7 @@ use crate::{
     },
     openai::{sse, with_seed, SseMessage},
     pulls::Pull,
-    App,
+    App, Readiness,
 };
 
 /// Seeds stay below 2^53 so that JavaScript numbers hold them exactly.
@@ -61,10 +61,12 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/app/models", get(list_models))
         .route("/app/models/{name}", delete(delete_model))
         .route("/app/models/pull", post(pull_model))
+        .route("/app/models/import", post(import_model))
         .route("/app/models/pulls", get(list_pulls))
         .route("/app/models/pulls/{org}/{name}", delete(cancel_pull))
         .route("/app/settings", get(get_settings).put(put_settings))
         .route("/app/status", get(status))
+        .route("/app/status/retry", post(retry))
 }
 
 /// Run `work` on the store off the async threads (every write waits for the disk).
@@ -148,8 +150,14 @@ async fn create_conversation(
     ApiJson(body): ApiJson<ConversationBody>,
 ) -> Result<Json<Conversation>, ApiError> {
     let title = body.title()?.unwrap_or_else(|| "New chat".to_string());
-    let settings = Settings::for_model(&app.config.model).patched(&body.settings);
-    check_settings(&app, &settings, true)?;
+    // Without a model (yet) the conversation runs on whichever becomes the default ("").
+    let default = app
+        .readiness()
+        .served_model()
+        .unwrap_or_default()
+        .to_string();
+    let settings = Settings::for_model(&default).patched(&body.settings);
+    check_settings(&app, &settings, !settings.model.is_empty())?;
     Ok(Json(db(&app, move |s| s.create(&title, &settings)).await?))
 }
 
@@ -333,7 +341,14 @@ async fn reply(
     let settings = conversation.settings;
 
     // Everything that can refuse the request runs before anything is stored.
-    let model = ServedModel::find(&app, &settings.model).await?;
+    // The default model, once chosen: while it loads, the reply waits for it.
+    let readiness = app.readiness();
+    let name = match (settings.model.as_str(), readiness.served_model()) {
+        ("", Some(default)) => default.to_string(),
+        ("", None) => return Err(readiness.unavailable()),
+        (name, _) => name.to_string(),
+    };
+    let model = ServedModel::find(&app, &name).await?;
     let messages: Vec<ChatMessage> = (!settings.system_prompt.is_empty())
         .then(|| ChatMessage::new("system", &settings.system_prompt))
         .into_iter()
@@ -346,11 +361,19 @@ async fn reply(
         messages,
         tools: None,
     };
+    let ran_on = model.card.name.clone();
     let generation = Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-"))?;
 
     // The turn and the streaming reply row in one transaction, refused (409) while another
     // reply streams into this conversation.
-    let row = NewMessage::reply(seed, settings.sampling());
+    // The reply records the model it ran on (the default one for a conversation without).
+    let row = NewMessage::reply(
+        seed,
+        seedbar_chats::Sampling {
+            model: ran_on,
+            ..settings.sampling()
+        },
+    );
     let (user, reply) = db(&app, move |s| s.begin_reply(id, &turn, &row)).await?;
     let body = spawn_body(move |tx| stream_reply(app, generation, user, reply, tx));
     Ok(with_seed(seed, sse(body)))
@@ -608,12 +631,11 @@ async fn delete_model(
         let names: Vec<String> = installed.iter().map(|m| m.name.clone()).collect();
         return Err(ApiError::unknown_model(&name, &names));
     };
-    let served = app
-        .config
-        .model
-        .strip_suffix(":latest")
-        .unwrap_or(&app.config.model);
-    if model.name.eq_ignore_ascii_case(served) {
+    let readiness = app.readiness();
+    if readiness
+        .served_model()
+        .is_some_and(|served| model.name.eq_ignore_ascii_case(served))
+    {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
@@ -667,6 +689,54 @@ async fn cancel_pull(
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no download of {repo}")))
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportBody {
+    /// A `.gguf` file or a model folder on this computer.
+    path: String,
+    /// The library name (default: the file or folder name).
+    name: Option<String>,
+}
+
+/// Add a model on disk to the library (`ModelStore::import`: linked, not copied); with no
+/// model ready yet it becomes the default one and loads.
+async fn import_model(
+    State(app): State<Arc<App>>,
+    ApiJson(body): ApiJson<ImportBody>,
+) -> Result<Json<ModelInfo>, ApiError> {
+    let path = std::path::PathBuf::from(body.path.trim());
+    if !path.is_absolute() {
+        return Err(ApiError::bad_param(
+            "path",
+            format!("'{}' is not an absolute path", path.display()),
+        ));
+    }
+    let host = app.clone();
+    let name = body.name.filter(|n| !n.trim().is_empty());
+    let model =
+        tokio::task::spawn_blocking(move || host.models.store().import(&path, name.as_deref()))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(|e| match e {
+                EngineError::NameTaken(_) => ApiError {
+                    param: Some("name".into()),
+                    code: Some("name_taken"),
+                    ..ApiError::new(StatusCode::CONFLICT, e.to_string())
+                },
+                EngineError::Io { .. } => ApiError::internal(e),
+                e => ApiError::bad_param("path", e.to_string()),
+            })?;
+    tracing::info!(model = model.name, path = %model.path.display(), "imported");
+    app.retry_bring_up(Some(&model.name));
+    Ok(Json(ModelInfo {
+        loaded: false,
+        name: model.name,
+        format: model.format,
+        bytes: model.bytes,
+        quantization: model.quantization,
+    }))
+}
+
 // ---- App -------------------------------------------------------------------------------
 
 async fn get_settings(State(app): State<Arc<App>>) -> Json<AppSettings> {
@@ -691,24 +761,47 @@ async fn put_settings(
     Ok(Json(settings))
 }
 
+/// `/app/status`: the default model's readiness (state, problem, fix), where the API
+/// listens, and whether it is paused.
 #[derive(Serialize)]
 struct ServerStatus {
-    state: &'static str,
-    model: String,
+    #[serde(flatten)]
+    readiness: Readiness,
     endpoint: Option<String>,
+    paused: bool,
     message: Option<&'static str>,
 }
 
-async fn status(State(app): State<Arc<App>>) -> Json<ServerStatus> {
-    let message = app.is_paused().then_some(
-        "paused for outside clients (the app's own routes keep working); resume from the menu bar",
-    );
-    Json(ServerStatus {
-        state: "serving",
-        model: app.config.model.clone(),
+fn server_status(app: &App) -> ServerStatus {
+    let paused = app.is_paused();
+    ServerStatus {
+        readiness: app.readiness(),
         endpoint: app.endpoint().map(|address| format!("http://{address}/v1")),
-        message,
-    })
+        paused,
+        message: paused.then_some(
+            "paused for outside clients (the app's own routes keep working); resume from the \
+             menu bar",
+        ),
+    }
+}
+
+async fn status(State(app): State<Arc<App>>) -> Json<ServerStatus> {
+    Json(server_status(&app))
+}
+
+/// Look for a model again (and download the default one when the store is empty); 409
+/// while one is ready or on its way.
+async fn retry(State(app): State<Arc<App>>) -> Result<(StatusCode, Json<ServerStatus>), ApiError> {
+    if !app.retry_bring_up(None) {
+        return Err(ApiError {
+            code: Some("model_on_its_way"),
+            ..ApiError::new(
+                StatusCode::CONFLICT,
+                "a model is already ready, loading or downloading",
+            )
+        });
+    }
+    Ok((StatusCode::ACCEPTED, Json(server_status(&app))))
 }
 
 #[cfg(test)]

@@ -85,10 +85,20 @@ pub struct ServedModel {
 
 impl ServedModel {
     /// The model called `name` (case-insensitive; Ollama's `:latest` allowed), loading it
-    /// if needed.
+    /// if needed. While the default model is not ready, a model that is not there is a 503
+    /// saying why (no model yet, downloading, failed) and what to do.
     pub async fn find(app: &App, name: &str) -> Result<Self, ApiError> {
         let asked = Instant::now();
-        let model = app.models.get(name).await?;
+        let model = match app.models.get(name).await {
+            Err(e) if e.code == Some("model_not_found") => {
+                let readiness = app.readiness();
+                return Err(match readiness.default_model() {
+                    Some(_) => e,
+                    None => readiness.unavailable(),
+                });
+            }
+            found => found?,
+        };
         Ok(ServedModel {
             model,
             load_duration: asked.elapsed(),

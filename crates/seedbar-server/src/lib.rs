@@ -14,6 +14,7 @@ mod models;
 mod ollama;
 mod openai;
 mod pulls;
+mod readiness;
 mod responses;
 mod security;
 mod structured;
@@ -25,7 +26,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, OnceLock,
+        Arc, Mutex, OnceLock,
     },
     time::Duration,
 };
@@ -46,6 +47,8 @@ use tokio::{net::TcpListener, sync::watch};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use models::ModelHost;
+pub use pulls::{Pull, PullStatus};
+pub use readiness::{BringUp, FixAction, ModelState, Readiness};
 pub use seedbar_chats::AppSettings;
 
 /// The default port: clear of Ollama (11434), LM Studio (1234), llama-server (8080),
@@ -69,7 +72,8 @@ pub struct ServerConfig {
     /// Origins allowed by CORS besides the app's own window.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
-    /// The model loaded at start.
+    /// The model `App::bring_up` looks for first (a store name or a path); empty: none in
+    /// particular.
     pub model: String,
     pub scheduler: SchedulerConfig,
     /// The built chat UI, served at `/` (static files need no API key).
@@ -120,6 +124,21 @@ pub struct App {
     settings: watch::Sender<AppSettings>,
     /// The address the server listens on, once bound.
     endpoint: OnceLock<SocketAddr>,
+    /// What the default model is doing (`readiness.rs`).
+    readiness: watch::Sender<Readiness>,
+    /// How the last bring-up looked for the default model (`retry_bring_up` repeats it).
+    plan: Mutex<BringUp>,
+}
+
+/// What runs now, for the app's live status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// Rows generating in the schedulers (one per running chat or choice).
+    pub running: usize,
+    /// Requests waiting for a row.
+    pub queued: usize,
+    /// Tokens generated since the server started.
+    pub generated_tokens: u64,
 }
 
 /// All routes with their middleware.
@@ -190,27 +209,11 @@ async fn health(State(app): State<Arc<App>>) -> Json<Health> {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> String {
-    let loaded = app.models.loaded();
+    let activity = app.activity();
     let gauges = metrics::Gauges {
-        running_rows: loaded
-            .iter()
-            .map(|m| {
-                m.scheduler
-                    .stats()
-                    .running
-                    .load(std::sync::atomic::Ordering::SeqCst)
-            })
-            .sum(),
-        queued_requests: loaded
-            .iter()
-            .map(|m| {
-                m.scheduler
-                    .stats()
-                    .queued
-                    .load(std::sync::atomic::Ordering::SeqCst)
-            })
-            .sum(),
-        loaded_models: loaded.len(),
+        running_rows: activity.running,
+        queued_requests: activity.queued,
+        loaded_models: app.models.loaded().len(),
     };
     app.metrics.render(&gauges)
 }
@@ -247,8 +250,9 @@ async fn count_requests(State(app): State<Arc<App>>, request: Request, next: Nex
 }
 
 impl App {
-    /// Check the configuration, open the conversations database and load the served model.
-    pub async fn start(mut config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {
+    /// Check the configuration and open the conversations database, without a model: the
+    /// `/app` API, the store and the library work at once; `bring_up` brings the model.
+    pub async fn open(mut config: ServerConfig, store: ModelStore) -> anyhow::Result<Arc<App>> {
         config.check().map_err(anyhow::Error::msg)?;
         // `--model PATH`: served under its file or folder name, beside the store's models.
         let outside: Vec<StoredModel> = ModelStore::describe_path(Path::new(&config.model))
@@ -269,7 +273,8 @@ impl App {
                 launch_at_login: false,
             },
         };
-        let app = Arc::new(App {
+        let wanted = Some(config.model.clone()).filter(|m| !m.is_empty());
+        Ok(Arc::new(App {
             models: ModelHost::new(store, config.scheduler.clone(), &config.model, outside),
             encoders: embeddings::Encoders::default(),
             metrics: Arc::new(Metrics::default()),
@@ -278,13 +283,39 @@ impl App {
             pulls: pulls::Pulls::default(),
             settings: watch::Sender::new(settings),
             endpoint: OnceLock::new(),
+            readiness: watch::Sender::new(Readiness::starting(wanted.as_deref())),
+            plan: Mutex::new(BringUp {
+                wanted,
+                download: None,
+            }),
             config,
-        });
-        app.models
-            .get(&app.config.model)
-            .await
-            .map_err(|e| anyhow::anyhow!(e.message))?;
-        Ok(app)
+        }))
+    }
+
+    /// The downloads of this server's lifetime (`GET /app/models/pulls`).
+    pub fn downloads(&self) -> Vec<Pull> {
+        self.pulls.list()
+    }
+
+    /// The rows generating and the tokens generated so far (what `/metrics` shows).
+    pub fn activity(&self) -> Activity {
+        let stats: Vec<_> = self
+            .models
+            .loaded()
+            .iter()
+            .map(|m| {
+                let stats = m.scheduler.stats();
+                (
+                    stats.running.load(Ordering::SeqCst),
+                    stats.queued.load(Ordering::SeqCst),
+                )
+            })
+            .collect();
+        Activity {
+            running: stats.iter().map(|s| s.0).sum(),
+            queued: stats.iter().map(|s| s.1).sum(),
+            generated_tokens: self.metrics.generated_tokens.load(Ordering::Relaxed),
+        }
     }
 
     /// Pause or resume the API for outside clients (editors, SDKs): while paused they get

@@ -178,7 +178,7 @@ pub struct ModelHost {
     outside: Vec<StoredModel>,
     config: SchedulerConfig,
     /// The served model's key: never evicted.
-    served: String,
+    served: Mutex<String>,
     /// Bytes of model files kept in memory at once.
     memory_budget: u64,
     loaded: Mutex<HashMap<String, Entry>>,
@@ -210,7 +210,7 @@ impl ModelHost {
             store,
             outside,
             config,
-            served: key(served),
+            served: Mutex::new(key(served)),
             memory_budget: default_memory_budget(),
             loaded: Mutex::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
@@ -218,6 +218,11 @@ impl ModelHost {
             facts: Mutex::new(HashMap::new()),
             reading_facts: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Make `name` the served model (the default one, never evicted).
+    pub fn set_served(&self, name: &str) {
+        *self.served.lock().unwrap_or_else(|e| e.into_inner()) = key(name);
     }
 
     pub fn store(&self) -> &ModelStore {
@@ -333,6 +338,11 @@ impl ModelHost {
     /// are returned, to be dropped outside the lock). When it still does not fit it loads
     /// only beside the served model, never beside another model that is busy.
     fn make_room(&self, card: &ModelCard) -> Result<Vec<Entry>, ApiError> {
+        let served = self
+            .served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut models = self.lock();
         let mut evicted = Vec::new();
         loop {
@@ -342,14 +352,14 @@ impl ModelHost {
             }
             let idle = models
                 .iter()
-                .filter(|(k, e)| **k != self.served && !e.model.scheduler.busy())
+                .filter(|(k, e)| **k != served && !e.model.scheduler.busy())
                 .min_by_key(|(_, e)| e.last_used)
                 .map(|(k, _)| k.clone());
             let Some(oldest) = idle else { break };
             tracing::info!(model = oldest, "evicting a model to make room");
             evicted.extend(models.remove(&oldest));
         }
-        match models.keys().find(|k| **k != self.served) {
+        match models.keys().find(|k| **k != served) {
             None => Ok(evicted),
             Some(busy) => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

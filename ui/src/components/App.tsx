@@ -1,11 +1,12 @@
 import { useEffect } from 'preact/hooks';
-import { loadStatus, newConversation } from '../actions';
+import { newConversation } from '../actions';
 import { dismissToast, useAppState } from '../store';
 import { ChatView } from './ChatView';
 import { ApiKeyDialog, ConfirmHost } from './Dialogs';
 import { ModelLibrary } from './ModelLibrary';
 import { SettingsView } from './SettingsView';
 import { Sidebar } from './Sidebar';
+import { StatusBanner } from './StatusBanner';
 import { IconClose } from './icons';
 
 export function App() {
@@ -36,12 +37,7 @@ export function App() {
     <div class="app">
       <Sidebar />
       <main class="main">
-        {status && status.state !== 'serving' && (
-          <div class={`banner ${status.state}`} role="status" data-testid="status-banner">
-            {status.state === 'loading' ? `Loading ${status.model}…` : `The model could not be loaded: ${status.message ?? 'unknown error'}`}
-            {status.state === 'error' && <button type="button" class="link-button" onClick={() => void loadStatus()}>Check again</button>}
-          </div>
-        )}
+        {status && status.state !== 'ready' && <StatusBanner status={status} />}
         {route.view === 'chat' && <ChatView id={route.id} />}
         {route.view === 'models' && <ModelLibrary />}
         {route.view === 'settings' && <SettingsView />}

@@ -1,5 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { cancelPull, deleteModel, loadModels, loadPulls, pullModel, report } from '../actions';
+import { cancelPull, deleteModel, importModel, loadModels, loadPulls, loadStatus, pullModel, report } from '../actions';
+import { hasNativePicker, pickModelPath } from '../picker';
 import { checkRepoId, formatBytes } from '../format';
 import { useAppState } from '../store';
 import type { Pull } from '../types';
@@ -22,6 +23,7 @@ export function ModelLibrary() {
       try {
         const list = await loadPulls();
         failures = 0;
+        if (list.some((p) => p.status === 'done')) void loadStatus();
         if (alive && list.some((p) => p.status === 'downloading')) timer.current = setTimeout(tick, 500);
       } catch (error) {
         if (failures++ === 0) report(error);
@@ -71,6 +73,8 @@ export function ModelLibrary() {
         </button>
       </form>
 
+      <ImportForm />
+
       {pulls.length > 0 && (
         <ul class="pulls" role="list" aria-label="Downloads">
           {pulls.map((p) => <PullRow key={p.repo} pull={p} />)}
@@ -80,7 +84,7 @@ export function ModelLibrary() {
       {models === null ? (
         <p class="muted">Loading models…</p>
       ) : models.length === 0 ? (
-        <p class="muted" data-testid="models-empty">No models installed. Download one above.</p>
+        <p class="muted" data-testid="models-empty">No models installed. Download one or import one from disk above.</p>
       ) : (
         <table class="models" data-testid="models-table">
           <thead>
@@ -146,4 +150,47 @@ export function pullErrorText(error: string | null): string {
     return `Can't reach Hugging Face — check your internet connection. (${message})`;
   }
   return message;
+}
+
+/**
+ * Import a model already on this computer: a `.gguf` file or a model folder. The native
+ * picker in the app's window; a path in a browser (and in the window, for a pasted path).
+ * The library links the files where they are (no copy).
+ */
+function ImportForm() {
+  const [path, setPath] = useState('');
+  const [busy, setBusy] = useState(false);
+  const native = hasNativePicker();
+
+  const run = async (chosen: string) => {
+    setBusy(true);
+    const ok = await importModel(chosen);
+    setBusy(false);
+    if (ok) setPath('');
+  };
+  const pick = async (folder: boolean) => {
+    try {
+      const chosen = await pickModelPath(folder);
+      if (chosen) await run(chosen);
+    } catch (error) {
+      report(error);
+    }
+  };
+
+  return (
+    <form class="import-form" data-testid="import-form" onSubmit={(e) => { e.preventDefault(); if (path.trim()) void run(path); }}>
+      <label class="field grow">
+        <span>Import from this computer</span>
+        <input data-testid="import-path" placeholder="/path/to/model.gguf or a model folder (config.json, .safetensors, tokenizer.json)"
+          value={path} spellcheck={false} autocomplete="off" onInput={(e) => setPath(e.currentTarget.value)} />
+      </label>
+      <button type="submit" class="button" data-testid="import-submit" disabled={busy || !path.trim()}>Import</button>
+      {native && (
+        <>
+          <button type="button" class="button primary" data-testid="import-file" disabled={busy} onClick={() => void pick(false)}>Choose a file…</button>
+          <button type="button" class="button" data-testid="import-folder" disabled={busy} onClick={() => void pick(true)}>Choose a folder…</button>
+        </>
+      )}
+    </form>
+  );
 }

@@ -21,6 +21,8 @@ export function parseOrigins(text: string): { origins: string[]; error: string |
 
 const isMac = /Mac/i.test(navigator.platform || navigator.userAgent);
 
+const STATE_NAMES = { ready: 'Serving', loading: 'Loading model…', downloading: 'Downloading model…', no_model: 'No model', error: 'Error' } as const;
+
 export function SettingsView() {
   const { status } = useAppState();
   const [saved, setSaved] = useState<AppSettings | null>(null);
@@ -91,8 +93,8 @@ export function SettingsView() {
       <header class="page-head"><h1 id="settings-title">Settings</h1></header>
       {status && (
         <div class={`status-card ${status.state}`} data-testid="server-status">
-          <strong>{status.state === 'serving' ? 'Serving' : status.state === 'loading' ? 'Loading model…' : 'Error'}</strong>
-          <span>{status.model}</span>
+          <strong>{STATE_NAMES[status.state]}</strong>
+          <span>{status.model ?? status.problem}</span>
           {status.endpoint && <code>{status.endpoint}</code>}
           {status.message && <span class="muted">{status.message}</span>}
         </div>

@@ -22,7 +22,7 @@ export function Sidebar() {
   return (
     <nav class="sidebar" aria-label="Conversations">
       <div class="sidebar-top">
-        <div class="brand" aria-hidden="true"><span class="brand-dot" />Seedbar</div>
+        <div class="brand"><StatusDot />Seedbar</div>
         <button type="button" class="icon-button" data-testid="new-chat" title="New chat (⌘N)" aria-label="New chat"
           onClick={() => void newConversation()}>
           <IconPlus size={18} />
@@ -56,6 +56,18 @@ export function Sidebar() {
       </div>
     </nav>
   );
+}
+
+const DOT_TITLES: Record<string, string> = {
+  ready: 'Ready', loading: 'Loading the model…', downloading: 'Downloading the model…', no_model: 'No model installed', error: 'The model is not available',
+};
+
+/** The server's state at a glance: green when a model answers. */
+function StatusDot() {
+  const { status, conversationsError } = useAppState();
+  const state = status ? (status.paused ? 'paused' : status.state) : conversationsError ? 'unreachable' : 'starting';
+  const title = status?.paused ? 'Paused for outside clients' : status ? DOT_TITLES[status.state] : conversationsError ? 'Cannot reach the server' : 'Starting…';
+  return <span class={`brand-dot ${state}`} data-testid="status-dot" data-state={state} title={title} role="img" aria-label={title} />;
 }
 
 function NavButton(props: { label: string; testid: string; active: boolean; onClick: () => void; children: preact.ComponentChildren }) {
