@@ -21,7 +21,7 @@ BINARIES := -p seedbar-cli -p seedbar-app
 # the same server and chat UI in the foreground for a browser.
 run: build app default-model
 	@if [[ "$$(uname -s)" == Darwin || -n "$${DISPLAY:-}" || -n "$${WAYLAND_DISPLAY:-}" ]]; then \
-	  echo "Starting Seedbar (menu bar / tray; the window opens once the model is loaded)"; \
+	  echo "Starting Seedbar (menu bar / tray and the chat window)"; \
 	  exec $(APP); \
 	else \
 	  echo "No display: serving the chat UI at http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"; \
