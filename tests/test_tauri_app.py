@@ -417,8 +417,10 @@ def test_settings_apply_live(app):
     assert settings["launch_at_login"] is False
     assert not entry.exists()
     api(base + "/app/settings", "PUT", {**settings, "launch_at_login": True})
-    wait_for(entry.exists, 10, message="the autostart entry")
-    exec_line = next(line for line in entry.read_text().splitlines() if line.startswith("Exec="))
+    # The entry exists as soon as it is created, before its lines are written.
+    exec_line = wait_for(lambda: entry.exists() and next(
+        (line for line in entry.read_text().splitlines() if line.startswith("Exec=")), None),
+        10, message="the autostart entry")
     assert exec_line.endswith("seedbar-app --hidden"), exec_line
     api(base + "/app/settings", "PUT", {**settings, "launch_at_login": False})
     wait_for(lambda: not entry.exists(), 10, message="the autostart entry to go")
@@ -449,6 +451,10 @@ def test_quit_stops_the_server(app):
     reader.start()
     assert started.wait(60) and lines[0].startswith("data: {"), lines[:3]
     assert "data: [DONE]" not in lines, "the stream ended before Quit"
+    # Once the tray counts the chat its menu keeps its entries (only their labels change, in
+    # place), so the open menu stays open for the keys.
+    wait_for(lambda: shell_status(app["driver"])["tooltip"].endswith("tok/s"), 20,
+             interval=0.2, message="the running chat in the tray")
     choose(desktop, QUIT)
 
     def gone():

@@ -82,9 +82,10 @@ pub fn create<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
     let mut changes = shell.subscribe();
     let handle = handle.clone();
     tauri::async_runtime::spawn(async move {
+        let mut drawn = None;
         while changes.changed().await.is_ok() {
             let model = changes.borrow_and_update().clone();
-            if let Err(e) = redraw(&handle, &model) {
+            if let Err(e) = redraw(&handle, &model, &mut drawn) {
                 tracing::warn!("cannot update the tray menu: {e}");
             }
         }
@@ -92,11 +93,58 @@ pub fn create<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
     Ok(())
 }
 
-fn redraw<R: Runtime>(handle: &AppHandle<R>, model: &TrayModel) -> tauri::Result<()> {
+/// An entry's id and whether it is enabled.
+type Shape = (&'static str, bool);
+
+/// The menu on the tray and the entries it was built for.
+type Drawn<R> = Option<(Menu<R>, Vec<Shape>)>;
+
+/// An entry without its text. The menu is rebuilt only when these change: a rebuilt menu
+/// closes if it is open, so the live lines (chats, tokens/s, download %) are relabelled in
+/// place, and a click on the open menu still lands.
+fn shape(entry: &Entry) -> Shape {
+    match entry {
+        Entry::Info { id, .. } => (id, false),
+        Entry::Item {
+            action, enabled, ..
+        } => (action.id(), *enabled),
+        Entry::Separator => ("", false),
+    }
+}
+
+/// Bring the tray up to `model`: relabel the menu `drawn` holds when its entries are the
+/// same, else build a new one.
+fn redraw<R: Runtime>(
+    handle: &AppHandle<R>,
+    model: &TrayModel,
+    drawn: &mut Drawn<R>,
+) -> tauri::Result<()> {
     let Some(tray) = handle.tray_by_id(TRAY_ID) else {
         return Ok(());
     };
-    tray.set_menu(Some(build_menu(handle, model)?))?;
+    let entries = model.entries();
+    let shapes: Vec<_> = entries.iter().map(shape).collect();
+    match drawn {
+        Some((menu, drawn_shapes)) if *drawn_shapes == shapes => {
+            for entry in &entries {
+                let (id, text) = match entry {
+                    Entry::Info { id, text } => (*id, text),
+                    Entry::Item { action, label, .. } => (action.id(), label),
+                    Entry::Separator => continue,
+                };
+                if let Some(item) = menu.get(id).as_ref().and_then(|k| k.as_menuitem()) {
+                    if item.text()? != menu_text(text) {
+                        item.set_text(menu_text(text))?;
+                    }
+                }
+            }
+        }
+        _ => {
+            let menu = build_menu(handle, model)?;
+            tray.set_menu(Some(menu.clone()))?;
+            *drawn = Some((menu, shapes));
+        }
+    }
     tray.set_tooltip(Some(model.tooltip()))?;
     // The menu bar shows text beside the icon on macOS only (elsewhere: the tooltip).
     #[cfg(target_os = "macos")]
