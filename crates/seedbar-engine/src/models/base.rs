@@ -22,6 +22,7 @@ use crate::{
     config::ModelConfig,
     error::Result,
     kv_cache::{KvCache, KvPool, SLOTS_PER_CALL},
+    runtime,
     step_plan::{AttentionLayout, Slot, StepPlan, WeightKind},
     weights::{Embedding, Linear, Matrix, Projections, WeightMap},
 };
@@ -1049,8 +1050,10 @@ impl Transformer {
         logits: Logits,
     ) -> Result<Array> {
         if self.weight_kind == WeightKind::Packed && self.dtype == Dtype::Float32 {
+            runtime::set_blas_threads(1);
             return self.forward_on_host(tokens, plan, caches, pool, logits);
         }
+        runtime::set_blas_threads(runtime::cpu_cores());
         let mut h = self.embed(tokens, plan)?;
         let mut decode_kv = DecodeKv::place(plan, caches, pool)?;
         for (layer, block) in self.layers.iter().enumerate() {

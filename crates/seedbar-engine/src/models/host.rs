@@ -14,7 +14,9 @@ use super::base::Activation;
 pub(super) fn rms_norm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     let mut out = Vec::with_capacity(x.len());
     for row in x.chunks_exact(weight.len()) {
-        let squares = row.iter().fold(0.0f32, |acc, v| v.mul_add(*v, acc));
+        // Plain multiply and add: `mul_add` is a libm call where the build does not
+        // target FMA, and the order, not fusion, is what keeps rows independent.
+        let squares = row.iter().fold(0.0f32, |acc, v| acc + v * v);
         let scale = 1.0 / (squares / weight.len() as f32 + eps).sqrt();
         out.extend(row.iter().zip(weight).map(|(v, w)| v * scale * w));
     }
