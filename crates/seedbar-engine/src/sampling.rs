@@ -473,7 +473,7 @@ mod tests {
             differ_from_greedy += usize::from(expected != argmax(&adjusted));
         }
         // The cases draw, not only take the argmax.
-        assert!(differ_from_greedy > 100, "{differ_from_greedy}");
+        assert!(differ_from_greedy > 50, "{differ_from_greedy}");
     }
 
     #[test]
