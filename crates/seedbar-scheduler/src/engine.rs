@@ -576,7 +576,8 @@ impl Worker {
         let tokens: Vec<u32> = chosen.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let (logits, masks, evaluated) = thread::scope(|scope| -> seedbar_engine::Result<_> {
-            scope.spawn(|| fill_noise_all(&mut noise, vocab, threads));
+            // One core stays with this thread, which builds and launches the step meanwhile.
+            scope.spawn(|| fill_noise_all(&mut noise, vocab, threads - 1));
             let mut picked: Vec<&mut [KvCache]> = Vec::with_capacity(chosen.len());
             let mut rest: &mut [Row] = &mut self.rows;
             let mut base = 0;
