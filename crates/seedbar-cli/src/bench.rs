@@ -185,7 +185,15 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
     let scheduler = Scheduler::start(model, SchedulerConfig::default());
     run_together(&scheduler, batches[0][..1].to_vec())?; // warm-up
     for (n, batch) in streams.iter().zip(batches) {
+        scheduler.stats().times.take();
         let (outcomes, wall) = run_together(&scheduler, batch)?;
+        let times = scheduler.stats().times.take();
+        let per_step = |d: Duration| d.as_secs_f64() * 1e3 / times.steps.max(1) as f64;
+        let step_ms: serde_json::Map<String, serde_json::Value> = times
+            .phases
+            .iter()
+            .map(|&(phase, d)| (phase.name().to_string(), json!(per_step(d))))
+            .collect();
         let total: usize = outcomes.iter().map(|o| o.tokens.len()).sum();
         let ttft: Vec<f64> = outcomes
             .iter()
@@ -195,7 +203,8 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
             "{}",
             json!({"streams": n, "tokens": total, "aggregate_tok_s": total as f64 / wall.as_secs_f64(),
                    "ttft_mean_s": ttft.iter().sum::<f64>() / ttft.len() as f64,
-                   "ttft_max_s": ttft.iter().cloned().fold(0.0, f64::max)})
+                   "ttft_max_s": ttft.iter().cloned().fold(0.0, f64::max),
+                   "steps": times.steps, "step_ms": step_ms})
         );
     }
     Ok(())

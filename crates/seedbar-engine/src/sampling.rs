@@ -2,6 +2,11 @@
 //! request comes only from `(seed, t)` through a counter-based hash: no global RNG, no
 //! dependence on other requests, call order or batch shape, and the same draws on every
 //! backend because the sampling runs on the host in plain Rust.
+//!
+//! The draw is Gumbel-max: the token whose `logit / T + g` is largest, with keyed noise `g`
+//! per vocabulary entry. The noise does not depend on the logits, so a caller can compute
+//! it ([`fill_noise`]) while the device computes the logits, and draw with it
+//! ([`sample_with_noise`]): the same token as [`sample`], bit for bit.
 
 use serde::{Deserialize, Serialize};
 
@@ -166,19 +171,46 @@ pub fn argmax(values: &[f32]) -> u32 {
     best as u32
 }
 
+/// The Gumbel noise `-ln(-ln U)` of vocabulary entry `index` under `key`.
+fn gumbel(key: u64, index: u64) -> f64 {
+    -(-uniform(key, index).ln()).ln()
+}
+
+/// The noise of the draw at `position` of a request seeded with `seed`, for the vocabulary
+/// entries from `first` on: `noise[k]` is entry `first + k`'s. A whole row's
+/// (`first == 0`, vocabulary-sized) is what [`sample_with_noise`] reads.
+pub fn fill_noise(noise: &mut [f64], seed: u64, position: u64, first: usize) {
+    let key = position_key(seed, position);
+    for (k, g) in noise.iter_mut().enumerate() {
+        *g = gumbel(key, (first + k) as u64);
+    }
+}
+
 /// Pick the token at `position` from `logits` (one row, vocabulary-sized).
 pub fn sample(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
+    let key = position_key(params.seed, position);
+    gumbel_max(logits, params, |i| gumbel(key, i as u64))
+}
+
+/// [`sample`] with the row's noise already computed: `noise` is what [`fill_noise`] wrote
+/// for the draw's seed and position over the whole vocabulary (unread, and may be empty,
+/// when the draw is greedy). The same token as [`sample`] for the same logits.
+pub fn sample_with_noise(logits: &[f32], params: &SamplingParams, noise: &[f64]) -> u32 {
+    gumbel_max(logits, params, |i| noise[i as usize])
+}
+
+/// The draw itself: argmax of `l / T + noise(i)` over the candidates, the first on ties
+/// (argmax of the logits when greedy).
+fn gumbel_max(logits: &[f32], params: &SamplingParams, noise: impl Fn(u32) -> f64) -> u32 {
     if params.temperature == 0.0 {
         return argmax(logits);
     }
     let candidates = candidates(logits, params);
     // Gumbel-max: argmax(l/T + G) with G = -ln(-ln U) is a draw from softmax(l/T).
-    let key = position_key(params.seed, position);
     let inv_t = 1.0 / params.temperature as f64;
     let mut best = (f64::NEG_INFINITY, candidates[0]);
     for &i in &candidates {
-        let g = -(-uniform(key, i as u64).ln()).ln();
-        let score = logits[i as usize] as f64 * inv_t + g;
+        let score = logits[i as usize] as f64 * inv_t + noise(i);
         if score > best.0 {
             best = (score, i);
         }
@@ -362,6 +394,86 @@ mod tests {
         keep = keep.min(weights.iter().take_while(|w| **w >= floor).count().max(1));
         order.truncate(keep);
         order
+    }
+
+    /// The draw as it was written before the noise could be computed ahead: the reference
+    /// the faster paths must match token for token.
+    fn sample_computing_noise_inline(
+        logits: &[f32],
+        params: &SamplingParams,
+        position: u64,
+    ) -> u32 {
+        if params.temperature == 0.0 {
+            return argmax(logits);
+        }
+        let candidates = candidates(logits, params);
+        let key = position_key(params.seed, position);
+        let inv_t = 1.0 / params.temperature as f64;
+        let mut best = (f64::NEG_INFINITY, candidates[0]);
+        for &i in &candidates {
+            let g = -(-uniform(key, i as u64).ln()).ln();
+            let score = logits[i as usize] as f64 * inv_t + g;
+            if score > best.0 {
+                best = (score, i);
+            }
+        }
+        best.1
+    }
+
+    #[test]
+    fn noise_computed_ahead_draws_the_same_tokens() {
+        let mut state = 11u64;
+        let mut next = || {
+            state = mix(state);
+            state
+        };
+        let mut noise = Vec::new();
+        let mut differ_from_greedy = 0;
+        for case in 0..600 {
+            let vocab = [2usize, 7, 100, 4096, 49152][case % 5];
+            let peak = [0.1f32, 1.0, 6.0][case % 3];
+            // Rows with near-ties: values on a coarse grid.
+            let logits: Vec<f32> = (0..vocab)
+                .map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 * 16.0 * peak).round() / 4.0)
+                .collect();
+            let temperature = [0.0f32, 0.2, 0.7, 1.0, 1.5][(next() % 5) as usize];
+            let params = SamplingParams {
+                temperature,
+                top_p: [1.0f32, 0.95, 0.5][(next() % 3) as usize],
+                top_k: [0usize, 1, 40][(next() % 3) as usize],
+                min_p: [0.0f32, 0.05][(next() % 2) as usize],
+                seed: next(),
+                repetition_penalty: [1.0f32, 1.3][(next() % 2) as usize],
+                presence_penalty: [0.0f32, 0.5][(next() % 2) as usize],
+                frequency_penalty: [0.0f32, -0.4][(next() % 2) as usize],
+                logit_bias: vec![((next() % vocab as u64) as u32, 5.0)],
+            };
+            let position = next() % 10_000;
+            let context: Vec<u32> = (0..8).map(|_| (next() % vocab as u64) as u32).collect();
+            let generated: Vec<u32> = (0..5).map(|_| (next() % vocab as u64) as u32).collect();
+            let mut adjusted = logits.clone();
+            params.adjust(&mut adjusted, &context, &generated);
+            // The noise in pieces, as the scheduler's threads write it.
+            noise.resize(vocab, 0.0);
+            let piece = 1 + (next() as usize % vocab);
+            for (k, part) in noise.chunks_mut(piece).enumerate() {
+                fill_noise(part, params.seed, position, k * piece);
+            }
+            let expected = sample_computing_noise_inline(&adjusted, &params, position);
+            assert_eq!(
+                sample(&adjusted, &params, position),
+                expected,
+                "case {case}"
+            );
+            assert_eq!(
+                sample_with_noise(&adjusted, &params, &noise),
+                expected,
+                "case {case}"
+            );
+            differ_from_greedy += usize::from(expected != argmax(&adjusted));
+        }
+        // The cases draw, not only take the argmax.
+        assert!(differ_from_greedy > 50, "{differ_from_greedy}");
     }
 
     #[test]

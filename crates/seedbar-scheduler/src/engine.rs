@@ -17,8 +17,10 @@ use std::{
         mpsc, Arc,
     },
     thread,
+    time::Instant,
 };
 
+use mlx_rs::transforms::async_eval;
 use seedbar_engine::{
     generate::PREFILL_CHUNK,
     kv_cache::{KvCache, KvPool},
@@ -35,6 +37,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use crate::{
     prefix_cache::PrefixCache,
     request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage},
+    step_timing::{Phase, StepTimes},
     stop::{Released, StopMatcher},
 };
 
@@ -97,6 +100,8 @@ pub struct SchedulerStats {
     pub generated_tokens: AtomicU64,
     /// Set once the engine thread has ended (shut down, or failed).
     pub stopped: AtomicBool,
+    /// Where the steps' time went.
+    pub times: StepTimes,
 }
 
 enum Command {
@@ -295,6 +300,9 @@ struct Row {
     decoder: StreamDecoder,
     stop: StopMatcher,
     finished: bool,
+    /// The Gumbel noise of the row's next draw (vocabulary-sized; empty while greedy),
+    /// the same buffer step after step.
+    noise: Vec<f64>,
 }
 
 impl Row {
@@ -440,6 +448,7 @@ impl Worker {
                 }
                 self.apply(c);
             }
+            let started = Instant::now();
             self.admit();
             if self.rows.is_empty() {
                 continue;
@@ -448,6 +457,8 @@ impl Worker {
             crate::fault::inject(&self.model, self.rows.iter().map(|r| &r.request.prompt));
             self.step()?;
             self.retire();
+            self.stats.times.lap(Phase::Step, started);
+            self.stats.times.count_step();
         }
     }
 
@@ -509,12 +520,15 @@ impl Worker {
                 decoder: StreamDecoder::default(),
                 stop,
                 finished: false,
+                noise: Vec::new(),
             });
         }
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);
     }
 
     fn step(&mut self) -> seedbar_engine::Result<()> {
+        let times = &self.stats.times;
+        let started = Instant::now();
         // Which rows run: every decode row, and prefill rows while the chunk budget lasts.
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
@@ -533,9 +547,37 @@ impl Worker {
             }
             chosen.push((i, input));
         }
+        // Rows drawn this step: decode rows, and prefill rows whose chunk ends the prompt.
+        let drawn_rows: Vec<usize> = chosen
+            .iter()
+            .filter(|(i, input)| {
+                let row = &self.rows[*i];
+                row.fed.len() + input.len() >= row.request.prompt.len()
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        // Their noise does not depend on the logits: other threads compute it while the
+        // step is built and run.
+        let mut noise: Vec<NoiseJob> = drawn_rows
+            .iter()
+            .filter_map(|&i| {
+                let row = &mut self.rows[i];
+                (row.request.sampling.temperature > 0.0).then(|| NoiseJob {
+                    row: i,
+                    seed: row.request.sampling.seed,
+                    position: (row.request.prompt.len() + row.generated.len()) as u64,
+                    noise: std::mem::take(&mut row.noise),
+                })
+            })
+            .collect();
+        // The output head's width (the loaders check it against the checkpoint's tensors).
+        let vocab = self.model.config().vocab_size as usize;
+        let threads = self.draw_threads;
         let tokens: Vec<u32> = chosen.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
-        let logits = {
+        let (logits, masks, evaluated) = thread::scope(|scope| -> seedbar_engine::Result<_> {
+            // One core stays with this thread, which builds and launches the step meanwhile.
+            scope.spawn(|| fill_noise_all(&mut noise, vocab, threads - 1));
             let mut picked: Vec<&mut [KvCache]> = Vec::with_capacity(chosen.len());
             let mut rest: &mut [Row] = &mut self.rows;
             let mut base = 0;
@@ -547,17 +589,37 @@ impl Worker {
                 base = i + 1;
             }
             let plan = StepPlan::new(&self.layout, &lens);
-            self.model.transformer.forward(
+            let logits = self.model.transformer.forward(
                 &tokens,
                 &plan,
                 &mut picked,
                 &mut self.pool,
                 Logits::Last,
-            )?
-        };
-        logits.eval()?;
+            )?;
+            let built = times.lap(Phase::Build, started);
+            async_eval([&logits])?;
+            let launched = times.lap(Phase::Eval, built);
+            // The output formats' masks do not depend on the logits either.
+            let masks: Vec<Option<TokenMask>> = drawn_rows
+                .iter()
+                .map(|&i| self.rows[i].allowed_next())
+                .collect();
+            let masked = times.lap(Phase::Mask, launched);
+            logits.eval()?;
+            let evaluated = times.lap(Phase::Eval, masked);
+            Ok((logits, masks, evaluated))
+        })?;
+        for job in noise {
+            self.rows[job.row].noise = job.noise;
+        }
+        // The logits are read in place (where the device's memory is the host's, this read
+        // is the copy), row by row on the draw's threads.
         let all = logits.as_slice::<f32>();
-        let vocab = all.len() / chosen.len();
+        debug_assert_eq!(
+            all.len(),
+            chosen.len() * vocab,
+            "one logits row per chosen row"
+        );
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
         let mut sampled = Vec::with_capacity(chosen.len());
         for (n, (i, input)) in chosen.into_iter().enumerate() {
@@ -567,11 +629,8 @@ impl Worker {
                 sampled.push((i, &all[n * vocab..(n + 1) * vocab]));
             }
         }
-        let masks: Vec<Option<TokenMask>> = sampled
-            .iter()
-            .map(|&(i, _)| self.rows[i].allowed_next())
-            .collect();
-        let draws = draw_all(&self.rows, &sampled, &masks, self.draw_threads);
+        let draws = draw_all(&self.rows, &sampled, &masks, threads);
+        let drawn = times.lap(Phase::Draw, evaluated);
         for ((i, logits), token) in sampled.into_iter().zip(draws) {
             let row = &mut self.rows[i];
             if row.finished || !row.follows_constraint(token) {
@@ -584,6 +643,7 @@ impl Worker {
             emit(row, token, logprob, &self.model);
             self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
         }
+        times.lap(Phase::Emit, drawn);
         Ok(())
     }
 
@@ -618,6 +678,8 @@ struct Draw<'a> {
     logits: &'a [f32],
     /// The tokens its output format allows, when it has one.
     allowed: Option<&'a TokenMask>,
+    /// The noise of this draw ([`NoiseJob`]).
+    noise: &'a [f64],
 }
 
 impl Draw<'_> {
@@ -628,9 +690,41 @@ impl Draw<'_> {
         if let Some(allowed) = self.allowed {
             allowed.apply(&mut adjusted);
         }
-        let position = (self.prompt.len() + self.generated.len()) as u64;
-        sampling::sample(&adjusted, self.sampling, position)
+        sampling::sample_with_noise(&adjusted, self.sampling, self.noise)
     }
+}
+
+/// The noise of one row's draw this step, computed on other threads while the device runs
+/// the step: `noise` is the row's buffer, lent for the step.
+struct NoiseJob {
+    row: usize,
+    seed: u64,
+    position: u64,
+    noise: Vec<f64>,
+}
+
+/// Fill every job's noise over the whole vocabulary on up to `threads` threads, rows cut
+/// in pieces when there are fewer rows than threads.
+fn fill_noise_all(jobs: &mut [NoiseJob], vocab: usize, threads: usize) {
+    let threads = threads.max(1);
+    let piece = vocab.div_ceil(threads.div_ceil(jobs.len().max(1))).max(1);
+    let mut work: Vec<(&mut [f64], u64, u64, usize)> = Vec::new();
+    for job in jobs.iter_mut() {
+        job.noise.resize(vocab, 0.0);
+        for (k, part) in job.noise.chunks_mut(piece).enumerate() {
+            work.push((part, job.seed, job.position, k * piece));
+        }
+    }
+    let per_thread = work.len().div_ceil(threads).max(1);
+    thread::scope(|scope| {
+        for part in work.chunks_mut(per_thread) {
+            scope.spawn(move || {
+                for (noise, seed, position, first) in part.iter_mut() {
+                    sampling::fill_noise(noise, *seed, *position, *first);
+                }
+            });
+        }
+    });
 }
 
 /// Each row's next token from its logits (`rows[i]` with `logits`). Rows are independent,
@@ -651,6 +745,7 @@ fn draw_all(
             generated: &rows[i].generated,
             logits,
             allowed: allowed.as_ref(),
+            noise: &rows[i].noise,
         })
         .collect();
     if draws.len() < 2 || threads < 2 {

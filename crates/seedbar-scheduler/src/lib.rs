@@ -6,7 +6,9 @@ mod engine;
 mod fault;
 mod prefix_cache;
 mod request;
+mod step_timing;
 mod stop;
 
 pub use engine::{draw_seed, Scheduler, SchedulerConfig, SchedulerStats};
 pub use request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage};
+pub use step_timing::{Phase, StepBreakdown, StepTimes};
