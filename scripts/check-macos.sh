@@ -31,7 +31,7 @@ cd "$ROOT"
 RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR="$ROOT/target/macos-check" \
   CC_aarch64_apple_darwin="$stub/cc" CXX_aarch64_apple_darwin="$stub/cc" \
   AR_aarch64_apple_darwin="$stub/ar" \
-  /usr/bin/cargo check -q --config "$CONFIG" -Zbuild-std=std,panic_abort \
+  /usr/bin/cargo check --config "$CONFIG" -Zbuild-std=std,panic_abort \
   -Zwarnings --config 'build.warnings="deny"' --config 'profile.dev.package."*".opt-level=0' \
   --target aarch64-apple-darwin -p seedbar-cli -p seedbar-app "$@"
 echo "check-macos: seedbar-cli and seedbar-app type-check for aarch64-apple-darwin"
