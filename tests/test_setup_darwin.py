@@ -261,13 +261,13 @@ def test_linux_has_no_macos_check(tmp_path):
 
 
 # Debian's Rust that scripts/check-macos.sh type-checks the macOS code with.
-MACOS_CHECK_PACKAGES = ["rustc-web", "cargo-web", "rust-web-src"]
+MACOS_COMPILE_CHECK_PACKAGES = ["rustc-web", "cargo-web", "rust-web-src"]
 
 
 def linux_sandbox(tmp: Path) -> Sandbox:
-    """A Linux x86_64 run of `setup.sh --tests` with everything but the macOS check's Rust
-    already in place; dpkg-query reports installed what $tmp/installed lists (apt-get's stub
-    adds to it)."""
+    """A Linux x86_64 run of `setup.sh --tests` with everything but the macOS compile check's
+    Rust already in place; dpkg-query reports installed what $tmp/installed lists (apt-get's
+    stub adds to it)."""
     installed = tmp / "installed"
     box = Sandbox(tmp, {
         "uname": 'case "$1" in -m) echo x86_64 ;; *) echo Linux ;; esac',
@@ -294,14 +294,16 @@ def linux_sandbox(tmp: Path) -> Sandbox:
     return box
 
 
-def test_linux_test_setup_installs_the_macos_check_once(tmp_path):
+def test_linux_test_setup_installs_the_macos_compile_check_once(tmp_path):
     box = linux_sandbox(tmp_path)
     proc = box.run("--tests")
     assert proc.returncode == 0, proc.stderr
     installs = [c for c in box.called("apt-get") if " install " in c]
-    assert installs == [f"apt-get -o DPkg::Lock::Timeout=900 install -y -qq {' '.join(MACOS_CHECK_PACKAGES)}"]
+    packages = " ".join(MACOS_COMPILE_CHECK_PACKAGES)
+    assert installs == [f"apt-get -o DPkg::Lock::Timeout=900 install -y -qq {packages}"]
     config = (box.cache / "macos-check.toml").read_text()
-    assert f'[target.aarch64-apple-darwin.mlx]\nrustc-env = {{ OUT_DIR = "{box.mlx_dir}/bindings" }}' in config
+    bindings = box.mlx_dir / "bindings"
+    assert f'[target.aarch64-apple-darwin.mlx]\nrustc-env = {{ OUT_DIR = "{bindings}" }}' in config
     # Again: all installed, nothing fetched, the same config.
     box.log.unlink()
     proc = box.run("--tests")
@@ -311,7 +313,7 @@ def test_linux_test_setup_installs_the_macos_check_once(tmp_path):
     assert (box.cache / "macos-check.toml").read_text() == config
 
 
-def test_linux_setup_without_tests_skips_the_macos_check(tmp_path):
+def test_linux_setup_without_tests_skips_the_macos_compile_check(tmp_path):
     box = linux_sandbox(tmp_path)
     proc = box.run()
     assert proc.returncode == 0, proc.stderr
