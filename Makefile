@@ -10,7 +10,7 @@ APP := target/debug/seedbar-app
 PORT ?= 7337
 PROMPT ?= What is the capital of France?
 
-.PHONY: run ask test lint bench build setup ui app bundle default-model test-app soak
+.PHONY: run ask test lint check-macos bench build setup ui app bundle default-model test-app soak
 
 # Every command builds the CLI and the app together: cargo resolves the dependencies'
 # features per build, so building either alone would compile them anew (minutes) after the
@@ -32,7 +32,7 @@ run: build app default-model
 ask: build default-model
 	$(SEEDBAR) run "$(PROMPT)"
 
-test: lint
+test: lint check-macos
 	scripts/setup.sh --tests
 	cargo build $(BINARIES)
 	cargo test --workspace
@@ -50,6 +50,12 @@ test-app: app
 lint: ui
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+# The app's and the CLI's code for macOS, type-checked on Linux (scripts/check-macos.sh; a
+# no-op on a Mac, which builds the real thing). The app embeds ui/dist, so the UI comes first.
+check-macos: ui
+	scripts/setup.sh --tests
+	scripts/check-macos.sh
 
 bench: build default-model
 	scripts/setup.sh --bench

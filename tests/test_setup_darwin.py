@@ -3,6 +3,8 @@ check (Xcode's Metal toolchain, CMake, Rust, Node.js, Python >= 3.10) names ever
 at once with the command that installs it and stops before any work; SEEDBAR_SETUP_BREW=1
 runs Homebrew; sha256 checks use `shasum -a 256 -c` on a file (never sha256sum, never a pipe);
 the chosen Python is the first python3.x >= 3.10; .cargo/config.toml gets mlx-sys's settings.
+On Linux, `--tests` installs (once) the Debian Rust of the macOS compile check and writes its
+cargo config.
 
 The script runs from a copy of the repository's scripts in a temporary root (ROOT comes from
 the script's own path, so nothing of the real checkout or cache is touched), with a PATH of
@@ -256,3 +258,65 @@ def test_linux_has_no_macos_check(tmp_path):
     assert "macOS" not in proc.stderr
     assert box.called("uname")
     assert not box.called("xcodebuild") and not box.called("cmake") and not box.called("shasum")
+
+
+# Debian's Rust that scripts/check-macos.sh type-checks the macOS code with.
+MACOS_COMPILE_CHECK_PACKAGES = ["rustc-web", "cargo-web", "rust-web-src"]
+
+
+def linux_sandbox(tmp: Path) -> Sandbox:
+    """A Linux x86_64 run of `setup.sh --tests` with everything but the macOS compile check's
+    Rust already in place; dpkg-query reports installed what $tmp/installed lists (apt-get's
+    stub adds to it)."""
+    installed = tmp / "installed"
+    box = Sandbox(tmp, {
+        "uname": 'case "$1" in -m) echo x86_64 ;; *) echo Linux ;; esac',
+        "dpkg-query": f'grep -qx "$3" "{installed}" && echo "install ok installed"; exit 0',
+        "apt-get": f'[ "$3" = install ] && shift 5 && printf "%s\\n" "$@" >>"{installed}"; exit 0',
+        "sudo": 'exec "$@"',
+        "node": "echo v22.12.0",
+        "npm": GOOD["npm"],
+    })
+    (box.tools / "sha256sum").symlink_to(shutil.which("sha256sum"))
+    shutil.copy2(ROOT / "scripts/apt-packages.txt", box.root / "scripts/apt-packages.txt")
+    packages = (ROOT / "scripts/apt-packages.txt").read_text().splitlines()
+    installed.write_text("".join(f"{p}\n" for p in packages if not p.startswith("#")))
+    mlx = box.cache / f"mlx-{box.pins['MLX_VERSION']}-sys-{box.pins['MLX_SYS_VERSION']}"
+    mlx.mkdir(parents=True)
+    (mlx / ".ready").touch()
+    box.embedding_model.mkdir(parents=True)
+    (box.embedding_model / "model.safetensors").write_bytes(MODEL_BYTES)
+    box.model.write_bytes(MODEL_BYTES)
+    requirements = hashlib.sha256((ROOT / "tests/requirements.txt").read_bytes()).hexdigest()
+    (box.cache / "venv").mkdir()
+    (box.cache / "venv" / f".req-{requirements[:16]}").touch()
+    box.mlx_dir = mlx
+    return box
+
+
+def test_linux_test_setup_installs_the_macos_compile_check_once(tmp_path):
+    box = linux_sandbox(tmp_path)
+    proc = box.run("--tests")
+    assert proc.returncode == 0, proc.stderr
+    installs = [c for c in box.called("apt-get") if " install " in c]
+    packages = " ".join(MACOS_COMPILE_CHECK_PACKAGES)
+    assert installs == [f"apt-get -o DPkg::Lock::Timeout=900 install -y -qq {packages}"]
+    config = (box.cache / "macos-check.toml").read_text()
+    bindings = box.mlx_dir / "bindings"
+    assert f'[target.aarch64-apple-darwin.mlx]\nrustc-env = {{ OUT_DIR = "{bindings}" }}' in config
+    # Again: all installed, nothing fetched, the same config.
+    box.log.unlink()
+    proc = box.run("--tests")
+    assert proc.returncode == 0, proc.stderr
+    assert not box.called("apt-get")
+    assert [c for c in box.called("dpkg-query") if c.endswith(" rust-web-src")]
+    assert (box.cache / "macos-check.toml").read_text() == config
+
+
+def test_linux_setup_without_tests_skips_the_macos_compile_check(tmp_path):
+    box = linux_sandbox(tmp_path)
+    proc = box.run()
+    assert proc.returncode == 0, proc.stderr
+    assert not box.called("apt-get")
+    assert not [c for c in box.called("dpkg-query") if c.endswith(" rustc-web")]
+    assert not (box.cache / "macos-check.toml").exists()
