@@ -3,8 +3,8 @@ check (Xcode's Metal toolchain, CMake, Rust, Node.js, Python >= 3.10) names ever
 at once with the command that installs it and stops before any work; SEEDBAR_SETUP_BREW=1
 runs Homebrew; sha256 checks use `shasum -a 256 -c` on a file (never sha256sum, never a pipe);
 the chosen Python is the first python3.x >= 3.10; .cargo/config.toml gets mlx-sys's settings.
-On Linux, `--tests` installs (once) the Debian Rust of the macOS compile check and writes its
-cargo config.
+On Linux, `--macos-check` installs (once) the Debian Rust of the macOS compile check and writes
+its cargo config; `--tests` does not.
 
 The script runs from a copy of the repository's scripts in a temporary root (ROOT comes from
 the script's own path, so nothing of the real checkout or cache is touched), with a PATH of
@@ -265,7 +265,7 @@ MACOS_COMPILE_CHECK_PACKAGES = ["rustc-web", "cargo-web", "rust-web-src"]
 
 
 def linux_sandbox(tmp: Path) -> Sandbox:
-    """A Linux x86_64 run of `setup.sh --tests` with everything but the macOS compile check's
+    """A Linux x86_64 run of `setup.sh` with everything but the macOS compile check's
     Rust already in place; dpkg-query reports installed what $tmp/installed lists (apt-get's
     stub adds to it)."""
     installed = tmp / "installed"
@@ -294,9 +294,9 @@ def linux_sandbox(tmp: Path) -> Sandbox:
     return box
 
 
-def test_linux_test_setup_installs_the_macos_compile_check_once(tmp_path):
+def test_linux_macos_check_setup_installs_its_rust_once(tmp_path):
     box = linux_sandbox(tmp_path)
-    proc = box.run("--tests")
+    proc = box.run("--macos-check")
     assert proc.returncode == 0, proc.stderr
     installs = [c for c in box.called("apt-get") if " install " in c]
     packages = " ".join(MACOS_COMPILE_CHECK_PACKAGES)
@@ -306,16 +306,16 @@ def test_linux_test_setup_installs_the_macos_compile_check_once(tmp_path):
     assert f'[target.aarch64-apple-darwin.mlx]\nrustc-env = {{ OUT_DIR = "{bindings}" }}' in config
     # Again: all installed, nothing fetched, the same config.
     box.log.unlink()
-    proc = box.run("--tests")
+    proc = box.run("--macos-check")
     assert proc.returncode == 0, proc.stderr
     assert not box.called("apt-get")
     assert [c for c in box.called("dpkg-query") if c.endswith(" rust-web-src")]
     assert (box.cache / "macos-check.toml").read_text() == config
 
 
-def test_linux_setup_without_tests_skips_the_macos_compile_check(tmp_path):
+def test_linux_test_setup_skips_the_macos_compile_check(tmp_path):
     box = linux_sandbox(tmp_path)
-    proc = box.run()
+    proc = box.run("--tests")
     assert proc.returncode == 0, proc.stderr
     assert not box.called("apt-get")
     assert not [c for c in box.called("dpkg-query") if c.endswith(" rustc-web")]
