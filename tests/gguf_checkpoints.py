@@ -35,6 +35,11 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """The inverse of `_permute`: llama.cpp's q/k rows back in Hugging Face's order."""
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
 def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int) -> None:
     if kind == "gpt2":
         from checkpoints import byte_tokenizer
