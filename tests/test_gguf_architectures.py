@@ -32,6 +32,7 @@ def logits_and_tokens(seedbar, model, tmp_path):
         ("mistral", "llama"),
         ("qwen2", "gpt2"),
         ("qwen3", "gpt2"),
+        ("gemma2_gguf", "gemma"),
         ("gemma3_gguf", "gemma"),
         ("phi3_longrope", "llama"),
     ],

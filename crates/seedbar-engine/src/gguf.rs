@@ -1,9 +1,9 @@
-//! GGUF files (llama.cpp's llama, qwen2, qwen3, gemma3 and phi3 architectures; Mistral's
-//! GGUFs are llama): tensors renamed to Hugging Face names (llama's q/k rows un-permuted
+//! GGUF files (llama.cpp's llama, qwen2, qwen3, gemma2, gemma3 and phi3 architectures;
+//! Mistral's GGUFs are llama): tensors renamed to Hugging Face names (llama's q/k rows un-permuted
 //! back from llama.cpp's interleaved-RoPE layout, Gemma's `1 + w` norms back to `w`),
 //! hyper-parameters and the tokenizer read from the metadata, with llama.cpp's fixed
 //! choices where a setting has no key (Gemma 3's sliding-window pattern and local RoPE
-//! base). Seedbar reads the container itself ([`file`]) and decodes the tensor types
+//! base, Gemma 2's soft-caps when absent). Seedbar reads the container itself ([`file`]) and decodes the tensor types
 //! ([`quants`]): Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and the K-quants Q4_K/Q5_K become MLX
 //! affine-quantized triplets (`weight`, `scales`, `biases`); Q2_K, Q3_K and Q6_K are
 //! dequantized.
@@ -24,7 +24,8 @@ use crate::{
 };
 
 /// Each `general.architecture` Seedbar loads, with the `model_type` it runs as.
-const ARCHITECTURES: [(&str, &str); 5] = [
+const ARCHITECTURES: [(&str, &str); 6] = [
+    ("gemma2", "gemma2"),
     ("gemma3", "gemma3_text"),
     ("llama", "llama"),
     ("phi3", "phi3"),
@@ -188,25 +189,35 @@ pub fn read(path: &Path, dtype: Dtype) -> Result<GgufContents> {
             unpermute_rows(&mut tensors, "attn_q", heads, head_dim)?;
             unpermute_rows(&mut tensors, "attn_k", kv_heads, head_dim)?;
         }
-        "gemma3" => {
+        "gemma2" | "gemma3" => {
+            let gemma3 = arch == "gemma3";
             let head_dim = config.head_dim();
-            // llama.cpp's Gemma 3: a query scale of 1/sqrt(head_dim), but of
-            // 1/sqrt(hidden/heads) for the 27B (62 layers); every sixth layer global, the
-            // sliding ones with a RoPE base of 10000.
-            let scalar = if block_count == 62 {
+            // llama.cpp's Gemma: a query scale of 1/sqrt(head_dim), but of
+            // 1/sqrt(hidden/heads) for the 27B (46 layers in Gemma 2, 62 in Gemma 3).
+            // Gemma 3 has every sixth layer global, the sliding ones with a RoPE base of
+            // 10000; Gemma 2 alternates (the model's default) and soft-caps as its keys say.
+            let scalar = if block_count == if gemma3 { 62 } else { 46 } {
                 hidden / heads
             } else {
                 head_dim
             };
-            config.extra = json!({
-                "query_pre_attn_scalar": scalar,
-                "sliding_window": meta.required(&key("attention.sliding_window"))? as i32,
-                "sliding_window_pattern": 6,
-                "rope_local_base_freq": 10000.0,
-            })
-            .as_object()
-            .cloned()
-            .expect("an object");
+            let window = meta.required(&key("attention.sliding_window"))? as i32;
+            let extra = if gemma3 {
+                json!({
+                    "query_pre_attn_scalar": scalar,
+                    "sliding_window": window,
+                    "sliding_window_pattern": 6,
+                    "rope_local_base_freq": 10000.0,
+                })
+            } else {
+                json!({
+                    "query_pre_attn_scalar": scalar,
+                    "sliding_window": window,
+                    "attn_logit_softcapping": meta.number(&key("attn_logit_softcapping"))?,
+                    "final_logit_softcapping": meta.number(&key("final_logit_softcapping"))?,
+                })
+            };
+            config.extra = extra.as_object().cloned().expect("an object");
             for (name, norm) in tensors.iter_mut() {
                 if name.ends_with("norm.weight") {
                     *norm = norm
@@ -329,7 +340,7 @@ struct TensorNames {
 impl TensorNames {
     fn of(arch: &str, tensors: &HashMap<String, Array>) -> Self {
         TensorNames {
-            sandwich_norms: arch == "gemma3",
+            sandwich_norms: arch == "gemma2" || arch == "gemma3",
             fused_gate_up: arch == "phi3" && !tensors.contains_key("blk.0.ffn_gate.weight"),
         }
     }
