@@ -8,8 +8,8 @@
 //! affine-quantized triplets (`weight`, `scales`, `biases`); Q2_K, Q3_K and Q6_K are
 //! dequantized.
 
-mod file;
-mod quants;
+pub(crate) mod file;
+pub(crate) mod quants;
 
 use std::{collections::HashMap, path::Path};
 
@@ -51,6 +51,14 @@ pub fn model_type(architecture: &str) -> Result<&'static str> {
         })
 }
 
+/// The `general.architecture` a GGUF file's header names; `None` when the file cannot be
+/// read.
+pub fn architecture(path: &Path) -> Option<String> {
+    GgufFile::text_value(path, "general.architecture")
+        .ok()
+        .flatten()
+}
+
 /// What a GGUF file holds, in the form the rest of the engine uses.
 pub struct GgufContents {
     pub config: ModelConfig,
@@ -69,7 +77,8 @@ struct Metadata<'a> {
 impl Metadata<'_> {
     fn number(&self, key: &str) -> Result<Option<f32>> {
         match self.file.get(key) {
-            Some(Value::Number(n)) => Ok(Some(*n as f32)),
+            Some(Value::Integer(n)) => Ok(Some(*n as f32)),
+            Some(Value::Float(n)) => Ok(Some(*n as f32)),
             Some(Value::Bool(b)) => Ok(Some(f32::from(u8::from(*b)))),
             None => Ok(None),
             Some(_) => Err(self.wrong_kind(key, "a number")),
@@ -116,7 +125,8 @@ impl Metadata<'_> {
 
     fn numbers(&self, key: &str) -> Result<Vec<f64>> {
         self.array(key, "an array of numbers", |v| match v {
-            Value::Number(n) => Some(*n),
+            Value::Integer(n) => Some(*n as f64),
+            Value::Float(n) => Some(*n),
             _ => None,
         })
     }

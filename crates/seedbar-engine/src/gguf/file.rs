@@ -13,7 +13,7 @@ use std::{
 
 use mlx_rs::{Array, Dtype};
 
-use super::quants::{Decoded, GgmlType, GROUP};
+use super::quants::{type_name, Decoded, GgmlType, GROUP};
 use crate::error::{EngineError, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -21,10 +21,12 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// ggml tensors have at most four dimensions.
 const MAX_DIMS: u32 = 4;
 
-/// A metadata value. Integers and floats of every width read as [`Value::Number`].
+/// A metadata value: integers of every width as [`Value::Integer`] (a `u64` past
+/// `i64::MAX` saturates), both float widths as [`Value::Float`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    Number(f64),
+    Integer(i64),
+    Float(f64),
     Bool(bool),
     Text(String),
     Array(Vec<Value>),
@@ -52,25 +54,7 @@ pub struct GgufFile {
 
 impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| EngineError::io(path, e))?;
-        let len = file.metadata().map_err(|e| EngineError::io(path, e))?.len();
-        let mut reader = Reader {
-            inner: BufReader::new(file),
-            at: 0,
-            len,
-            path,
-        };
-        let mut magic = [0u8; 4];
-        reader.bytes_into(&mut magic)?;
-        if &magic != MAGIC {
-            return Err(reader.bad("it does not start with `GGUF`"));
-        }
-        let version = reader.u32()?;
-        if !(2..=3).contains(&version) {
-            return Err(reader.bad(format!("GGUF version {version} (Seedbar reads 2 and 3)")));
-        }
-        let tensor_count = reader.count(8)?;
-        let kv_count = reader.count(8)?;
+        let (mut reader, tensor_count, kv_count) = Reader::open(path)?;
         let mut metadata = HashMap::new();
         for _ in 0..kv_count {
             let key = reader.string()?;
@@ -100,7 +84,7 @@ impl GgufFile {
         }
         let alignment = match metadata.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
-            Some(Value::Number(a)) if *a >= 1.0 && a.fract() == 0.0 => *a as u64,
+            Some(Value::Integer(a)) if *a >= 1 => *a as u64,
             Some(_) => return Err(reader.bad("`general.alignment` is not a positive integer")),
         };
         Ok(GgufFile {
@@ -108,12 +92,38 @@ impl GgufFile {
             metadata,
             tensors,
             data_start: reader.at.div_ceil(alignment) * alignment,
-            len,
+            len: reader.len,
         })
+    }
+
+    /// The text value of metadata `key`, read no further into the file than it lies (a
+    /// model listing asks for `general.architecture`, which writers put first).
+    pub fn text_value(path: &Path, key: &str) -> Result<Option<String>> {
+        let (mut reader, _, kv_count) = Reader::open(path)?;
+        for _ in 0..kv_count {
+            let found = reader.string()? == key;
+            let kind = reader.u32()?;
+            match reader.value(kind)? {
+                Value::Text(text) if found => return Ok(Some(text)),
+                _ if found => return Ok(None),
+                _ => {}
+            }
+        }
+        Ok(None)
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.metadata.get(key)
+    }
+
+    /// Every metadata key and its value.
+    pub fn metadata(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.metadata.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Each tensor's shape (row-major) and ggml type id, as the directory lists them.
+    pub fn tensor_types(&self) -> impl Iterator<Item = (&[u64], u32)> {
+        self.tensors.iter().map(|t| (t.shape.as_slice(), t.type_id))
     }
 
     /// Every tensor, named as in the file. A block-quantized tensor that MLX's affine
@@ -128,7 +138,7 @@ impl GgufFile {
                 self.bad(format!(
                     "tensor `{}` has ggml type {}, which Seedbar does not read (it reads {})",
                     info.name,
-                    info.type_id,
+                    type_name(info.type_id),
                     GgmlType::supported()
                 ))
             })?;
@@ -232,7 +242,31 @@ struct Reader<'a> {
     path: &'a Path,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// A reader past the header of the file at `path`, with its tensor and metadata counts.
+    fn open(path: &'a Path) -> Result<(Self, usize, usize)> {
+        let file = File::open(path).map_err(|e| EngineError::io(path, e))?;
+        let len = file.metadata().map_err(|e| EngineError::io(path, e))?.len();
+        let mut reader = Reader {
+            inner: BufReader::new(file),
+            at: 0,
+            len,
+            path,
+        };
+        let mut magic = [0u8; 4];
+        reader.bytes_into(&mut magic)?;
+        if &magic != MAGIC {
+            return Err(reader.bad("it does not start with `GGUF`"));
+        }
+        let version = reader.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(reader.bad(format!("GGUF version {version} (Seedbar reads 2 and 3)")));
+        }
+        let tensor_count = reader.count(8)?;
+        let kv_count = reader.count(8)?;
+        Ok((reader, tensor_count, kv_count))
+    }
+
     fn bad(&self, message: impl std::fmt::Display) -> EngineError {
         EngineError::bad_file(self.path, format!("not a readable GGUF file: {message}"))
     }
@@ -283,15 +317,15 @@ impl Reader<'_> {
 
     /// A value of GGUF value type `kind`.
     fn value(&mut self, kind: u32) -> Result<Value> {
-        let number = |n: f64| Ok(Value::Number(n));
+        let integer = |n: i64| Ok(Value::Integer(n));
         match kind {
-            0 => number(f64::from(u8::from_le_bytes(self.array()?))),
-            1 => number(f64::from(i8::from_le_bytes(self.array()?))),
-            2 => number(f64::from(u16::from_le_bytes(self.array()?))),
-            3 => number(f64::from(i16::from_le_bytes(self.array()?))),
-            4 => number(f64::from(self.u32()?)),
-            5 => number(f64::from(i32::from_le_bytes(self.array()?))),
-            6 => number(f64::from(f32::from_le_bytes(self.array()?))),
+            0 => integer(i64::from(u8::from_le_bytes(self.array()?))),
+            1 => integer(i64::from(i8::from_le_bytes(self.array()?))),
+            2 => integer(i64::from(u16::from_le_bytes(self.array()?))),
+            3 => integer(i64::from(i16::from_le_bytes(self.array()?))),
+            4 => integer(i64::from(self.u32()?)),
+            5 => integer(i64::from(i32::from_le_bytes(self.array()?))),
+            6 => Ok(Value::Float(f64::from(f32::from_le_bytes(self.array()?)))),
             7 => Ok(Value::Bool(self.array::<1>()?[0] != 0)),
             8 => Ok(Value::Text(self.string()?)),
             9 => {
@@ -305,10 +339,85 @@ impl Reader<'_> {
                     .collect::<Result<_>>()?;
                 Ok(Value::Array(items))
             }
-            10 => number(self.u64()? as f64),
-            11 => number(i64::from_le_bytes(self.array()?) as f64),
-            12 => number(f64::from_le_bytes(self.array()?)),
+            10 => integer(i64::try_from(self.u64()?).unwrap_or(i64::MAX)),
+            11 => integer(i64::from_le_bytes(self.array()?)),
+            12 => Ok(Value::Float(f64::from_le_bytes(self.array()?))),
             other => Err(self.bad(format!("unknown metadata value type {other}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+    use mlx_rs::{ops, Dtype};
+
+    use super::{GgufFile, Value};
+
+    fn string(bytes: &mut Vec<u8>, s: &str) {
+        bytes.extend((s.len() as u64).to_le_bytes());
+        bytes.extend(s.as_bytes());
+    }
+
+    /// A GGUF v3 file: the architecture and an array of strings, then one Q8_0 tensor of
+    /// 2 x 32 values, row `r` holding `0.5 * (i - 16 + r)`.
+    fn small_file() -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        string(&mut b, "general.architecture");
+        b.extend(8u32.to_le_bytes());
+        string(&mut b, "llama");
+        string(&mut b, "tokenizer.ggml.tokens");
+        b.extend(9u32.to_le_bytes());
+        b.extend(8u32.to_le_bytes());
+        b.extend(2u64.to_le_bytes());
+        string(&mut b, "a");
+        string(&mut b, "b");
+        string(&mut b, "w.weight");
+        b.extend(2u32.to_le_bytes());
+        for dim in [32u64, 2] {
+            b.extend(dim.to_le_bytes());
+        }
+        b.extend(8u32.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.resize(b.len().div_ceil(32) * 32, 0);
+        for row in 0..2i8 {
+            b.extend(f16::from_f32(0.5).to_le_bytes());
+            b.extend((0..32i8).map(|i| (i - 16 + row) as u8));
+        }
+        b
+    }
+
+    #[test]
+    fn a_small_file_reads_and_every_truncation_of_it_is_an_error() {
+        let path = std::env::temp_dir().join(format!("seedbar-gguf-{}.gguf", std::process::id()));
+        let whole = small_file();
+        std::fs::write(&path, &whole).unwrap();
+        let file = GgufFile::open(&path).unwrap();
+        assert_eq!(
+            file.get("general.architecture"),
+            Some(&Value::Text("llama".into()))
+        );
+        assert_eq!(
+            GgufFile::text_value(&path, "general.architecture").unwrap(),
+            Some("llama".into())
+        );
+        let tensors = file.tensors(Dtype::Float32).unwrap();
+        let [w, scales, biases] =
+            ["weight", "scales", "biases"].map(|p| &tensors[&format!("w.{p}")]);
+        let values = ops::dequantize(w, scales, biases, 32, 8).unwrap();
+        let expected: Vec<f32> = (0..2)
+            .flat_map(|r| (0..32).map(move |i| 0.5 * (i - 16 + r) as f32))
+            .collect();
+        assert_eq!(values.as_slice::<f32>(), expected);
+
+        for len in 0..whole.len() {
+            std::fs::write(&path, &whole[..len]).unwrap();
+            let read = GgufFile::open(&path).and_then(|f| f.tensors(Dtype::Float32));
+            assert!(read.is_err(), "{len} bytes read as a whole file");
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -61,6 +61,18 @@ const TYPES: [(GgmlType, u32, &str); 13] = [
     (GgmlType::Bf16, 30, "BF16"),
 ];
 
+/// ggml's name of the type `id` (`Q4_K`, `IQ4_NL`...), including types Seedbar does not read.
+pub fn type_name(id: u32) -> String {
+    const NAMES: [&str; 31] = [
+        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K",
+        "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
+        "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16",
+    ];
+    NAMES
+        .get(id as usize)
+        .map_or_else(|| format!("type {id}"), |name| name.to_string())
+}
+
 /// A tensor's values once decoded, row-major.
 pub enum Decoded {
     F32(Vec<f32>),
