@@ -192,7 +192,8 @@ impl GgufFile {
     fn tensor_bytes(&self, file: &mut File, info: &TensorInfo, kind: GgmlType) -> Result<Vec<u8>> {
         let (per_block, block_bytes) = kind.block();
         let cols = *info.shape.last().expect("at least one dimension");
-        if info.shape.iter().any(|&d| d == 0 || d > i32::MAX as u64) || cols % per_block as u64 != 0
+        if info.shape.iter().any(|&d| d == 0 || d > i32::MAX as u64)
+            || !cols.is_multiple_of(per_block as u64)
         {
             return Err(self.bad(format!(
                 "tensor `{}` of type {} has shape {:?} (rows must be whole blocks of {per_block})",
