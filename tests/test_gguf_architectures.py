@@ -181,7 +181,7 @@ def test_unreadable_tensor_types_and_truncated_files_are_refused_by_name(seedbar
     iq4 = write_gguf(checkpoint, tmp_path / "iq4.gguf", extra={"extra.weight": (blocks, Q.IQ4_NL)})
     proc = seedbar.run("run", "--model", iq4, "hi", check=False)
     assert proc.returncode == 1 and "panicked" not in proc.stderr, proc.stderr
-    assert "tensor `extra.weight` has ggml type 20, which Seedbar does not read (it reads F32, F16" in proc.stderr
+    assert "tensor `extra.weight` has ggml type IQ4_NL, which Seedbar does not read (it reads F32, F16" in proc.stderr
 
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(write_gguf(checkpoint, tmp_path / "whole.gguf").read_bytes()[:-100])
