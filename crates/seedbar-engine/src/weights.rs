@@ -212,7 +212,7 @@ impl WeightMap {
             return Ok(Matrix::Quantized(quantized));
         }
         if pack {
-            match quantized.packed(rows, cols) {
+            match quantized.packed(rows, cols)? {
                 Ok(packed) => return Ok(Matrix::Packed(Arc::new(packed))),
                 Err(reason) => tracing::debug!(name = weight_name, %reason, "dequantized"),
             }
@@ -304,22 +304,26 @@ pub struct Quantized {
 }
 
 impl Quantized {
-    /// The same matrix for the CPU kernels of `seedbar_qmatmul` (4 and 8 bits).
-    fn packed(&self, rows: i32, cols: i32) -> std::result::Result<QuantizedMatrix, Unsupported> {
-        let floats = |a: &Array| -> Vec<f32> {
-            a.as_dtype(Dtype::Float32)
-                .map(|a| a.as_slice::<f32>().to_vec())
-                .unwrap_or_default()
+    /// The same matrix for the CPU kernels of `seedbar_qmatmul` (4 and 8 bits); the inner
+    /// error is a format those kernels do not hold.
+    fn packed(
+        &self,
+        rows: i32,
+        cols: i32,
+    ) -> Result<std::result::Result<QuantizedMatrix, Unsupported>> {
+        let floats = |a: &Array| -> Result<Vec<f32>> {
+            let a = materialize(a.as_dtype(Dtype::Float32)?)?;
+            Ok(a.try_as_slice::<f32>()?.to_vec())
         };
-        QuantizedMatrix::from_mlx_affine(
-            self.weight.as_slice::<u32>(),
-            &floats(&self.scales),
-            &floats(&self.biases),
+        Ok(QuantizedMatrix::from_mlx_affine(
+            self.weight.try_as_slice::<u32>()?,
+            &floats(&self.scales)?,
+            &floats(&self.biases)?,
             rows as usize,
             cols as usize,
             self.group_size as usize,
             self.bits as u32,
-        )
+        ))
     }
 
     fn dequantize(&self, dtype: Dtype) -> Result<Array> {
@@ -475,6 +479,118 @@ impl Linear {
             Some(b) => y.add(b)?,
             None => y,
         })
+    }
+
+    /// `x W^T + b` for `m` rows of host floats (`[m, cols]`, row-major) through the CPU
+    /// kernels; only a packed weight runs here.
+    pub fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        let Matrix::Packed(w) = &self.weight else {
+            return Err(EngineError::Mlx(
+                "a host product needs packed weights".to_string(),
+            ));
+        };
+        let mut y = w.matmul_transposed(x, m);
+        if let Some(b) = &self.bias {
+            let b = b.try_as_slice::<f32>()?;
+            for row in y.chunks_exact_mut(b.len()) {
+                for (v, b) in row.iter_mut().zip(b) {
+                    *v += b;
+                }
+            }
+        }
+        Ok(y)
+    }
+}
+
+/// Projections of one input computed together (q, k and v; gate and up): `N` matmuls of
+/// their own, or, when every part is packed alike, one CPU kernel call over their rows
+/// stacked: one pass over the input and one dispatch where there were `N`. Each output
+/// keeps the bits of its own product (`QuantizedMatrix::stack_rows`).
+#[derive(Debug, Clone)]
+pub enum Projections<const N: usize> {
+    Each([Linear; N]),
+    Stacked {
+        whole: Linear,
+        /// Output features of each part, in order.
+        widths: [i32; N],
+    },
+}
+
+impl<const N: usize> Projections<N> {
+    /// `parts` stacked where the CPU kernels hold them all alike, else kept apart.
+    pub fn new(parts: [Linear; N]) -> Result<Self> {
+        let packed: Option<Vec<&QuantizedMatrix>> = parts
+            .iter()
+            .map(|l| match &l.weight {
+                Matrix::Packed(p) => Some(&**p),
+                _ => None,
+            })
+            .collect();
+        let Some(stacked) = packed.as_deref().and_then(QuantizedMatrix::stack_rows) else {
+            return Ok(Projections::Each(parts));
+        };
+        let widths = parts.each_ref().map(|l| match &l.weight {
+            Matrix::Packed(p) => p.rows() as i32,
+            _ => unreachable!("every part is packed"),
+        });
+        // A part without a bias adds zeros, so the stack has one bias or none.
+        let bias = if parts.iter().any(|l| l.bias.is_some()) {
+            let pieces = parts
+                .iter()
+                .zip(widths)
+                .map(|(l, w)| match &l.bias {
+                    Some(b) => Ok(b.clone()),
+                    None => Ok(ops::zeros::<f32>(&[w])?),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(materialize(ops::concatenate(&pieces, 0)?)?)
+        } else {
+            None
+        };
+        Ok(Projections::Stacked {
+            whole: Linear {
+                weight: Matrix::Packed(Arc::new(stacked)),
+                bias,
+            },
+            widths,
+        })
+    }
+
+    /// Each projection of `x` (`[..., cols]`).
+    pub fn forward(&self, x: &Array) -> Result<[Array; N]> {
+        let outputs = match self {
+            Projections::Each(parts) => parts
+                .iter()
+                .map(|l| l.forward(x))
+                .collect::<Result<Vec<_>>>()?,
+            Projections::Stacked { whole, widths } => {
+                let ends: Vec<i32> = widths[..N - 1]
+                    .iter()
+                    .scan(0, |end, w| {
+                        *end += w;
+                        Some(*end)
+                    })
+                    .collect();
+                whole.forward(x)?.split_at_indices(&ends, -1)?
+            }
+        };
+        Ok(outputs.try_into().expect("one output per projection"))
+    }
+
+    /// All projections of `m` rows of host floats, end to end in each output row
+    /// (`[m, Σ widths]`); only a stack of packed parts runs here.
+    pub fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        match self {
+            Projections::Stacked { whole, .. } => whole.forward_host(x, m),
+            Projections::Each(_) => Err(EngineError::Mlx(
+                "a host product needs packed weights".to_string(),
+            )),
+        }
+    }
+
+    /// Whether every part runs on the CPU kernels.
+    pub fn is_packed(&self) -> bool {
+        matches!(self, Projections::Stacked { .. })
     }
 }
 

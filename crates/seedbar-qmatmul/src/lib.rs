@@ -204,6 +204,63 @@ impl QuantizedMatrix {
         )
     }
 
+    /// The rows of `parts` end to end, as one matrix: projections of the same input (q, k
+    /// and v; gate and up) become one product, one pass over the input and one dispatch.
+    /// Each row keeps its values, so each output is the same chain as in its own part.
+    /// `None` when the parts differ in columns, group size or bits (or there are none).
+    pub fn stack_rows(parts: &[&QuantizedMatrix]) -> Option<QuantizedMatrix> {
+        let first = parts.first()?;
+        let format = |m: &QuantizedMatrix| (m.cols, m.group_size, m.bits);
+        if parts.iter().any(|m| format(m) != format(first)) {
+            return None;
+        }
+        if parts[..parts.len() - 1]
+            .iter()
+            .all(|m| m.rows.is_multiple_of(PANEL))
+        {
+            // Every part starts on a panel of its own: the panels are laid end to end.
+            let joined = |field: fn(&QuantizedMatrix) -> &[f32]| -> Vec<f32> {
+                parts.iter().flat_map(|m| field(m)).copied().collect()
+            };
+            return Some(QuantizedMatrix {
+                rows: parts.iter().map(|m| m.rows).sum(),
+                data: parts.iter().flat_map(|m| &m.data).copied().collect(),
+                scales: joined(|m| &m.scales),
+                biases: joined(|m| &m.biases),
+                cols: first.cols,
+                group_size: first.group_size,
+                bits: first.bits,
+            });
+        }
+        // Row `r` of the stack is row `r - starts[p]` of part `p`.
+        let starts: Vec<usize> = parts
+            .iter()
+            .scan(0, |start, m| {
+                let at = *start;
+                *start += m.rows;
+                Some(at)
+            })
+            .collect();
+        let locate = |row: usize| {
+            let p = starts.partition_point(|&s| s <= row) - 1;
+            (parts[p], row - starts[p])
+        };
+        Some(Self::from_fn(
+            parts.iter().map(|m| m.rows).sum(),
+            first.cols,
+            first.group_size,
+            first.bits,
+            |row, col| {
+                let (m, r) = locate(row);
+                m.q(r, col)
+            },
+            |row, group| {
+                let (m, r) = locate(row);
+                m.affine(r, group)
+            },
+        ))
+    }
+
     /// Row `row` of the matrix as f32, `fma(q, scale, bias)`: the weights the kernels use.
     pub fn dequantize_row(&self, row: usize) -> Vec<f32> {
         (0..self.cols)

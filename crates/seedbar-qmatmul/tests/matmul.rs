@@ -155,6 +155,38 @@ fn slicing_rows_keeps_their_values() {
 }
 
 #[test]
+fn a_stack_of_matrices_gives_each_parts_bits() {
+    // Parts that share panels in the stack, and parts of whole panels laid end to end.
+    for sizes in [[9, 5, 20], [16, 32, 7]] {
+        let parts: Vec<_> = sizes
+            .iter()
+            .zip(1..)
+            .map(|(&rows, seed)| random_matrix(rows, 64, 32, 4, seed).0)
+            .collect();
+        let stacked = QuantizedMatrix::stack_rows(&parts.iter().collect::<Vec<_>>()).unwrap();
+        let total: usize = sizes.iter().sum();
+        assert_eq!(stacked.rows(), total);
+        let x = random_input(3, 64, 7);
+        let whole = stacked.matmul_transposed(&x, 3);
+        let mut column = 0;
+        for part in &parts {
+            let own = part.matmul_transposed(&x, 3);
+            for i in 0..3 {
+                let row = &whole[i * total + column..i * total + column + part.rows()];
+                let expected = &own[i * part.rows()..(i + 1) * part.rows()];
+                assert_eq!(row, expected, "{sizes:?}: input row {i}");
+            }
+            column += part.rows();
+        }
+    }
+    let (narrow, wide) = (
+        random_matrix(4, 32, 32, 4, 4).0,
+        random_matrix(4, 64, 32, 4, 5).0,
+    );
+    assert!(QuantizedMatrix::stack_rows(&[&wide, &narrow]).is_none());
+}
+
+#[test]
 fn what_cannot_be_held_is_refused_with_the_reason() {
     let words = vec![0u32; 8];
     let one = [1.0f32];

@@ -17,13 +17,13 @@ use mlx_rs::{
     Array, Dtype,
 };
 
-use super::moe::SparseMoe;
+use super::{host, moe::SparseMoe};
 use crate::{
     config::ModelConfig,
     error::Result,
     kv_cache::{KvCache, KvPool, SLOTS_PER_CALL},
     step_plan::{AttentionLayout, Slot, StepPlan, WeightKind},
-    weights::{Embedding, Linear, Matrix, WeightMap},
+    weights::{Embedding, Linear, Matrix, Projections, WeightMap},
 };
 
 /// What one architecture changes in the shared block.
@@ -148,12 +148,16 @@ impl RmsNorm {
     fn forward(&self, x: &Array) -> Result<Array> {
         Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
     }
+
+    /// The weight as host floats (a float32 model's, already evaluated at load).
+    fn host_weight(&self) -> Result<&[f32]> {
+        Ok(self.weight.try_as_slice::<f32>()?)
+    }
 }
 
 struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
+    /// Queries, keys and values.
+    qkv: Projections<3>,
     o_proj: Linear,
     q_norm: Option<RmsNorm>,
     k_norm: Option<RmsNorm>,
@@ -185,7 +189,7 @@ impl Attention {
                 .transpose()
         };
         let outputs = [heads * hd, kv_heads * hd, kv_heads * hd];
-        let [q_proj, k_proj, v_proj] = if v.fused_projections {
+        let qkv = Projections::new(if v.fused_projections {
             weights.fused_linear(&format!("{prefix}.qkv_proj"), d, outputs, bias)?
         } else {
             let [q, k, v] = outputs;
@@ -194,11 +198,9 @@ impl Attention {
                 weights.linear(&format!("{prefix}.k_proj"), d, k, bias)?,
                 weights.linear(&format!("{prefix}.v_proj"), d, v, bias)?,
             ]
-        };
+        })?;
         Ok(Attention {
-            q_proj,
-            k_proj,
-            v_proj,
+            qkv,
             o_proj: weights.linear(&format!("{prefix}.o_proj"), heads * hd, d, c.attention_bias)?,
             q_norm: norm(weights, "q_norm")?,
             k_norm: norm(weights, "k_norm")?,
@@ -209,6 +211,12 @@ impl Attention {
             softcap: v.attention_softcap,
             positions,
         })
+    }
+
+    /// Output features of the query, key and value projections.
+    fn qkv_widths(&self) -> [i32; 3] {
+        let kv = self.kv_heads * self.head_dim;
+        [self.heads * self.head_dim, kv, kv]
     }
 
     /// RoPE for positions `offset..` (`x` is `[B, H, L, hd]`), or `x` in a NoPE layer.
@@ -283,8 +291,8 @@ impl Attention {
     }
 
     /// Attention over a step's matmul groups (`xs[g]` is group `g`'s `[1, W, D]` input):
-    /// projections run per group, attention per row or in batches as `plan` says, and the
-    /// rows' outputs are laid back into their groups (zero rows where the group is padded).
+    /// projections and the output projection run per group, attention as
+    /// [`attend_groups`](Self::attend_groups) lays it out.
     fn forward(
         &self,
         xs: &[Array],
@@ -292,16 +300,31 @@ impl Attention {
         caches: &mut [&mut KvCache],
         decode_kv: &mut DecodeKv,
     ) -> Result<Vec<Array>> {
-        let project = |proj: &Linear| {
-            xs.iter()
-                .map(|x| proj.forward(x))
-                .collect::<Result<Vec<_>>>()
-        };
-        let (q_all, k_all, v_all) = (
-            project(&self.q_proj)?,
-            project(&self.k_proj)?,
-            project(&self.v_proj)?,
-        );
+        let mut projected = QueriesKeysValues::default();
+        for x in xs {
+            let [q, k, v] = self.qkv.forward(x)?;
+            projected.push(q, k, v);
+        }
+        self.attend_groups(projected, plan, caches, decode_kv)?
+            .iter()
+            .map(|out| self.o_proj.forward(out))
+            .collect()
+    }
+
+    /// Each group's projected queries, keys and values (`[1, W, .]`) attended per row or in
+    /// batches as `plan` says; the rows' outputs are laid back into their groups'
+    /// `[1, W, H·hd]` (zero rows where a group is padded), before the output projection.
+    fn attend_groups(
+        &self,
+        QueriesKeysValues {
+            q: q_all,
+            k: k_all,
+            v: v_all,
+        }: QueriesKeysValues,
+        plan: &StepPlan,
+        caches: &mut [&mut KvCache],
+        decode_kv: &mut DecodeKv,
+    ) -> Result<Vec<Array>> {
         let pooled = plan.attention == AttentionLayout::Capacity;
         // Queries, keys and values, RoPE applied. A decode group is split into heads and
         // rotated as a whole (`[W, H, 1, hd]`, each row at its own position) and kept whole
@@ -415,7 +438,7 @@ impl Attention {
             } else {
                 joined
             };
-            grouped.push(self.o_proj.forward(&out)?);
+            grouped.push(out);
         }
         Ok(grouped)
     }
@@ -607,11 +630,59 @@ impl Attention {
 }
 
 /// What a step's pooled decode attention carries from layer to layer.
+/// Each matmul group's projected queries, keys and values (`[1, W, .]`), in group order.
+#[derive(Default)]
+struct QueriesKeysValues {
+    q: Vec<Array>,
+    k: Vec<Array>,
+    v: Vec<Array>,
+}
+
+impl QueriesKeysValues {
+    fn push(&mut self, q: Array, k: Array, v: Array) {
+        self.q.push(q);
+        self.k.push(k);
+        self.v.push(v);
+    }
+}
+
+/// `x += norm(r)` where the variant normalizes a sublayer's output, else `x += r`: the
+/// host path's [`residual`] (float32 only, so no float16 clipping).
+fn host_residual(x: &mut [f32], r: Vec<f32>, norm: &Option<RmsNorm>) -> Result<()> {
+    let r = match norm {
+        Some(n) => host::rms_norm(&r, n.host_weight()?, n.eps),
+        None => r,
+    };
+    host::add_into(x, &r);
+    Ok(())
+}
+
 struct DecodeKv<'a> {
     pool: &'a mut KvPool,
     /// The calls' masks, built once: every layer holds the same lengths.
     masks: Masks,
     layer: usize,
+}
+
+impl<'a> DecodeKv<'a> {
+    /// The step's decode KV, with every decoding row placed in `pool` where the layout
+    /// pools it.
+    fn place(plan: &StepPlan, caches: &mut [&mut [KvCache]], pool: &'a mut KvPool) -> Result<Self> {
+        if plan.attention == AttentionLayout::Capacity {
+            for g in 0..plan.widths.len() {
+                if plan.is_decode_group(g) {
+                    for i in plan.rows_of(g) {
+                        pool.place(caches[i])?;
+                    }
+                }
+            }
+        }
+        Ok(DecodeKv {
+            pool,
+            masks: Masks::default(),
+            layer: 0,
+        })
+    }
 }
 
 /// Arrays joined on the first axis (one is returned as it is).
@@ -686,35 +757,43 @@ fn window_mask(len: i32, keys: i32, window: Option<i32>, dtype: Dtype) -> Result
 }
 
 struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
+    /// The gate's and the up projection.
+    gate_up: Projections<2>,
     down_proj: Linear,
     activation: Activation,
+    inner: i32,
 }
 
 impl Mlp {
     fn load(weights: &mut WeightMap, prefix: &str, c: &ModelConfig, v: Variant) -> Result<Self> {
         let (d, i) = (c.hidden_size, c.intermediate_size);
-        let [gate_proj, up_proj] = if v.fused_projections {
+        let gate_up = Projections::new(if v.fused_projections {
             weights.fused_linear(&format!("{prefix}.gate_up_proj"), d, [i, i], false)?
         } else {
             [
                 weights.linear(&format!("{prefix}.gate_proj"), d, i, false)?,
                 weights.linear(&format!("{prefix}.up_proj"), d, i, false)?,
             ]
-        };
+        })?;
         Ok(Mlp {
-            gate_proj,
-            up_proj,
+            gate_up,
             down_proj: weights.linear(&format!("{prefix}.down_proj"), i, d, false)?,
             activation: v.activation,
+            inner: i,
         })
     }
 
     fn forward(&self, x: &Array) -> Result<Array> {
-        let activated = activate(self.activation, &self.gate_proj.forward(x)?)?;
-        self.down_proj
-            .forward(&activated.multiply(self.up_proj.forward(x)?)?)
+        let [gate, up] = self.gate_up.forward(x)?;
+        let activated = activate(self.activation, &gate)?;
+        self.down_proj.forward(&activated.multiply(up)?)
+    }
+
+    /// [`forward`](Self::forward) of `m` rows of host floats (packed weights only).
+    fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        let gate_up = self.gate_up.forward_host(x, m)?;
+        let activated = host::gated(self.activation, &gate_up, self.inner as usize);
+        self.down_proj.forward_host(&activated, m)
     }
 }
 
@@ -821,6 +900,26 @@ fn residual(x: &Array, r: Array, norm: &Option<RmsNorm>) -> Result<Array> {
     Ok(ops::clip(&sum, (-bound, bound))?.as_dtype(Dtype::Float16)?)
 }
 
+/// `Packed` only when every matmul of the model runs on the CPU kernels, whose rows are
+/// independent at any row count; a model with some dequantized layers is `Quantized`.
+fn weight_kind(layers: &[Block], lm_head: &Linear) -> WeightKind {
+    let packed = |l: &Linear| matches!(l.weight, Matrix::Packed(_));
+    let all_packed = packed(lm_head)
+        && layers.iter().all(|b| {
+            // Experts run through MLX's gather kernels, never packed.
+            let FeedForward::Dense(m) = &b.mlp else {
+                return false;
+            };
+            let a = &b.self_attn;
+            a.qkv.is_packed() && packed(&a.o_proj) && m.gate_up.is_packed() && packed(&m.down_proj)
+        });
+    match layers.first().map(|b| &b.self_attn.o_proj.weight) {
+        Some(Matrix::Packed(_)) if all_packed => WeightKind::Packed,
+        Some(Matrix::Quantized(_) | Matrix::Packed(_)) => WeightKind::Quantized,
+        _ => WeightKind::Dense,
+    }
+}
+
 /// Which positions the output head runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {
@@ -840,6 +939,7 @@ pub struct Transformer {
     embedding_scale: Option<f32>,
     logit_softcap: Option<f32>,
     dtype: Dtype,
+    weight_kind: WeightKind,
 }
 
 impl Transformer {
@@ -914,6 +1014,7 @@ impl Transformer {
             tracing::debug!(?leftover, "unused tensors in checkpoint");
         }
         Ok(Transformer {
+            weight_kind: weight_kind(&layers, &lm_head),
             config,
             embed_tokens,
             layers,
@@ -930,27 +1031,8 @@ impl Transformer {
     }
 
     /// Whether the projections hold quantized or dense weights (the layout depends on it).
-    /// `Packed` only when every matmul of the model runs on the CPU kernels, whose rows are
-    /// independent at any row count; a model with some dequantized layers is `Quantized`.
     pub fn weight_kind(&self) -> WeightKind {
-        let packed = |l: &Linear| matches!(l.weight, Matrix::Packed(_));
-        let all_packed = packed(&self.lm_head)
-            && self.layers.iter().all(|b| {
-                let a = &b.self_attn;
-                // Experts run through MLX's gather kernels, never packed.
-                let FeedForward::Dense(m) = &b.mlp else {
-                    return false;
-                };
-                [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj]
-                    .into_iter()
-                    .chain([&m.gate_proj, &m.up_proj, &m.down_proj])
-                    .all(packed)
-            });
-        match self.layers.first().map(|b| &b.self_attn.q_proj.weight) {
-            Some(Matrix::Packed(_)) if all_packed => WeightKind::Packed,
-            Some(Matrix::Quantized(_) | Matrix::Packed(_)) => WeightKind::Quantized,
-            _ => WeightKind::Dense,
-        }
+        self.weight_kind
     }
 
     /// Run one step over several sequences laid out by `plan`: `tokens` holds each row's
@@ -966,41 +1048,11 @@ impl Transformer {
         pool: &mut KvPool,
         logits: Logits,
     ) -> Result<Array> {
-        // Each group's token ids; padding rows embed token 0 (their outputs are unused).
-        let mut ids: Vec<Vec<i32>> = plan.widths.iter().map(|&w| vec![0; w as usize]).collect();
-        let mut start = 0;
-        for slot in &plan.slots {
-            let at = slot.offset as usize;
-            for (k, &t) in tokens[start..start + slot.len as usize].iter().enumerate() {
-                ids[slot.group][at + k] = t as i32;
-            }
-            start += slot.len as usize;
+        if self.weight_kind == WeightKind::Packed && self.dtype == Dtype::Float32 {
+            return self.forward_on_host(tokens, plan, caches, pool, logits);
         }
-        let mut h = ids
-            .iter()
-            .map(|ids| {
-                let input = Array::from_slice(ids, &[1, ids.len() as i32]);
-                let h = self.embed_tokens.forward(&input, self.dtype)?;
-                match self.embedding_scale {
-                    Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
-                    None => Ok(h),
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if plan.attention == AttentionLayout::Capacity {
-            for (g, _) in plan.widths.iter().enumerate() {
-                if plan.is_decode_group(g) {
-                    for i in plan.rows_of(g) {
-                        pool.place(caches[i])?;
-                    }
-                }
-            }
-        }
-        let mut decode_kv = DecodeKv {
-            pool,
-            masks: Masks::default(),
-            layer: 0,
-        };
+        let mut h = self.embed(tokens, plan)?;
+        let mut decode_kv = DecodeKv::place(plan, caches, pool)?;
         for (layer, block) in self.layers.iter().enumerate() {
             decode_kv.layer = layer;
             let mut layer_caches: Vec<&mut KvCache> =
@@ -1066,6 +1118,110 @@ impl Transformer {
             }
         };
         Ok(out.as_dtype(Dtype::Float32)?)
+    }
+
+    /// [`forward`](Self::forward) for a model whose every matmul runs on the CPU kernels:
+    /// the residual stream stays in host memory, where the kernels read and write it, and
+    /// each layer's row-wise math runs there too (`host.rs`). MLX runs only attention: one
+    /// evaluation per layer, where the MLX path hands over to MLX's stream thread once per
+    /// matmul input.
+    fn forward_on_host(
+        &self,
+        tokens: &[u32],
+        plan: &StepPlan,
+        caches: &mut [&mut [KvCache]],
+        pool: &mut KvPool,
+        logits: Logits,
+    ) -> Result<Array> {
+        let d = self.config.hidden_size as usize;
+        let embedded = self.embed(tokens, plan)?;
+        let mut h = embedded
+            .iter()
+            .map(|x| Ok(x.try_as_slice::<f32>()?.to_vec()))
+            .collect::<Result<Vec<_>>>()?;
+        let mut decode_kv = DecodeKv::place(plan, caches, pool)?;
+        for (layer, block) in self.layers.iter().enumerate() {
+            decode_kv.layer = layer;
+            let mut layer_caches: Vec<&mut KvCache> =
+                caches.iter_mut().map(|c| &mut c[layer]).collect();
+            let FeedForward::Dense(mlp) = &block.mlp else {
+                unreachable!("a packed model has dense MLPs");
+            };
+            let attention = &block.self_attn;
+            let widths = attention.qkv_widths();
+            let mut projected = QueriesKeysValues::default();
+            for (x, &w) in h.iter().zip(&plan.widths) {
+                let normed = host::rms_norm(x, block.attn_in.host_weight()?, block.attn_in.eps);
+                let qkv = attention.qkv.forward_host(&normed, w as usize)?;
+                let [q, k, v] = host::split_columns(&qkv, w as usize, widths.map(|n| n as usize))
+                    .into_iter()
+                    .zip(widths)
+                    .map(|(part, n)| Array::from_slice(&part, &[1, w, n]))
+                    .collect::<Vec<_>>()
+                    .try_into()
+                    .expect("three parts");
+                projected.push(q, k, v);
+            }
+            let attended = attention
+                .attend_groups(projected, plan, &mut layer_caches, &mut decode_kv)?
+                .iter()
+                .map(Array::contiguous)
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            mlx_rs::transforms::eval(&attended)?;
+            for ((x, out), &w) in h.iter_mut().zip(&attended).zip(&plan.widths) {
+                let rows = w as usize;
+                let o = attention
+                    .o_proj
+                    .forward_host(out.try_as_slice::<f32>()?, rows)?;
+                host_residual(x, o, &block.attn_out)?;
+                let normed = host::rms_norm(x, block.mlp_in.host_weight()?, block.mlp_in.eps);
+                host_residual(x, mlp.forward_host(&normed, rows)?, &block.mlp_out)?;
+            }
+        }
+        // The positions the head runs on, in row order.
+        let mut picked = Vec::new();
+        for slot in &plan.slots {
+            let from = match logits {
+                Logits::All => 0,
+                Logits::Last => slot.len - 1,
+            };
+            let rows = (slot.offset + from..slot.offset + slot.len).map(|r| r as usize);
+            picked.extend(host::gather_rows(&h[slot.group], d, rows));
+        }
+        let n = picked.len() / d;
+        let normed = host::rms_norm(&picked, self.norm.host_weight()?, self.norm.eps);
+        let mut out = self.lm_head.forward_host(&normed, n)?;
+        if let Some(cap) = self.logit_softcap {
+            host::softcap(&mut out, cap);
+        }
+        Ok(Array::from_slice(
+            &out,
+            &[1, n as i32, self.config.vocab_size],
+        ))
+    }
+
+    /// Each matmul group's embedded tokens (`[1, W, D]`); padding rows embed token 0 (their
+    /// outputs are unused).
+    fn embed(&self, tokens: &[u32], plan: &StepPlan) -> Result<Vec<Array>> {
+        let mut ids: Vec<Vec<i32>> = plan.widths.iter().map(|&w| vec![0; w as usize]).collect();
+        let mut start = 0;
+        for slot in &plan.slots {
+            let at = slot.offset as usize;
+            for (k, &t) in tokens[start..start + slot.len as usize].iter().enumerate() {
+                ids[slot.group][at + k] = t as i32;
+            }
+            start += slot.len as usize;
+        }
+        ids.iter()
+            .map(|ids| {
+                let input = Array::from_slice(ids, &[1, ids.len() as i32]);
+                let h = self.embed_tokens.forward(&input, self.dtype)?;
+                match self.embedding_scale {
+                    Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
+                    None => Ok(h),
+                }
+            })
+            .collect()
     }
 
     /// Fresh per-layer caches for one sequence.

@@ -2,6 +2,7 @@
 
 pub mod base;
 mod gemma3;
+mod host;
 mod llama;
 mod mistral;
 mod mixtral;
