@@ -89,6 +89,17 @@ ARCHITECTURES = {
         sliding_window=8,
         sliding_window_pattern=6,
     ),
+    # Gemma 2 as llama.cpp reads a GGUF of it: a query scale of 1/sqrt(head_dim); a window
+    # of 8 on the alternate layers, shorter than the 12-token prompt.
+    "gemma2_gguf": dict(
+        model_type="gemma2",
+        head_dim=32,
+        query_pre_attn_scalar=32,
+        sliding_window=8,
+        attn_logit_softcapping=20.0,
+        final_logit_softcapping=60.0,
+        tie_word_embeddings=True,
+    ),
     # Three layers, the middle one a dense MLP; 8 experts, 2 per token.
     "qwen3_moe": dict(
         model_type="qwen3_moe",

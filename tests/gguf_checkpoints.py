@@ -16,6 +16,7 @@ GGUF_ARCH = {
     "mistral": gguf.MODEL_ARCH.LLAMA,
     "qwen2": gguf.MODEL_ARCH.QWEN2,
     "qwen3": gguf.MODEL_ARCH.QWEN3,
+    "gemma2": gguf.MODEL_ARCH.GEMMA2,
     "gemma3_text": gguf.MODEL_ARCH.GEMMA3,
     "phi3": gguf.MODEL_ARCH.PHI3,
 }
@@ -33,6 +34,11 @@ SPM_VOCAB = len(SPM_TOKENS)
 def _permute(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's q/k row order for interleaved RoPE: each head's (2, half) rows as (half, 2)."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """The inverse of `_permute`: llama.cpp's q/k rows back in Hugging Face's order."""
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int) -> None:
@@ -87,6 +93,9 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, e
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     if "sliding_window" in config:
         writer.add_sliding_window(config["sliding_window"])
+    if "attn_logit_softcapping" in config:
+        writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+        writer.add_final_logit_softcapping(config["final_logit_softcapping"])
     if arch == gguf.MODEL_ARCH.PHI3:
         writer.add_rope_dimension_count(int(head_dim * config.get("partial_rotary_factor", 1.0)))
         if "rope_scaling" in config:
@@ -101,7 +110,7 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, e
         w = np.array(value.astype(mx.float32))
         if arch == gguf.MODEL_ARCH.LLAMA and hf.endswith(("q_proj.weight", "k_proj.weight")):
             w = _permute(w, heads if "q_proj" in hf else kv_heads)
-        if arch == gguf.MODEL_ARCH.GEMMA3 and hf.endswith("norm.weight"):
+        if arch in (gguf.MODEL_ARCH.GEMMA2, gguf.MODEL_ARCH.GEMMA3) and hf.endswith("norm.weight"):
             w = w + 1.0
         mapped = names.get_name(hf, try_suffixes=(".weight", ".bias"))
         assert mapped, f"no GGUF name for {hf}"

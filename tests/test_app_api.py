@@ -12,7 +12,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import gguf
 import httpx
+import numpy as np
 import ollama
 import pytest
 
@@ -347,7 +349,30 @@ def test_models_list_the_installed_ones(api, server):
     assert smol["format"] == "gguf"
     assert smol["bytes"] > 50_000_000
     assert smol["quantization"] == "Q4_1"
+    assert (smol["architecture"], smol["supported"]) == ("llama", True)
     assert smol["loaded"] is True
+
+
+def test_models_show_their_architecture_and_whether_it_runs(api, seedbar, tmp_path):
+    """A GGUF and a folder of architectures Seedbar does not run are listed as such."""
+    writer = gguf.GGUFWriter(str(tmp_path / "Bloom-Tiny.gguf"), "bloom")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    folder = tmp_path / "Mamba-Tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "mamba"}')
+    (folder / "model.safetensors").write_bytes(b"\0" * 16)
+    (folder / "tokenizer.json").write_text("{}")
+    for path in (tmp_path / "Bloom-Tiny.gguf", folder):
+        seedbar.run("models", "add", path)
+    models = {m["name"]: m for m in api.get("/app/models").json()}
+    for name, arch in [("Bloom-Tiny", "bloom"), ("Mamba-Tiny", "mamba")]:
+        assert (models[name]["architecture"], models[name]["supported"]) == (arch, False), models[name]
+    for name in ("Bloom-Tiny", "Mamba-Tiny"):
+        assert api.delete(f"/app/models/{name}").status_code == 204
 
 
 def test_deleting_models(api, server, seedbar):

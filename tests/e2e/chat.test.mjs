@@ -227,6 +227,7 @@ describe('chat window', { skip, timeout: 900_000 }, () => {
     const text = await page.textContent(row);
     assert.match(text, /GGUF/);
     assert.match(text, /MB/);
+    assert.equal((await page.textContent(`${row} ${tid('model-architecture')}`)).trim(), 'llama');
   });
 
   it('shows a readable message when a download fails (no network here)', async () => {

@@ -47,6 +47,10 @@ export type ModelInfo = {
   format: 'gguf' | 'safetensors';
   bytes: number;
   quantization: string | null;
+  /** GGUF's `general.architecture` or config.json's `model_type`. */
+  architecture: string | null;
+  /** Whether Seedbar runs that architecture. */
+  supported: boolean;
   loaded: boolean;
 };
 

@@ -61,7 +61,14 @@ enum Command {
     /// Download a Hugging Face repository (org/name) into the store.
     Pull { repo: String },
     /// Write a GGUF model as an MLX safetensors directory.
-    Convert { input: PathBuf, output: PathBuf },
+    Convert {
+        input: PathBuf,
+        output: PathBuf,
+        /// The dtype of weights decoded from quantized blocks (dequantized tensors, and the
+        /// scales and biases of those kept quantized); float32 keeps them exact.
+        #[arg(long, value_enum, default_value_t = ConvertDtype::Float16)]
+        dtype: ConvertDtype,
+    },
     /// Serve the OpenAI- and Ollama-compatible API on localhost.
     Serve(serve::ServeArgs),
     /// Measure speed, concurrent throughput, or seeded determinism under batching.
@@ -84,6 +91,24 @@ enum ModelsAction {
         #[arg(long)]
         name: Option<String>,
     },
+}
+
+/// The dtypes `seedbar convert --dtype` writes.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ConvertDtype {
+    Float16,
+    Bfloat16,
+    Float32,
+}
+
+impl From<ConvertDtype> for mlx_rs::Dtype {
+    fn from(dtype: ConvertDtype) -> Self {
+        match dtype {
+            ConvertDtype::Float16 => mlx_rs::Dtype::Float16,
+            ConvertDtype::Bfloat16 => mlx_rs::Dtype::Bfloat16,
+            ConvertDtype::Float32 => mlx_rs::Dtype::Float32,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -200,8 +225,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             bar.finish_and_clear();
             println!("{repo}: {}", dir.display());
         }
-        Command::Convert { input, output } => {
-            seedbar_engine::convert::gguf_to_mlx(&input, &output)?;
+        Command::Convert {
+            input,
+            output,
+            dtype,
+        } => {
+            seedbar_engine::convert::gguf_to_mlx(&input, &output, dtype.into())?;
             println!("wrote {}", output.display());
         }
         Command::Bench { kind } => bench::run(kind, load_model)?,

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, path::Path};
 
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 use serde_json::{json, Map, Value};
 
 use crate::{
@@ -13,11 +13,13 @@ use crate::{
     gguf,
 };
 
-/// GGUF's Q4_0/Q4_1/Q8_0 blocks are 32 weights wide.
+/// The MLX affine groups Seedbar builds from GGUF blocks are 32 weights wide.
 const GGUF_GROUP_SIZE: i32 = 32;
 
-pub fn gguf_to_mlx(input: &Path, out_dir: &Path) -> Result<()> {
-    let contents = gguf::read(input)?;
+/// `input` written to `out_dir`; weights Seedbar decodes from quantized blocks (dequantized
+/// tensors, affine scales and biases) are stored as `dtype`.
+pub fn gguf_to_mlx(input: &Path, out_dir: &Path, dtype: Dtype) -> Result<()> {
+    let contents = gguf::read(input, dtype)?;
     std::fs::create_dir_all(out_dir).map_err(|e| EngineError::io(out_dir, e))?;
     let write_json = |name: &str, value: &Value| -> Result<()> {
         let path = out_dir.join(name);

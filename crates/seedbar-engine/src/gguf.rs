@@ -1,21 +1,22 @@
-//! GGUF files (llama.cpp's llama, qwen2, qwen3, gemma3 and phi3 architectures; Mistral's
-//! GGUFs are llama): tensors renamed to Hugging Face names (llama's q/k rows un-permuted
+//! GGUF files (llama.cpp's llama, qwen2, qwen3, gemma2, gemma3 and phi3 architectures;
+//! Mistral's GGUFs are llama): tensors renamed to Hugging Face names (llama's q/k rows un-permuted
 //! back from llama.cpp's interleaved-RoPE layout, Gemma's `1 + w` norms back to `w`),
 //! hyper-parameters and the tokenizer read from the metadata, with llama.cpp's fixed
 //! choices where a setting has no key (Gemma 3's sliding-window pattern and local RoPE
-//! base). MLX's loader keeps Q4_0/Q4_1/Q8_0 as affine-quantized triplets (`weight`,
-//! `scales`, `biases`) and widens other types to float16. Of the K-quants, MLX 0.32.2
-//! widens Q6_K and Q2_K correctly, misreads Q4_K (so files of the types that hold Q4_K
-//! tensors are refused) and cannot read Q3_K or Q5_K (the error says so).
+//! base, Gemma 2's soft-caps when absent). Seedbar reads the container itself ([`file`]) and decodes the tensor types
+//! ([`quants`]): Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and the K-quants Q4_K/Q5_K become MLX
+//! affine-quantized triplets (`weight`, `scales`, `biases`); Q2_K, Q3_K and Q6_K are
+//! dequantized.
+
+pub(crate) mod file;
+pub(crate) mod quants;
 
 use std::{collections::HashMap, path::Path};
 
-use mlx_rs::{
-    io::{GgufFile, GgufMetadataValue},
-    Array, Dtype,
-};
+use mlx_rs::{Array, Dtype};
 use serde_json::json;
 
+use self::file::{GgufFile, Value};
 use crate::{
     config::{ModelConfig, RopeScaling, TokenIds},
     error::{EngineError, Result},
@@ -23,7 +24,8 @@ use crate::{
 };
 
 /// Each `general.architecture` Seedbar loads, with the `model_type` it runs as.
-const ARCHITECTURES: [(&str, &str); 5] = [
+const ARCHITECTURES: [(&str, &str); 6] = [
+    ("gemma2", "gemma2"),
     ("gemma3", "gemma3_text"),
     ("llama", "llama"),
     ("phi3", "phi3"),
@@ -49,17 +51,13 @@ pub fn model_type(architecture: &str) -> Result<&'static str> {
         })
 }
 
-/// llama.cpp's file types (`general.file_type`) whose tensors include Q4_K ones.
-const MISREAD_FILE_TYPES: [(u32, &str); 6] = [
-    (10, "Q2_K"),
-    (11, "Q3_K_S"),
-    (12, "Q3_K_M"),
-    (13, "Q3_K_L"),
-    (14, "Q4_K_S"),
-    (15, "Q4_K_M"),
-];
-
-const K_QUANT_ADVICE: &str = "use a Q8_0, Q6_K or Q4_0 GGUF of the model, or its MLX version";
+/// The `general.architecture` a GGUF file's header names; `None` when the file cannot be
+/// read.
+pub fn architecture(path: &Path) -> Option<String> {
+    GgufFile::text_value(path, "general.architecture")
+        .ok()
+        .flatten()
+}
 
 /// What a GGUF file holds, in the form the rest of the engine uses.
 pub struct GgufContents {
@@ -78,15 +76,12 @@ struct Metadata<'a> {
 
 impl Metadata<'_> {
     fn number(&self, key: &str) -> Result<Option<f32>> {
-        match self.file.get_metadata(key).map_err(|e| self.err(e))? {
-            Some(GgufMetadataValue::Array(a)) => {
-                Ok(Some(a.try_item_cast::<f32>().map_err(|e| self.err(e))?))
-            }
+        match self.file.get(key) {
+            Some(Value::Integer(n)) => Ok(Some(*n as f32)),
+            Some(Value::Float(n)) => Ok(Some(*n as f32)),
+            Some(Value::Bool(b)) => Ok(Some(f32::from(u8::from(*b)))),
             None => Ok(None),
-            Some(_) => Err(EngineError::bad_file(
-                self.path,
-                format!("metadata `{key}` is not a number"),
-            )),
+            Some(_) => Err(self.wrong_kind(key, "a number")),
         }
     }
 
@@ -96,56 +91,61 @@ impl Metadata<'_> {
     }
 
     fn string(&self, key: &str) -> Result<Option<String>> {
-        self.file.get_metadata_string(key).map_err(|e| self.err(e))
+        match self.file.get(key) {
+            Some(Value::Text(s)) => Ok(Some(s.clone())),
+            None => Ok(None),
+            Some(_) => Err(self.wrong_kind(key, "a string")),
+        }
+    }
+
+    /// The items of the array `key` (empty when absent), each read by `item`.
+    fn array<T>(
+        &self,
+        key: &str,
+        what: &str,
+        item: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        match self.file.get(key) {
+            None => Ok(vec![]),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(&item)
+                .collect::<Option<Vec<T>>>()
+                .ok_or_else(|| self.wrong_kind(key, what)),
+            Some(_) => Err(self.wrong_kind(key, what)),
+        }
     }
 
     fn strings(&self, key: &str) -> Result<Vec<String>> {
-        Ok(self
-            .file
-            .get_metadata_strings(key)
-            .map_err(|e| self.err(e))?
-            .unwrap_or_default())
+        self.array(key, "an array of strings", |v| match v {
+            Value::Text(s) => Some(s.clone()),
+            _ => None,
+        })
     }
 
-    fn err(&self, e: impl std::fmt::Display) -> EngineError {
-        EngineError::bad_file(self.path, e.to_string())
+    fn numbers(&self, key: &str) -> Result<Vec<f64>> {
+        self.array(key, "an array of numbers", |v| match v {
+            Value::Integer(n) => Some(*n as f64),
+            Value::Float(n) => Some(*n),
+            _ => None,
+        })
+    }
+
+    fn wrong_kind(&self, key: &str, what: &str) -> EngineError {
+        EngineError::bad_file(self.path, format!("metadata `{key}` is not {what}"))
     }
 }
 
-pub fn read(path: &Path) -> Result<GgufContents> {
+/// The GGUF file at `path` as the engine runs it; tensors decoded from quantized blocks
+/// (dequantized values, affine scales and biases) come in `dtype`.
+pub fn read(path: &Path, dtype: Dtype) -> Result<GgufContents> {
     if !path.exists() {
         return Err(EngineError::MissingFile {
             path: path.to_path_buf(),
         });
     }
-    let file = GgufFile::load(path).map_err(|e| {
-        let e = e.to_string();
-        let message = if e.contains("gguf_tensor_to_f16") {
-            format!(
-                "holds tensors of a type MLX's GGUF loader cannot read ({e}; Q3_K and Q5_K, \
-                 as in Q3_K_* and Q5_K_* files, are such types); {K_QUANT_ADVICE}"
-            )
-        } else {
-            format!("not a readable GGUF file: {e}")
-        };
-        EngineError::bad_file(path, message)
-    })?;
+    let file = GgufFile::open(path)?;
     let meta = Metadata { file: &file, path };
-    if let Some(file_type) = meta.number("general.file_type")? {
-        if let Some(&(_, name)) = MISREAD_FILE_TYPES
-            .iter()
-            .find(|(t, _)| *t as f32 == file_type)
-        {
-            return Err(EngineError::bad_file(
-                path,
-                format!(
-                    "a {name} GGUF holds Q4_K tensors, which MLX 0.32.2's GGUF loader \
-                     dequantizes wrongly (the second half of each 64-value block gets the \
-                     first half's scale), so Seedbar does not run it; {K_QUANT_ADVICE}"
-                ),
-            ));
-        }
-    }
     let arch = meta
         .string("general.architecture")?
         .ok_or_else(|| EngineError::bad_file(path, "metadata `general.architecture` is missing"))?;
@@ -161,7 +161,7 @@ pub fn read(path: &Path) -> Result<GgufContents> {
     let token_id = |k: &str| -> Result<Option<u32>> { Ok(meta.number(k)?.map(|v| v as u32)) };
     let bos = token_id("tokenizer.ggml.bos_token_id")?;
     let eos = token_id("tokenizer.ggml.eos_token_id")?;
-    let mut tensors = file.arrays().map_err(|e| meta.err(e))?;
+    let mut tensors = file.tensors(dtype)?;
     let block_count = int("block_count")?;
     let mut config = ModelConfig {
         model_type: model_type.into(),
@@ -199,25 +199,35 @@ pub fn read(path: &Path) -> Result<GgufContents> {
             unpermute_rows(&mut tensors, "attn_q", heads, head_dim)?;
             unpermute_rows(&mut tensors, "attn_k", kv_heads, head_dim)?;
         }
-        "gemma3" => {
+        "gemma2" | "gemma3" => {
+            let gemma3 = arch == "gemma3";
             let head_dim = config.head_dim();
-            // llama.cpp's Gemma 3: a query scale of 1/sqrt(head_dim), but of
-            // 1/sqrt(hidden/heads) for the 27B (62 layers); every sixth layer global, the
-            // sliding ones with a RoPE base of 10000.
-            let scalar = if block_count == 62 {
+            // llama.cpp's Gemma: a query scale of 1/sqrt(head_dim), but of
+            // 1/sqrt(hidden/heads) for the 27B (46 layers in Gemma 2, 62 in Gemma 3).
+            // Gemma 3 has every sixth layer global, the sliding ones with a RoPE base of
+            // 10000; Gemma 2 alternates (the model's default) and soft-caps as its keys say.
+            let scalar = if block_count == if gemma3 { 62 } else { 46 } {
                 hidden / heads
             } else {
                 head_dim
             };
-            config.extra = json!({
-                "query_pre_attn_scalar": scalar,
-                "sliding_window": meta.required(&key("attention.sliding_window"))? as i32,
-                "sliding_window_pattern": 6,
-                "rope_local_base_freq": 10000.0,
-            })
-            .as_object()
-            .cloned()
-            .expect("an object");
+            let window = meta.required(&key("attention.sliding_window"))? as i32;
+            let extra = if gemma3 {
+                json!({
+                    "query_pre_attn_scalar": scalar,
+                    "sliding_window": window,
+                    "sliding_window_pattern": 6,
+                    "rope_local_base_freq": 10000.0,
+                })
+            } else {
+                json!({
+                    "query_pre_attn_scalar": scalar,
+                    "sliding_window": window,
+                    "attn_logit_softcapping": meta.number(&key("attn_logit_softcapping"))?,
+                    "final_logit_softcapping": meta.number(&key("final_logit_softcapping"))?,
+                })
+            };
+            config.extra = extra.as_object().cloned().expect("an object");
             for (name, norm) in tensors.iter_mut() {
                 if name.ends_with("norm.weight") {
                     *norm = norm
@@ -259,12 +269,9 @@ pub fn read(path: &Path) -> Result<GgufContents> {
         .into_iter()
         .map(|(name, t)| (names.hf_name(&name), t))
         .collect();
-    let token_types = match file
-        .get_metadata_array("tokenizer.ggml.token_type")
-        .map_err(|e| meta.err(e))?
-    {
-        Some(a) => a.as_dtype(Dtype::Int32)?.as_slice::<i32>().to_vec(),
-        None => vec![1; tokens.len()],
+    let token_types = match meta.numbers("tokenizer.ggml.token_type")? {
+        types if types.is_empty() => vec![1; tokens.len()],
+        types => types.into_iter().map(|t| t as i32).collect(),
     };
     let token_text = |id: Option<u32>| {
         id.and_then(|i| tokens.get(i as usize))
@@ -279,13 +286,11 @@ pub fn read(path: &Path) -> Result<GgufContents> {
             .unwrap_or_else(|| "default".into()),
         merges: meta.strings("tokenizer.ggml.merges")?,
         token_types,
-        scores: match file
-            .get_metadata_array("tokenizer.ggml.scores")
-            .map_err(|e| meta.err(e))?
-        {
-            Some(a) => a.as_dtype(Dtype::Float32)?.as_slice::<f32>().to_vec(),
-            None => vec![],
-        },
+        scores: meta
+            .numbers("tokenizer.ggml.scores")?
+            .into_iter()
+            .map(|s| s as f32)
+            .collect(),
         add_space_prefix: meta
             .number("tokenizer.ggml.add_space_prefix")?
             .is_none_or(|v| v != 0.0),
@@ -345,7 +350,7 @@ struct TensorNames {
 impl TensorNames {
     fn of(arch: &str, tensors: &HashMap<String, Array>) -> Self {
         TensorNames {
-            sandwich_norms: arch == "gemma3",
+            sandwich_norms: arch == "gemma2" || arch == "gemma3",
             fused_gate_up: arch == "phi3" && !tensors.contains_key("blk.0.ffn_gate.weight"),
         }
     }

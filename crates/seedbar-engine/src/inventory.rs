@@ -7,13 +7,19 @@
 use std::{
     collections::{BTreeMap, HashMap},
     fs::File,
-    io::{BufReader, Read, Seek, SeekFrom},
+    io::Read,
     path::{Path, PathBuf},
 };
 
 use serde_json::Value;
 
-use crate::error::{EngineError, Result};
+use crate::{
+    error::{EngineError, Result},
+    gguf::{
+        file::{GgufFile, Value as GgufValue},
+        quants::type_name,
+    },
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inventory {
@@ -62,166 +68,37 @@ pub fn human_count(count: u64) -> String {
 
 // ---- GGUF ------------------------------------------------------------------------------
 
-/// GGUF's tensor type names by id (ggml's `ggml_type`).
-fn ggml_type_name(id: u32) -> String {
-    const NAMES: [&str; 31] = [
-        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K",
-        "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
-        "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16",
-    ];
-    NAMES
-        .get(id as usize)
-        .map_or_else(|| format!("type {id}"), |name| name.to_string())
-}
-
-/// A metadata value, as far as an inventory needs it.
-enum MetaValue {
-    Number(u64),
-    Text(String),
-    Other,
-}
-
-struct GgufReader {
-    file: BufReader<File>,
-    path: PathBuf,
-}
-
-impl GgufReader {
-    fn bytes<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut buf = [0; N];
-        self.file
-            .read_exact(&mut buf)
-            .map_err(|e| EngineError::io(&self.path, e))?;
-        Ok(buf)
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes()?))
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.bytes()?))
-    }
-
-    fn skip(&mut self, bytes: u64) -> Result<()> {
-        let bytes = i64::try_from(bytes).map_err(|_| self.bad("a length is out of range"))?;
-        self.file
-            .seek(SeekFrom::Current(bytes))
-            .map_err(|e| EngineError::io(&self.path, e))?;
-        Ok(())
-    }
-
-    fn string(&mut self) -> Result<String> {
-        let len = self.u64()?;
-        if len > 1 << 24 {
-            return Err(self.bad("a string is longer than 16 MiB"));
-        }
-        let mut buf = vec![0; len as usize];
-        self.file
-            .read_exact(&mut buf)
-            .map_err(|e| EngineError::io(&self.path, e))?;
-        Ok(String::from_utf8_lossy(&buf).into_owned())
-    }
-
-    fn bad(&self, why: &str) -> EngineError {
-        EngineError::bad_file(&self.path, why.to_string())
-    }
-
-    /// A value of metadata type `kind`; arrays and floats are skipped.
-    fn value(&mut self, kind: u32) -> Result<MetaValue> {
-        let fixed = |kind: u32| match kind {
-            0 | 1 | 7 => Some(1),
-            2 | 3 => Some(2),
-            4..=6 => Some(4),
-            10..=12 => Some(8),
-            _ => None,
-        };
-        Ok(match kind {
-            0 | 7 => MetaValue::Number(u64::from(self.bytes::<1>()?[0])),
-            2 => MetaValue::Number(u64::from(u16::from_le_bytes(self.bytes()?))),
-            4 => MetaValue::Number(u64::from(self.u32()?)),
-            5 => MetaValue::Number(i32::from_le_bytes(self.bytes()?).max(0) as u64),
-            10 => MetaValue::Number(self.u64()?),
-            11 => MetaValue::Number(i64::from_le_bytes(self.bytes()?).max(0) as u64),
-            8 => MetaValue::Text(self.string()?),
-            9 => {
-                let (item, count) = (self.u32()?, self.u64()?);
-                match fixed(item) {
-                    Some(size) => self.skip(size * count)?,
-                    None if item == 8 => {
-                        for _ in 0..count {
-                            let len = self.u64()?;
-                            self.skip(len)?;
-                        }
-                    }
-                    None => return Err(self.bad("nested metadata arrays are not supported")),
-                }
-                MetaValue::Other
-            }
-            other => match fixed(other) {
-                Some(size) => {
-                    self.skip(size)?;
-                    MetaValue::Other
-                }
-                None => return Err(self.bad(&format!("unknown metadata type {other}"))),
-            },
-        })
-    }
-}
-
 fn read_gguf(path: &Path) -> Result<Inventory> {
-    let file = File::open(path).map_err(|e| EngineError::io(path, e))?;
-    let mut r = GgufReader {
-        file: BufReader::new(file),
-        path: path.to_path_buf(),
+    let file = GgufFile::open(path)?;
+    let text = |key: &str| match file.get(key) {
+        Some(GgufValue::Text(t)) => Some(t.clone()),
+        _ => None,
     };
-    if &r.bytes::<4>()? != b"GGUF" {
-        return Err(r.bad("not a GGUF file"));
-    }
-    if r.u32()? < 2 {
-        return Err(r.bad("GGUF version 1 is not supported"));
-    }
-    let (tensors, entries) = (r.u64()?, r.u64()?);
-    let (mut numbers, mut texts) = (HashMap::new(), HashMap::new());
-    for _ in 0..entries {
-        let key = r.string()?;
-        let kind = r.u32()?;
-        match r.value(kind)? {
-            MetaValue::Number(n) => {
-                numbers.insert(key, n);
-            }
-            MetaValue::Text(t) => {
-                texts.insert(key, t);
-            }
-            MetaValue::Other => {}
-        }
-    }
+    let architecture = text("general.architecture")
+        .ok_or_else(|| EngineError::bad_file(path, "metadata `general.architecture` is missing"))?;
+    let prefix = format!("{architecture}.");
+    let hyperparameters = file
+        .metadata()
+        .filter_map(|(key, value)| {
+            let n = match value {
+                GgufValue::Integer(n) => (*n).max(0) as u64,
+                GgufValue::Bool(b) => u64::from(*b),
+                _ => return None,
+            };
+            Some((key.strip_prefix(&prefix)?.to_string(), n))
+        })
+        .collect();
     let mut elements_by_type: HashMap<String, u64> = HashMap::new();
     let mut parameters = 0;
-    for _ in 0..tensors {
-        r.string()?;
-        let dims = r.u32()?;
-        let mut elements = 1u64;
-        for _ in 0..dims {
-            elements = elements.saturating_mul(r.u64()?);
-        }
-        let kind = ggml_type_name(r.u32()?);
-        r.u64()?;
+    for (shape, type_id) in file.tensor_types() {
+        let elements = shape.iter().fold(1u64, |n, &d| n.saturating_mul(d));
         parameters += elements;
-        if dims >= 2 {
-            *elements_by_type.entry(kind).or_default() += elements;
+        if shape.len() >= 2 {
+            *elements_by_type.entry(type_name(type_id)).or_default() += elements;
         }
     }
-    let architecture = texts
-        .remove("general.architecture")
-        .ok_or_else(|| r.bad("metadata `general.architecture` is missing"))?;
-    let prefix = format!("{architecture}.");
-    let hyperparameters = numbers
-        .into_iter()
-        .filter_map(|(key, n)| Some((key.strip_prefix(&prefix)?.to_string(), n)))
-        .collect();
     Ok(Inventory {
-        basename: texts.remove("general.basename"),
+        basename: text("general.basename"),
         architecture,
         parameters,
         quantization: most(elements_by_type).unwrap_or_else(|| "F32".into()),

@@ -56,7 +56,7 @@ impl Model {
     }
 
     fn load_gguf(path: &Path, options: LoadOptions) -> Result<Self> {
-        let contents = gguf::read(path)?;
+        let contents = gguf::read(path, options.compute_dtype)?;
         let mut weights = WeightMap::new(contents.tensors, options);
         let transformer = models::build(contents.config.clone(), &mut weights, options)?;
         let template = ChatTemplate::new(

@@ -55,7 +55,21 @@ pub struct StoredModel {
     /// Weight precision when known: a GGUF type from the file name (`Q4_1`) or an MLX
     /// directory's `quantization.bits` (`4-bit`), else its `torch_dtype`.
     pub quantization: Option<String>,
+    /// `general.architecture` of a GGUF file, `model_type` of a folder's `config.json`.
+    pub architecture: Option<String>,
     pub kind: ModelKind,
+}
+
+impl StoredModel {
+    /// Whether Seedbar runs the model's architecture (an unknown one counts as runnable:
+    /// loading it says what is wrong).
+    pub fn runnable(&self) -> bool {
+        match (&self.architecture, self.format) {
+            (None, _) => true,
+            (Some(arch), "gguf") => crate::gguf::model_type(arch).is_ok(),
+            (Some(model_type), _) => crate::config::check_runnable(model_type).is_ok(),
+        }
+    }
 }
 
 pub struct ModelStore {
@@ -120,6 +134,7 @@ impl ModelStore {
             format: "gguf",
             bytes: path.metadata().map_or(0, |m| m.len()),
             quantization: gguf_type(path),
+            architecture: crate::gguf::architecture(path),
             kind: ModelKind::Chat,
         })
     }
@@ -428,6 +443,7 @@ fn describe(dir: &Path) -> Option<StoredModel> {
         return Some(StoredModel {
             name,
             quantization: gguf_type(gguf),
+            architecture: crate::gguf::architecture(gguf),
             path: gguf.clone(),
             format: "gguf",
             bytes,
@@ -451,6 +467,7 @@ fn describe(dir: &Path) -> Option<StoredModel> {
         format: "safetensors",
         bytes,
         quantization,
+        architecture: config["model_type"].as_str().map(str::to_string),
         kind,
     })
 }

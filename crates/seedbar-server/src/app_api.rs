@@ -593,6 +593,10 @@ struct ModelInfo {
     format: &'static str,
     bytes: u64,
     quantization: Option<String>,
+    /// GGUF's `general.architecture` or `config.json`'s `model_type`.
+    architecture: Option<String>,
+    /// Whether Seedbar runs that architecture.
+    supported: bool,
     loaded: bool,
 }
 
@@ -609,10 +613,12 @@ async fn list_models(State(app): State<Arc<App>>) -> Result<Json<Vec<ModelInfo>>
             .into_iter()
             .map(|m| ModelInfo {
                 loaded: loaded.contains(&m.name.to_lowercase()),
+                supported: m.supported,
                 name: m.name,
                 format: m.format,
                 bytes: m.bytes,
                 quantization: m.quantization,
+                architecture: m.architecture,
             })
             .collect(),
     ))
@@ -730,6 +736,8 @@ async fn import_model(
     app.retry_bring_up(Some(&model.name));
     Ok(Json(ModelInfo {
         loaded: false,
+        supported: model.runnable(),
+        architecture: model.architecture,
         name: model.name,
         format: model.format,
         bytes: model.bytes,

@@ -37,6 +37,10 @@ pub struct ModelCard {
     pub created: u64,
     pub path: PathBuf,
     pub quantization: Option<String>,
+    /// GGUF's `general.architecture` or `config.json`'s `model_type`.
+    pub architecture: Option<String>,
+    /// Whether Seedbar runs that architecture.
+    pub supported: bool,
     pub kind: ModelKind,
 }
 
@@ -243,11 +247,13 @@ impl ModelHost {
                     .ok()
                     .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                     .map_or(0, |d| d.as_secs()),
+                supported: m.runnable(),
                 name: m.name,
                 format: m.format,
                 bytes: m.bytes,
                 path: m.path,
                 quantization: m.quantization,
+                architecture: m.architecture,
                 kind: m.kind,
             })
             .collect())

@@ -88,7 +88,7 @@ export function ModelLibrary() {
       ) : (
         <table class="models" data-testid="models-table">
           <thead>
-            <tr><th scope="col">Name</th><th scope="col">Format</th><th scope="col">Quantization</th><th scope="col" class="num">Size</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr>
+            <tr><th scope="col">Name</th><th scope="col">Architecture</th><th scope="col">Format</th><th scope="col">Quantization</th><th scope="col" class="num">Size</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr>
           </thead>
           <tbody>
             {models.map((m) => (
@@ -97,6 +97,10 @@ export function ModelLibrary() {
                   {m.name}
                   {m.loaded && <span class="badge" title="Loaded in memory">loaded</span>}
                   {status?.model === m.name && <span class="badge accent" title="The server's default model">default</span>}
+                </td>
+                <td data-testid="model-architecture">
+                  {m.architecture ?? 'unknown'}
+                  {!m.supported && <span class="badge warning" title="Seedbar cannot run this architecture">unsupported</span>}
                 </td>
                 <td>{m.format === 'gguf' ? 'GGUF' : 'safetensors'}</td>
                 <td>{m.quantization ?? 'none'}</td>
