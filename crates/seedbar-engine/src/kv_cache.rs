@@ -1,10 +1,11 @@
 //! Key/value storage. [`KvCache`]: one sequence's per-layer `[1, kv_heads, T, head_dim]`
-//! buffers that grow in fixed blocks, so writes land in place instead of re-concatenating.
+//! buffers that grow in fixed blocks, so writes land in place instead of re-concatenating,
+//! or, for models on the packed CPU path, [`HostKv`] in host memory.
 //! [`KvPool`]: decoding rows' KV at capacity, many rows to a buffer, so one step writes a
 //! layer's new positions with one scatter and attends `SLOTS_PER_CALL` rows per call,
 //! whatever the number of rows (the layout `step_plan::AttentionLayout::Capacity` uses).
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 use mlx_rs::{
     ops::{
@@ -27,6 +28,21 @@ pub struct KvCache {
     len: i32,
     /// Set while the row decodes in a [`KvPool`]: the positions past `len` are there.
     pooled: Option<PoolSlot>,
+    /// The packed CPU path's keys and values (then `keys` and `values` stay empty); shared
+    /// by clones (the prefix cache's) until one of them writes.
+    host: Option<Arc<HostKv>>,
+}
+
+/// One layer's keys and values in host memory, position-major: position `t`'s
+/// `kv_heads · head_dim` keys at `keys[t · width..]`, its values likewise.
+#[derive(Debug, Default, Clone)]
+pub struct HostKv {
+    pub keys: Vec<f32>,
+    pub values: Vec<f32>,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Floats per position: `kv_heads · head_dim`.
+    pub width: usize,
 }
 
 impl KvCache {
@@ -42,11 +58,15 @@ impl KvCache {
 
     /// Bytes allocated for keys and values (capacity, not just the positions used).
     pub fn bytes(&self) -> usize {
+        let host = self.host.as_ref().map_or(0, |h| {
+            (h.keys.capacity() + h.values.capacity()) * std::mem::size_of::<f32>()
+        });
         [&self.keys, &self.values]
             .into_iter()
             .flatten()
             .map(Array::nbytes)
-            .sum()
+            .sum::<usize>()
+            + host
     }
 
     pub fn is_empty(&self) -> bool {
@@ -55,6 +75,7 @@ impl KvCache {
 
     /// Append `[B, H, L, D]` keys and values; returns everything held so far.
     pub fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
+        self.host_to_mlx()?;
         let new = keys.shape()[2];
         let end = self.len + new;
         let capacity = self.keys.as_ref().map_or(0, |k| k.shape()[2]);
@@ -68,6 +89,83 @@ impl KvCache {
         v.try_index_mut((.., .., self.len..end, ..), &values)?;
         self.len = end;
         Ok(self.held_up_to(end))
+    }
+
+    /// Append positions to the host store (`keys` and `values`: `kv_heads · head_dim`
+    /// floats per position); returns everything held so far. Positions a
+    /// [`truncate`](Self::truncate) dropped are overwritten.
+    pub fn append_host(
+        &mut self,
+        keys: &[f32],
+        values: &[f32],
+        kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<&HostKv> {
+        self.mlx_to_host(kv_heads, head_dim)?;
+        let width = kv_heads * head_dim;
+        let held = self.len as usize * width;
+        let store = Arc::make_mut(self.host.get_or_insert_with(|| {
+            Arc::new(HostKv {
+                kv_heads,
+                head_dim,
+                width,
+                ..HostKv::default()
+            })
+        }));
+        store.keys.truncate(held);
+        store.values.truncate(held);
+        store.keys.extend_from_slice(keys);
+        store.values.extend_from_slice(values);
+        self.len += (keys.len() / width) as i32;
+        Ok(store)
+    }
+
+    /// A cache filled on the packed CPU path and then run through an MLX layout (tests run
+    /// every layout from one prefill): the host store becomes MLX buffers.
+    fn host_to_mlx(&mut self) -> Result<()> {
+        let Some(host) = self.host.take() else {
+            return Ok(());
+        };
+        if self.len > 0 {
+            let (len, held) = (self.len, self.len as usize * host.width);
+            let heads = [1, len, host.kv_heads as i32, host.head_dim as i32];
+            let buffer = |x: &[f32]| -> Result<Array> {
+                Ok(Array::from_slice(&x[..held], &heads)
+                    .transpose_axes(&[0, 2, 1, 3])?
+                    .contiguous()?)
+            };
+            self.keys = Some(buffer(&host.keys)?);
+            self.values = Some(buffer(&host.values)?);
+        }
+        Ok(())
+    }
+
+    /// The reverse of [`host_to_mlx`](Self::host_to_mlx): MLX buffers become the host store.
+    fn mlx_to_host(&mut self, kv_heads: usize, head_dim: usize) -> Result<()> {
+        if self.keys.is_none() {
+            return Ok(());
+        }
+        debug_assert!(self.pooled.is_none(), "release the pool slot first");
+        if self.len == 0 {
+            self.keys = None;
+            self.values = None;
+            return Ok(());
+        }
+        let (keys, values) = self.held_up_to(self.len);
+        let rows = |a: Array| -> Result<Vec<f32>> {
+            let a = a.transpose_axes(&[0, 2, 1, 3])?.contiguous()?;
+            Ok(a.try_as_slice::<f32>()?.to_vec())
+        };
+        self.host = Some(Arc::new(HostKv {
+            keys: rows(keys)?,
+            values: rows(values)?,
+            kv_heads,
+            head_dim,
+            width: kv_heads * head_dim,
+        }));
+        self.keys = None;
+        self.values = None;
+        Ok(())
     }
 
     /// The first `end` positions of the buffers (which hold at least that many).
@@ -121,6 +219,9 @@ impl KvPool {
     /// Make sure the row (its per-layer caches) has a slot with room for one more position,
     /// entering the pool or moving up a class as needed.
     pub fn place(&mut self, row: &mut [KvCache]) -> Result<()> {
+        for cache in row.iter_mut() {
+            cache.host_to_mlx()?;
+        }
         let len = row[0].len();
         let capacity = (len + 1 + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
         let previous = row[0].pooled;

@@ -109,6 +109,19 @@ impl Rope {
         )?)
     }
 
+    /// The host form of this RoPE (`inv_freqs` and `input_scale` hold its host floats).
+    fn host_inv_freqs(&self) -> Result<Vec<f32>> {
+        let half = (self.dims / 2) as usize;
+        if let Some(f) = &self.freqs {
+            let f = f.as_dtype(Dtype::Float32)?;
+            return Ok(f.try_as_slice::<f32>()?.iter().map(|f| 1.0 / f).collect());
+        }
+        let base = self.base.unwrap_or(10_000.0);
+        Ok((0..half)
+            .map(|j| base.powf(-2.0 * j as f32 / self.dims as f32))
+            .collect())
+    }
+
     /// `x` (`[B, H, 1, hd]`) with row `b` rotated for position `positions[b]`.
     fn apply_at(&self, x: &Array, positions: &Array) -> Result<Array> {
         Ok(fast::rope_dynamic(
@@ -444,13 +457,124 @@ impl Attention {
         Ok(grouped)
     }
 
+    /// [`attend_groups`](Self::attend_groups) on the packed CPU path, from each group's
+    /// projected rows in host memory (`qkv[g]`: `[W, q | k | v]`): keys and values go to
+    /// the rows' host KV, a decoding row attends on the host (`host::DecodeAttention`), a
+    /// prefill chunk through MLX's attention over its host KV. Returns each group's
+    /// `[W, H·hd]` output, zero rows where padded.
+    fn attend_on_host(
+        &self,
+        qkv: &[Vec<f32>],
+        plan: &StepPlan,
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<Vec<f32>>> {
+        let [qw, kw, _] = self.qkv_widths().map(|w| w as usize);
+        let (heads, kv_heads, hd) = (
+            self.heads as usize,
+            self.kv_heads as usize,
+            self.head_dim as usize,
+        );
+        let decode = host::DecodeAttention {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            scale: self.scale,
+            softcap: self.softcap,
+        };
+        let inv_freqs = self
+            .positions
+            .rope
+            .as_ref()
+            .map(Rope::host_inv_freqs)
+            .transpose()?;
+        let input_scale = match self
+            .positions
+            .rope
+            .as_ref()
+            .and_then(|r| r.input_scale.as_ref())
+        {
+            Some(s) => Some(s.as_dtype(Dtype::Float32)?),
+            None => None,
+        };
+        let rotary = match (&self.positions.rope, &inv_freqs) {
+            (Some(rope), Some(inv_freqs)) => Some(host::Rotary {
+                dims: rope.dims as usize,
+                traditional: rope.traditional,
+                scale: rope.scale,
+                inv_freqs,
+                input_scale: input_scale
+                    .as_ref()
+                    .map(|s| s.try_as_slice::<f32>())
+                    .transpose()?,
+            }),
+            _ => None,
+        };
+        let mut outs: Vec<Vec<f32>> = plan
+            .widths
+            .iter()
+            .map(|&w| vec![0.0; w as usize * qw])
+            .collect();
+        let mut prefills = Vec::new();
+        for (i, slot) in plan.slots.iter().enumerate() {
+            let (at, len) = (slot.offset as usize, slot.len as usize);
+            let rows = &qkv[slot.group][at * (qw + 2 * kw)..(at + len) * (qw + 2 * kw)];
+            let [mut q, mut k, v] = host::split_columns(rows, len, [qw, kw, kw]);
+            if let Some(n) = &self.q_norm {
+                q = host::rms_norm(&q, n.host_weight()?, n.eps);
+            }
+            if let Some(n) = &self.k_norm {
+                k = host::rms_norm(&k, n.host_weight()?, n.eps);
+            }
+            let first = caches[i].len() as usize;
+            if let Some(rotary) = &rotary {
+                rotary.apply(&mut q, heads, hd, first);
+                rotary.apply(&mut k, kv_heads, hd, first);
+            }
+            let kv = caches[i].append_host(&k, &v, kv_heads, hd)?;
+            let total = first + len;
+            if len == 1 {
+                let start = self
+                    .positions
+                    .window
+                    .map_or(0, |w| total.saturating_sub(w as usize));
+                let out = decode.attend(&q, kv, start, total);
+                outs[slot.group][at * qw..(at + 1) * qw].copy_from_slice(&out);
+                continue;
+            }
+            let heads_first = |x: &[f32], n: usize, positions: usize| -> Result<Array> {
+                let shape = [1, positions as i32, n as i32, hd as i32];
+                Ok(Array::from_slice(x, &shape).transpose_axes(&[0, 2, 1, 3])?)
+            };
+            let held = total * kw;
+            let out = self.attend_held(
+                heads_first(&q, heads, len)?,
+                heads_first(&kv.keys[..held], kv_heads, total)?,
+                heads_first(&kv.values[..held], kv_heads, total)?,
+                total as i32,
+            )?;
+            prefills.push((slot, out.transpose_axes(&[0, 2, 1, 3])?.contiguous()?));
+        }
+        mlx_rs::transforms::eval(prefills.iter().map(|(_, out)| out))?;
+        for (slot, out) in prefills {
+            let at = slot.offset as usize * qw;
+            outs[slot.group][at..at + slot.len as usize * qw]
+                .copy_from_slice(out.try_as_slice::<f32>()?);
+        }
+        Ok(outs)
+    }
+
     /// One row against its own unpadded cache (causal within a prefill chunk). In a
     /// sliding-window layer only the keys some query of the row sees take part, masked
     /// per query where the window moves within the chunk.
     fn own_cache(&self, (q, k, v): (Array, Array, Array), cache: &mut KvCache) -> Result<Array> {
-        let len = q.shape()[2];
         let (k, v) = cache.append(k, v)?;
-        let total = cache.len();
+        self.attend_held(q, k, v, cache.len())
+    }
+
+    /// `q` (`[1, H, len, hd]`, the row's last `len` positions) against the row's `total`
+    /// held keys and values (`[1, kv_heads, total, hd]`): see [`own_cache`](Self::own_cache).
+    fn attend_held(&self, q: Array, k: Array, v: Array, total: i32) -> Result<Array> {
+        let len = q.shape()[2];
         let start = self
             .positions
             .window
@@ -1049,9 +1173,12 @@ impl Transformer {
         pool: &mut KvPool,
         logits: Logits,
     ) -> Result<Array> {
-        if self.weight_kind == WeightKind::Packed && self.dtype == Dtype::Float32 {
+        if self.weight_kind == WeightKind::Packed
+            && self.dtype == Dtype::Float32
+            && plan.attention == AttentionLayout::PerRow
+        {
             runtime::set_blas_threads(1);
-            return self.forward_on_host(tokens, plan, caches, pool, logits);
+            return self.forward_on_host(tokens, plan, caches, logits);
         }
         runtime::set_blas_threads(runtime::cpu_cores());
         let mut h = self.embed(tokens, plan)?;
@@ -1123,17 +1250,17 @@ impl Transformer {
         Ok(out.as_dtype(Dtype::Float32)?)
     }
 
-    /// [`forward`](Self::forward) for a model whose every matmul runs on the CPU kernels:
-    /// the residual stream stays in host memory, where the kernels read and write it, and
-    /// each layer's row-wise math runs there too (`host.rs`). MLX runs only attention: one
-    /// evaluation per layer, where the MLX path hands over to MLX's stream thread once per
-    /// matmul input.
+    /// [`forward`](Self::forward) for a model whose every matmul runs on the CPU kernels
+    /// (with per-row attention): the residual stream stays in host memory, where the kernels
+    /// read and write it, and each layer's row-wise math, RoPE and a decoding row's attention
+    /// over its host KV run there too (`host.rs`). MLX runs only prefill chunks' attention,
+    /// one evaluation per layer for all of them; the MLX path hands over to MLX's stream
+    /// thread once per matmul input and runs many small ops per row.
     fn forward_on_host(
         &self,
         tokens: &[u32],
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
-        pool: &mut KvPool,
         logits: Logits,
     ) -> Result<Array> {
         let d = self.config.hidden_size as usize;
@@ -1142,40 +1269,25 @@ impl Transformer {
             .iter()
             .map(|x| Ok(x.try_as_slice::<f32>()?.to_vec()))
             .collect::<Result<Vec<_>>>()?;
-        let mut decode_kv = DecodeKv::place(plan, caches, pool)?;
         for (layer, block) in self.layers.iter().enumerate() {
-            decode_kv.layer = layer;
             let mut layer_caches: Vec<&mut KvCache> =
                 caches.iter_mut().map(|c| &mut c[layer]).collect();
             let FeedForward::Dense(mlp) = &block.mlp else {
                 unreachable!("a packed model has dense MLPs");
             };
             let attention = &block.self_attn;
-            let widths = attention.qkv_widths();
-            let mut projected = QueriesKeysValues::default();
-            for (x, &w) in h.iter().zip(&plan.widths) {
-                let normed = host::rms_norm(x, block.attn_in.host_weight()?, block.attn_in.eps);
-                let qkv = attention.qkv.forward_host(&normed, w as usize)?;
-                let [q, k, v] = host::split_columns(&qkv, w as usize, widths.map(|n| n as usize))
-                    .into_iter()
-                    .zip(widths)
-                    .map(|(part, n)| Array::from_slice(&part, &[1, w, n]))
-                    .collect::<Vec<_>>()
-                    .try_into()
-                    .expect("three parts");
-                projected.push(q, k, v);
-            }
-            let attended = attention
-                .attend_groups(projected, plan, &mut layer_caches, &mut decode_kv)?
+            let qkv = h
                 .iter()
-                .map(Array::contiguous)
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            mlx_rs::transforms::eval(&attended)?;
+                .zip(&plan.widths)
+                .map(|(x, &w)| {
+                    let normed = host::rms_norm(x, block.attn_in.host_weight()?, block.attn_in.eps);
+                    attention.qkv.forward_host(&normed, w as usize)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let attended = attention.attend_on_host(&qkv, plan, &mut layer_caches)?;
             for ((x, out), &w) in h.iter_mut().zip(&attended).zip(&plan.widths) {
                 let rows = w as usize;
-                let o = attention
-                    .o_proj
-                    .forward_host(out.try_as_slice::<f32>()?, rows)?;
+                let o = attention.o_proj.forward_host(out, rows)?;
                 host_residual(x, o, &block.attn_out)?;
                 let normed = host::rms_norm(x, block.mlp_in.host_weight()?, block.mlp_in.eps);
                 host_residual(x, mlp.forward_host(&normed, rows)?, &block.mlp_out)?;

@@ -1,6 +1,6 @@
 //! A layer's row-wise math on host floats, for models whose every matmul runs on the CPU
-//! kernels (`seedbar_qmatmul`): RMS norms, residual sums, the MLP's gated activation and
-//! soft-caps. Between two kernel calls the activations are already in host memory, so doing
+//! kernels (`seedbar_qmatmul`): RMS norms, residual sums, the MLP's gated activation,
+//! soft-caps, RoPE, and a decoding row's attention over its own host KV. Between two kernel calls the activations are already in host memory, so doing
 //! this here instead of in MLX saves a hand-off to MLX's stream thread per matmul input
 //! (each one two thread wake-ups, which the profile found to be most of a CPU decode step).
 //!
@@ -8,6 +8,7 @@
 //! row's bits do not depend on the other rows of the step (the CPU kernels' property too).
 
 use super::base::Activation;
+use crate::kv_cache::HostKv;
 
 /// `x / rms(x) * weight` for each row of `weight.len()` features (MLX's `rms_norm`:
 /// `x * rsqrt(mean(x²) + eps) * w`, the mean accumulated in float32 in column order).
@@ -56,6 +57,107 @@ pub(super) fn softcap(x: &mut [f32], cap: f32) {
     for v in x {
         *v = cap * (*v / cap).tanh();
     }
+}
+
+/// Rotary embedding of `x` (`positions` rows of `heads` heads of `head_dim` features, row
+/// `i` at position `first + i`) in place, as MLX's `fast::rope`: the first `dims` features
+/// rotate in pairs (`(j, j + dims/2)`, or `(2j, 2j + 1)` when `traditional`) by
+/// `position · scale · inv_freqs[j]`.
+pub(super) struct Rotary<'a> {
+    pub dims: usize,
+    pub traditional: bool,
+    pub scale: f32,
+    pub inv_freqs: &'a [f32],
+    /// Per-feature factors applied before rotating (long-rope), if any.
+    pub input_scale: Option<&'a [f32]>,
+}
+
+impl Rotary<'_> {
+    /// `x` holds `heads` heads of `head_dim` features per position.
+    pub(super) fn apply(&self, x: &mut [f32], heads: usize, head_dim: usize, first: usize) {
+        let half = self.dims / 2;
+        for (n, head) in x.chunks_exact_mut(head_dim).enumerate() {
+            if let Some(s) = self.input_scale {
+                for (v, s) in head.iter_mut().zip(s) {
+                    *v *= s;
+                }
+            }
+            let position = (first + n / heads) as f32;
+            for j in 0..half {
+                let (sin, cos) = (position * self.scale * self.inv_freqs[j]).sin_cos();
+                let (a, b) = if self.traditional {
+                    (2 * j, 2 * j + 1)
+                } else {
+                    (j, j + half)
+                };
+                let (x1, x2) = (head[a], head[b]);
+                head[a] = x1 * cos - x2 * sin;
+                head[b] = x1 * sin + x2 * cos;
+            }
+        }
+    }
+}
+
+/// One query position's attention (`q`: `heads` heads of `head_dim`, rotated) over the
+/// keys and values of positions `start..len` of `kv` (each head reads its group's KV
+/// head): `softmax(scale · q·k [soft-capped]) · v`, per head, in position order.
+pub(super) struct DecodeAttention {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub softcap: Option<f32>,
+}
+
+impl DecodeAttention {
+    pub(super) fn attend(&self, q: &[f32], kv: &HostKv, start: usize, len: usize) -> Vec<f32> {
+        let (hd, repeats) = (self.head_dim, self.heads / self.kv_heads);
+        let mut out = vec![0.0f32; self.heads * hd];
+        let mut scores = vec![0.0f32; len - start];
+        for h in 0..self.heads {
+            let at = (h / repeats) * hd;
+            let q = &q[h * hd..(h + 1) * hd];
+            for (score, t) in scores.iter_mut().zip(start..len) {
+                let s = dot(q, &kv.keys[t * kv.width + at..][..hd]) * self.scale;
+                *score = match self.softcap {
+                    Some(cap) => cap * (s / cap).tanh(),
+                    None => s,
+                };
+            }
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut total = 0.0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                total += *s;
+            }
+            let o = &mut out[h * hd..(h + 1) * hd];
+            for (&p, t) in scores.iter().zip(start..len) {
+                let weight = p / total;
+                for (o, v) in o.iter_mut().zip(&kv.values[t * kv.width + at..][..hd]) {
+                    *o += weight * v;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `a · b` in eight interleaved partial sums (a fixed order the compiler vectorizes).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for k in 0..8 {
+            lanes[k] += x[k] * y[k];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Rows `rows` (each of `width` floats) of `x`, end to end.
