@@ -25,7 +25,7 @@ const models = [
   { name: 'Qwen2.5-0.5B-Instruct-4bit', format: 'safetensors', bytes: 278_000_000, quantization: '4bit', loaded: false },
 ];
 const pulls = new Map();
-let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false };
+let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space' };
 
 const words = ['The', 'capital', 'of', 'France', 'is', 'Paris.', 'It', 'sits', 'on', 'the', 'Seine,', 'and', 'is', 'known', 'for', 'art,', 'food', 'and', 'the', 'Eiffel', 'Tower.'];
 function replyFor(seed, history) {
@@ -127,7 +127,11 @@ const server = createServer(async (req, res) => {
       const b = await body(req);
       const c = { id: nextId++, title: b.title ?? 'New chat', created_at: now(), updated_at: now(), settings: { ...defaults, ...b.settings } };
       conversations.set(c.id, c);
-      messages.set(c.id, []);
+      const sampling = { ...c.settings, seed: undefined };
+      messages.set(c.id, (b.messages ?? []).map((x) => ({
+        id: nextId++, conversation_id: c.id, role: x.role, content: x.content, seed: x.seed ?? null,
+        sampling: x.seed === undefined ? null : sampling, status: 'complete', created_at: now(),
+      })));
       return send(res, 200, c);
     }
     if ((match = /^\/app\/conversations\/(\d+)$/.exec(path))) {
