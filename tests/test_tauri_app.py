@@ -672,11 +672,26 @@ def test_first_start_offline_serves_says_why_and_an_import_fixes_it(tmp_path):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         driver.screenshot(SCREENSHOTS / "first-start-offline.png")
 
+        # Quick chat says the same, and offers the import.
+        desktop.x("xdotool", "key", "ctrl+shift+space")
+        wait_for(lambda: visible_windows(desktop, PANEL), 20, message="the panel")
+        main = switch_to(driver, "/quick.html")
+        try:
+            problem = driver.wait_js(
+                f"""const p = document.querySelector('{tid('quick-not-ready')}');
+                    return p && p.dataset.state === 'error' && p.textContent;""", 20, "the panel's problem")
+            assert "Cannot download SmolLM2-135M-Instruct" in problem and "seedbar pull" in problem, problem
+            assert driver.js(f"return document.querySelector('{tid('quick-send')}').disabled")
+            driver.click(tid("quick-import"))  # the library, in the chat window
+            wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the panel to hide")
+        finally:
+            driver.call("POST", "/window", {"handle": main})
+        driver.wait_js("return location.hash === '#/models'", 10, "the library")
+
         # The fix: a GGUF file on disk, imported from the library's path field.
         copy = tmp_path / "disk" / "SmolLM2-copy.gguf"
         copy.parent.mkdir()
         shutil.copyfile(default_gguf(), copy)
-        driver.click(tid("nav-models"))
         driver.wait_js(f"return !!document.querySelector('{tid('import-path')}')", 10, "the import field")
         assert driver.js(f"return !!document.querySelector('{tid('import-file')}')"), "the native picker button"
         driver.type(tid("import-path"), str(copy))

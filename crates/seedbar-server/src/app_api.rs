@@ -146,7 +146,7 @@ fn checked_title(title: Option<&str>) -> Result<Option<String>, ApiError> {
 
 /// `POST /app/conversations`: a conversation's title and settings, and the messages it
 /// starts with (quick chat's question and answer), if any.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewConversationBody {
     title: Option<String>,
