@@ -682,7 +682,9 @@ def test_first_start_offline_serves_says_why_and_an_import_fixes_it(tmp_path):
                     return p && p.dataset.state === 'error' && p.textContent;""", 20, "the panel's problem")
             assert "Cannot download SmolLM2-135M-Instruct" in problem and "seedbar pull" in problem, problem
             assert driver.js(f"return document.querySelector('{tid('quick-send')}').disabled")
-            driver.click(tid("quick-import"))  # the library, in the chat window
+            # The library, in the chat window. (Clicked from a script: a WebDriver click
+            # waits on the panel, which the click hides at once.)
+            driver.js(f"document.querySelector('{tid('quick-import')}').click()")
             wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the panel to hide")
         finally:
             driver.call("POST", "/window", {"handle": main})
