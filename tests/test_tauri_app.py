@@ -513,6 +513,10 @@ def test_quick_chat_on_the_global_shortcut(app):
         quick = wait_for(lambda: (q := shell_status(d)["quick_chat"])["shortcut"] == "Alt+F9" and q,
                          10, message="the refused shortcut")
         assert quick["problem"] == "Alt+F9 is in use by another app; choose another shortcut in Settings"
+        d.js("location.hash = '#/settings'")
+        shown = d.wait_js(f"return document.querySelector('{tid('settings-quick-shortcut-problem')}')"
+                          "?.textContent", 10, "the problem in Settings")
+        assert shown == quick["problem"]
     finally:
         grab.close()
         api(base + "/app/settings", "PUT", settings)

@@ -29,6 +29,7 @@ export function QuickChat() {
   const [exchange, setExchange] = useState<Exchange | null>(null);
   const [saving, setSaving] = useState(false);
   const input = useRef<HTMLInputElement>(null);
+  const answerBox = useRef<HTMLDivElement>(null);
   const stream = useRef<AbortController | null>(null);
 
   const refresh = async () => {
@@ -115,6 +116,11 @@ export function QuickChat() {
   });
 
   const streaming = exchange?.state === 'streaming';
+  // Follow the streaming answer unless the reader has scrolled up.
+  useEffect(() => {
+    const box = answerBox.current;
+    if (streaming && box && box.scrollHeight - box.scrollTop - box.clientHeight < 80) box.scrollTop = box.scrollHeight;
+  }, [exchange?.answer]);
   return (
     <div class="quick" data-testid="quick-chat">
       <form class="quick-ask" onSubmit={(e) => { e.preventDefault(); void ask(); }}>
@@ -136,7 +142,7 @@ export function QuickChat() {
         </div>
       )}
       {exchange && (
-        <div class="quick-answer" data-testid="quick-answer" data-state={exchange.state} aria-live="polite">
+        <div class="quick-answer" ref={answerBox} data-testid="quick-answer" data-state={exchange.state} aria-live="polite">
           {exchange.answer
             ? <div class="markdown" data-testid="quick-answer-text" dangerouslySetInnerHTML={{ __html: renderMarkdown(exchange.answer) }} />
             : streaming && <p class="muted">Thinking…</p>}
