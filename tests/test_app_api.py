@@ -531,6 +531,26 @@ def test_pull_without_a_reachable_hub_fails_quickly(keyed):
     assert "cannot reach the Hugging Face hub" in failed["error"], failed
 
 
+def test_a_conversation_starts_with_quick_chats_question_and_answer(api):
+    """`POST /app/conversations` with `messages`: quick chat's question and answer, stored
+    complete, the answer with its seed and the conversation's sampling."""
+    body = {"title": "Capital", "settings": {"temperature": 0.7, "max_tokens": 512},
+            "messages": [{"role": "user", "content": "Capital of France?"},
+                         {"role": "assistant", "content": "Paris.", "seed": 77}]}
+    resp = api.post("/app/conversations", json=body)
+    assert resp.status_code == 200, resp.text
+    stored = messages(api, resp.json()["id"])
+    assert [(m["role"], m["content"], m["status"], m["seed"]) for m in stored] == [
+        ("user", "Capital of France?", "complete", None), ("assistant", "Paris.", "complete", 77)]
+    assert stored[1]["sampling"]["model"] == DEFAULT_MODEL
+    assert stored[1]["sampling"]["max_tokens"] == 512
+    user_seed = {**body, "messages": [{"role": "user", "content": "x", "seed": 1}]}
+    assert_error(api.post("/app/conversations", json=user_seed), 400, "messages[0].seed")
+    big_seed = {**body, "messages": [{"role": "assistant", "content": "x", "seed": 2**53}]}
+    assert_error(api.post("/app/conversations", json=big_seed), 400, "messages[0].seed")
+    assert_error(api.post("/app/conversations", json={"messages": [{"role": "system", "content": "x"}]}), 400)
+
+
 def test_settings_round_trip(api):
     new = {
         "port": 7400,
@@ -538,8 +558,10 @@ def test_settings_round_trip(api):
         "allowed_origins": ["http://localhost:5173"],
         "show_in_dock": True,
         "launch_at_login": False,
+        "quick_chat_shortcut": "Alt+Space",
     }
     assert set(api.get("/app/settings").json()) == set(new)
+    assert api.get("/app/settings").json()["quick_chat_shortcut"] == "CommandOrControl+Shift+Space"
     resp = api.put("/app/settings", json=new)
     assert resp.status_code == 200, resp.text
     assert resp.json() == new

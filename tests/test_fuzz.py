@@ -139,6 +139,9 @@ SETTINGS_PATCH = fields(
      "max_tokens": st.integers(-1, 2**33), "seed": st.none() | st.integers(-1, 2**54)}
 )
 CONVERSATION = {"title": text | st.just("   "), "settings": SETTINGS_PATCH}
+NEW_CONVERSATION = {**CONVERSATION, "messages": st.lists(fields({
+    "role": st.sampled_from(["user", "assistant", "system"]), "content": text,
+    "seed": st.integers(-1, 2**64)}), max_size=2)}
 REPLY = {"content": text, "regenerate": st.booleans(),
          "edit": fields({"message_id": st.integers(-1, 2**63), "content": text})}
 PULL = {"repo": text | st.sampled_from(["org", "org|name", "..", ""])}
@@ -148,6 +151,7 @@ APP_SETTINGS = {
     "allowed_origins": st.lists(st.sampled_from(["http://localhost:5173", "not an origin"]) | text, max_size=2),
     "show_in_dock": st.booleans(),
     "launch_at_login": st.booleans(),
+    "quick_chat_shortcut": text,
 }
 
 # --- keeping valid requests cheap -------------------------------------------------------------
@@ -214,7 +218,7 @@ ROUTES = [
     Route("ollama_chat", "POST", "/api/chat", "ollama", OLLAMA_CHAT, one_token_ollama),
     Route("ollama_generate", "POST", "/api/generate", "ollama", OLLAMA_GENERATE, one_token_ollama),
     Route("ollama_show", "POST", "/api/show", "ollama", OLLAMA_SHOW),
-    Route("create_conversation", "POST", "/app/conversations", "openai", CONVERSATION),
+    Route("create_conversation", "POST", "/app/conversations", "openai", NEW_CONVERSATION),
     Route("update_conversation", "PATCH", "/app/conversations/{patched}", "openai", CONVERSATION),
     Route("reply", "POST", "/app/conversations/{conversation}/reply", "openai", REPLY),
     Route("pull", "POST", "/app/models/pull", "openai", PULL, clean=without_slashes),

@@ -2,7 +2,7 @@
 WebDriver (WebKitWebDriver, one keep-alive connection), its tray menu docked in `trayer`
 and clicked with xdotool. The store holds the real SmolLM2-135M-Instruct.
 
-Screenshots land in docs/screenshots/ (chat-window.png, tray-menu.png).
+Screenshots land in docs/screenshots/ (chat-window.png, tray-menu.png, quick-chat.png).
 """
 
 import base64
@@ -347,8 +347,9 @@ def choose(desktop, downs):
     time.sleep(0.8)
 
 
-# Menu order (enabled items): Open Chat, New Chat, Copy Endpoint URL, Pause/Resume, Settings, Quit.
-OPEN, NEW, COPY, PAUSE, SETTINGS, QUIT = range(1, 7)
+# Menu order (enabled items): Open Chat, New Chat, Quick Chat, Copy Endpoint URL, Pause/Resume,
+# Settings, Quit.
+OPEN, NEW, QUICK, COPY, PAUSE, SETTINGS, QUIT = range(1, 8)
 
 
 def test_tray_menu(app):
@@ -392,6 +393,135 @@ def test_tray_menu(app):
                 && !!document.querySelector('{tid('chat-view')}')
                 && !document.querySelector('{tid('message')}')""",
         10, "an empty chat after New Chat")
+
+
+PANEL = "Seedbar Quick Chat"
+SHORTCUT = "CommandOrControl+Shift+Space"
+
+
+def switch_to(driver, path):
+    """Point the WebDriver session at the app's webview whose page is `path`; returns the
+    handle it was on."""
+    current = driver.call("GET", "/window")
+    for handle in driver.call("GET", "/window/handles"):
+        driver.call("POST", "/window", {"handle": handle})
+        if driver.js("return location.pathname").endswith(path):
+            return current
+    raise AssertionError(f"no webview shows {path}")
+
+
+class KeyGrab:
+    """Another X client holding a global key (as another app's shortcut would), through
+    libX11's XGrabKey on the root window."""
+
+    def __init__(self, display, key, modifiers):
+        self.x11 = x11 = ctypes.CDLL(ctypes.util.find_library("X11"))
+        x11.XOpenDisplay.restype = ctypes.c_void_p
+        x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+        x11.XDefaultRootWindow.restype = ctypes.c_ulong
+        x11.XDefaultRootWindow.argtypes = [ctypes.c_void_p]
+        x11.XStringToKeysym.restype = ctypes.c_ulong
+        x11.XStringToKeysym.argtypes = [ctypes.c_char_p]
+        x11.XKeysymToKeycode.restype = ctypes.c_ubyte
+        x11.XKeysymToKeycode.argtypes = [ctypes.c_void_p, ctypes.c_ulong]
+        x11.XGrabKey.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_ulong,
+                                 ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        x11.XSync.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+        self.dpy = x11.XOpenDisplay(display.encode())
+        assert self.dpy, f"cannot open display {display}"
+        code = x11.XKeysymToKeycode(self.dpy, x11.XStringToKeysym(key.encode()))
+        x11.XGrabKey(self.dpy, code, modifiers, x11.XDefaultRootWindow(self.dpy), 0, 1, 1)
+        x11.XSync(self.dpy, 0)
+
+    def close(self):
+        self.x11.XCloseDisplay(self.dpy)
+
+
+def test_quick_chat_on_the_global_shortcut(app):
+    """Ctrl+Shift+Space (pressed with xdotool) opens the always-on-top panel with its input
+    focused; the default model's answer streams; "Open as conversation" saves question and
+    answer (with the seed) and shows it in the chat window; Esc and the shortcut hide it. A
+    shortcut another app holds is reported, and the Tray's Quick Chat opens the panel too."""
+    desktop, d, base = app["desktop"], app["driver"], app["base"]
+    quick = wait_for(lambda: (q := shell_status(d)["quick_chat"])["shortcut"] and q, 20,
+                     message="the registered shortcut")
+    assert quick == {"shortcut": SHORTCUT, "problem": None}, quick
+    conversations = {c["id"] for c in api(base + "/app/conversations")}
+
+    desktop.x("xdotool", "key", "ctrl+shift+space")
+    panel = wait_for(lambda: visible_windows(desktop, PANEL), 20, message="the panel")
+    main = switch_to(d, "/quick.html")
+    try:
+        d.wait_js("return document.activeElement?.dataset.testid === 'quick-input'", 20, "focus in the input")
+        d.wait_js("return document.querySelector('[data-testid=\"quick-input\"]').placeholder"
+                  f" === 'Ask {DEFAULT_MODEL}…'", 20, "the default model")
+        d.js("""const seen = (window.__seen = []);
+                new MutationObserver(() => {
+                  const t = document.querySelector('[data-testid="quick-answer-text"]')?.textContent;
+                  if (t && seen.at(-1) !== t) seen.push(t);
+                }).observe(document.body, {subtree: true, childList: true, characterData: true});""")
+        d.type(tid("quick-input"), QUESTION)
+        d.wait_js(f"return document.querySelector('{tid('quick-send')}')?.disabled === false", 10,
+                  "the Ask button")
+        d.click(tid("quick-send"))
+        state = d.wait_js(f"""const s = document.querySelector('{tid('quick-answer')}')?.dataset.state;
+                              return s && s !== 'streaming' && s;""", 120, "the answer")
+        assert state == "complete", d.js("return document.querySelector('.quick').textContent")
+        seen = d.js("return window.__seen")
+        assert len(seen) >= 2, f"the answer streamed: {seen}"
+        assert {c["id"] for c in api(base + "/app/conversations")} == conversations, "nothing saved yet"
+        painted(d)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        desktop.screenshot(SCREENSHOTS / "quick-chat.png")
+
+        d.click(tid("quick-open"))
+        wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the panel to hide")
+    finally:
+        d.call("POST", "/window", {"handle": main})
+    saved = [c for c in api(base + "/app/conversations") if c["id"] not in conversations]
+    assert [c["title"] for c in saved] == [QUESTION], saved
+    stored = api(f"{base}/app/conversations/{saved[0]['id']}")["messages"]
+    assert [(m["role"], m["status"]) for m in stored] == [("user", "complete"), ("assistant", "complete")]
+    assert stored[0]["content"] == QUESTION and stored[1]["seed"] is not None
+    squash = lambda s: re.sub(r"[^0-9A-Za-z]+", "", s)  # noqa: E731 (markdown drops symbols)
+    assert squash(stored[1]["content"]) == squash(seen[-1])
+    d.wait_js(f"return location.hash === '#/c/{saved[0]['id']}'", 10, "the conversation in the chat window")
+    d.wait_js(f"return document.querySelectorAll('{tid('message')}').length === 2", 20, "its messages")
+
+    # Esc hides the panel (typed into the page: Xvfb has no window manager to move the
+    # keyboard focus); the shortcut toggles it.
+    desktop.x("xdotool", "key", "ctrl+shift+space")
+    assert wait_for(lambda: visible_windows(desktop, PANEL), 10, message="the panel again") == panel
+    switch_to(d, "/quick.html")
+    try:
+        d.wait_js("return document.activeElement?.dataset.testid === 'quick-input'", 10, "focus again")
+        d.type(tid("quick-input"), "\ue00c")  # Escape
+        wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="Esc to hide it")
+    finally:
+        d.call("POST", "/window", {"handle": main})
+    choose(desktop, QUICK)
+    wait_for(lambda: visible_windows(desktop, PANEL), 10, message="the tray's Quick Chat")
+    desktop.x("xdotool", "key", "ctrl+shift+space")
+    wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the shortcut to hide it")
+
+    # A shortcut another app holds: the shell says so (Settings shows it) and keeps none.
+    settings = api(base + "/app/settings")
+    grab = KeyGrab(desktop.display, "F9", 8)  # Mod1 (Alt)
+    try:
+        api(base + "/app/settings", "PUT", {**settings, "quick_chat_shortcut": "Alt+F9"})
+        quick = wait_for(lambda: (q := shell_status(d)["quick_chat"])["shortcut"] == "Alt+F9" and q,
+                         10, message="the refused shortcut")
+        assert quick["problem"] == "Alt+F9 is in use by another app; choose another shortcut in Settings"
+        d.js("location.hash = '#/settings'")
+        shown = d.wait_js(f"return document.querySelector('{tid('settings-quick-shortcut-problem')}')"
+                          "?.textContent", 10, "the problem in Settings")
+        assert shown == quick["problem"]
+    finally:
+        grab.close()
+        api(base + "/app/settings", "PUT", settings)
+    wait_for(lambda: shell_status(d)["quick_chat"] == {"shortcut": SHORTCUT, "problem": None}, 10,
+             message="the default shortcut back")
 
 
 def test_closing_the_window_hides_it(app):
@@ -490,6 +620,12 @@ def start_with_driver(desktop, env):
     return driver
 
 
+def painted(driver):
+    """Wait for two frames to be painted, so a screenshot shows what the checks saw."""
+    driver.js_async("const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));")
+    time.sleep(0.5)
+
+
 def shell_status(driver):
     return invoke(driver, "shell_status")["ok"]
 
@@ -536,17 +672,32 @@ def test_first_start_offline_serves_says_why_and_an_import_fixes_it(tmp_path):
         assert driver.js(f"return !!document.querySelector('{tid('status-import')}')")
         assert driver.js(f"return document.querySelector('{tid('status-dot')}').dataset.state") == "error"
         assert driver.js(f"return !!document.querySelector('{tid('conversations-empty')}')")
-        # Two frames painted, so the screenshot shows what the checks saw.
-        driver.js_async("const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(() => done(true)));")
-        time.sleep(0.5)
+        painted(driver)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         driver.screenshot(SCREENSHOTS / "first-start-offline.png")
+
+        # Quick chat says the same, and offers the import.
+        desktop.x("xdotool", "key", "ctrl+shift+space")
+        wait_for(lambda: visible_windows(desktop, PANEL), 20, message="the panel")
+        main = switch_to(driver, "/quick.html")
+        try:
+            problem = driver.wait_js(
+                f"""const p = document.querySelector('{tid('quick-not-ready')}');
+                    return p && p.dataset.state === 'error' && p.textContent;""", 20, "the panel's problem")
+            assert "Cannot download SmolLM2-135M-Instruct" in problem and "seedbar pull" in problem, problem
+            assert driver.js(f"return document.querySelector('{tid('quick-send')}').disabled")
+            # The library, in the chat window. (Clicked from a script: a WebDriver click
+            # waits on the panel, which the click hides at once.)
+            driver.js(f"document.querySelector('{tid('quick-import')}').click()")
+            wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the panel to hide")
+        finally:
+            driver.call("POST", "/window", {"handle": main})
+        driver.wait_js("return location.hash === '#/models'", 10, "the library")
 
         # The fix: a GGUF file on disk, imported from the library's path field.
         copy = tmp_path / "disk" / "SmolLM2-copy.gguf"
         copy.parent.mkdir()
         shutil.copyfile(default_gguf(), copy)
-        driver.click(tid("nav-models"))
         driver.wait_js(f"return !!document.querySelector('{tid('import-path')}')", 10, "the import field")
         assert driver.js(f"return !!document.querySelector('{tid('import-file')}')"), "the native picker button"
         driver.type(tid("import-path"), str(copy))

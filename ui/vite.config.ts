@@ -21,6 +21,8 @@ export default defineConfig({
     target: 'es2022',
     sourcemap: false,
     reportCompressedSize: true,
+    // Two pages: the chat window and the quick-chat panel.
+    rollupOptions: { input: { main: 'index.html', quick: 'quick.html' } },
   },
   test: {
     environment: 'node',

@@ -1,13 +1,18 @@
 //! What the window's page may ask the shell through Tauri's IPC
-//! (`window.__TAURI_INTERNALS__.invoke(name, args)`): the server's state, pausing it, and
-//! a native file picker for a model to import.
+//! (`window.__TAURI_INTERNALS__.invoke(name, args)`): the server's state, pausing it, a
+//! native file picker for a model to import, and quick chat's two moves (hide the panel,
+//! open what it saved in the chat window).
 
 use std::sync::Arc;
 
 use tauri::{AppHandle, Runtime, State};
 use tauri_plugin_dialog::DialogExt;
 
-use crate::shell::{Shell, Status};
+use crate::{
+    quick_chat,
+    shell::{Shell, Status},
+    window,
+};
 
 /// The server's state as the tray shows it.
 #[tauri::command]
@@ -43,4 +48,21 @@ pub async fn pick_model_path<R: Runtime>(
         .map(|path| path.into_path().map(|p| p.display().to_string()))
         .transpose()
         .map_err(|e| e.to_string())
+}
+
+/// Show the chat window at `route` (`#/c/12`: a conversation quick chat saved, `#/models`:
+/// where to import a model) and hide the quick-chat panel.
+#[tauri::command]
+pub fn open_chat_window<R: Runtime>(app: AppHandle<R>, route: String) -> Result<(), String> {
+    if !route.starts_with("#/") {
+        return Err(format!("“{route}” is not a route of the chat window (#/…)"));
+    }
+    window::show(&app, &route).map_err(|e| e.to_string())?;
+    quick_chat::hide(&app).map_err(|e| e.to_string())
+}
+
+/// Hide the quick-chat panel (its Esc key).
+#[tauri::command]
+pub fn hide_quick_chat<R: Runtime>(app: AppHandle<R>) -> Result<(), String> {
+    quick_chat::hide(&app).map_err(|e| e.to_string())
 }

@@ -1,12 +1,14 @@
 //! Seedbar's menu-bar app: the engine and the local API server run in this process
 //! (`server.rs`), a tray item shows what they do and drives them (`tray.rs`, its pure
 //! model in `tray_model.rs`), and a window shows the chat UI (`window.rs`) that talks to
-//! the same API as editors do.
+//! the same API as editors do; a global shortcut opens a quick-chat panel
+//! (`quick_chat.rs`).
 //!
 //! `setup` is generic over Tauri's runtime so the IPC commands and menu actions are tested
 //! on the mock runtime; `run` adds what needs the real one (plugins, tray, server).
 
 pub mod commands;
+pub mod quick_chat;
 pub mod server;
 pub mod settings;
 pub mod shell;
@@ -24,18 +26,20 @@ use crate::shell::Shell;
 pub const HIDDEN_ARG: &str = "--hidden";
 
 /// What the app adds to a builder on any runtime: the shared state, the IPC commands, and
-/// "closing the window hides it" (the app lives on in the tray).
+/// "closing a window hides it" (the app lives on in the tray).
 pub fn setup<R: Runtime>(builder: Builder<R>, shell: Arc<Shell>) -> Builder<R> {
     builder
         .manage(shell)
         .invoke_handler(tauri::generate_handler![
             commands::shell_status,
             commands::set_server_paused,
-            commands::pick_model_path
+            commands::pick_model_path,
+            commands::open_chat_window,
+            commands::hide_quick_chat
         ])
         .on_window_event(|window, event| {
             if let WindowEvent::CloseRequested { api, .. } = event {
-                if window.label() == window::MAIN {
+                if [window::MAIN, quick_chat::PANEL].contains(&window.label()) {
                     api.prevent_close();
                     let _ = window.hide();
                 }
@@ -110,7 +114,8 @@ pub fn run() -> ExitCode {
     let builder = Builder::default()
         .plugin(single_instance)
         .plugin(autostart)
-        .plugin(tauri_plugin_dialog::init());
+        .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_global_shortcut::Builder::new().build());
     let app = setup(builder, Shell::new()).setup(move |app| {
         // A menu-bar app: no Dock icon unless the settings ask for one.
         #[cfg(target_os = "macos")]

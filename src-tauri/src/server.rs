@@ -16,7 +16,7 @@ use tauri::{AppHandle, Manager, Runtime};
 use tokio::{net::TcpListener, sync::oneshot};
 
 use crate::{
-    settings,
+    quick_chat, settings,
     shell::{Connection, Shell},
     tray_model::{Activity, Download, Phase},
     window,
@@ -133,6 +133,7 @@ async fn start<R: Runtime>(
     let store = ModelStore::open_default().map_err(|e| text(&e))?;
     let saved = settings::Saved::load(store.root());
     settings::apply(handle, saved.desktop);
+    quick_chat::bind(handle, &saved.quick_chat_shortcut);
     // Bind first: the window learns the real port at once (and a port in use shows now);
     // connections wait in the backlog until `serve`.
     let config = config(launch, &saved);

@@ -1,18 +1,34 @@
 //! The app settings (`/app/settings`, saved in the store's SQLite database by the server):
-//! port, key and origins are read once before the server starts; "Show in Dock" and
-//! "Launch at login" are applied at start and again whenever they change.
+//! port, key and origins are read once before the server starts; "Show in Dock", "Launch
+//! at login" and quick chat's shortcut are applied at start and again whenever they change.
 
 use std::{path::Path, sync::Arc};
 
 use tauri::{AppHandle, Manager, Runtime};
 
+use crate::quick_chat;
+
 /// The saved settings that matter before the server starts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Saved {
     pub port: Option<u16>,
     pub api_key: Option<String>,
     pub allowed_origins: Vec<String>,
     pub desktop: Desktop,
+    /// Quick chat's global shortcut (`""` for none).
+    pub quick_chat_shortcut: String,
+}
+
+impl Default for Saved {
+    fn default() -> Self {
+        Saved {
+            port: None,
+            api_key: None,
+            allowed_origins: Vec::new(),
+            desktop: Desktop::default(),
+            quick_chat_shortcut: seedbar_chats::DEFAULT_QUICK_CHAT_SHORTCUT.to_string(),
+        }
+    }
 }
 
 /// The settings the shell itself applies.
@@ -40,6 +56,7 @@ impl Saved {
                     show_in_dock: s.show_in_dock,
                     launch_at_login: s.launch_at_login,
                 },
+                quick_chat_shortcut: s.quick_chat_shortcut,
             },
             Ok(None) => Saved::default(),
             Err(e) => {
@@ -84,17 +101,19 @@ pub fn follow<R: Runtime>(handle: &AppHandle<R>, app: &Arc<seedbar_server::App>)
     tauri::async_runtime::spawn(async move {
         let mut applied = None;
         loop {
-            let desktop = {
+            let (desktop, shortcut) = {
                 let s = changes.borrow_and_update();
-                Desktop {
+                let desktop = Desktop {
                     show_in_dock: s.show_in_dock,
                     launch_at_login: s.launch_at_login,
-                }
+                };
+                (desktop, s.quick_chat_shortcut.clone())
             };
             if applied != Some(desktop) {
                 apply(&handle, desktop);
                 applied = Some(desktop);
             }
+            quick_chat::bind(&handle, &shortcut);
             if changes.changed().await.is_err() {
                 break;
             }

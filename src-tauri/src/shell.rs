@@ -27,6 +27,15 @@ impl Connection {
     }
 }
 
+/// Quick chat's global shortcut: the one saved, and why it is not in use if it is not.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct QuickChatKey {
+    /// The saved accelerator (`CommandOrControl+Shift+Space`; `""` for none).
+    pub shortcut: String,
+    /// Why it could not be registered (taken by another app, not a shortcut).
+    pub problem: Option<String>,
+}
+
 /// What the server side needs from the shell, so the mock-runtime tests can stand in for
 /// a real `seedbar_server::App` (which needs a model to exist).
 pub trait Server: Send + Sync {
@@ -51,6 +60,7 @@ pub struct Shell {
     pending_route: Mutex<Option<String>>,
     /// Kept alive: on X11 a clipboard's text goes away with its owner.
     clipboard: Mutex<Option<arboard::Clipboard>>,
+    quick_chat: Mutex<QuickChatKey>,
 }
 
 impl Default for Shell {
@@ -63,6 +73,7 @@ impl Default for Shell {
             stopped: watch::Sender::new(true),
             pending_route: Mutex::new(None),
             clipboard: Mutex::new(None),
+            quick_chat: Mutex::new(QuickChatKey::default()),
         }
     }
 }
@@ -83,6 +94,8 @@ pub struct Status {
     /// The tray's tooltip and its menu's text lines, as drawn now (live status).
     pub tooltip: String,
     pub lines: Vec<String>,
+    /// Quick chat's shortcut, for the Settings view.
+    pub quick_chat: QuickChatKey,
 }
 
 impl Shell {
@@ -134,7 +147,22 @@ impl Shell {
                     _ => None,
                 })
                 .collect(),
+            quick_chat: self.quick_chat(),
         }
+    }
+
+    pub fn quick_chat(&self) -> QuickChatKey {
+        self.quick_chat.lock().unwrap().clone()
+    }
+
+    /// Record quick chat's shortcut; the menu shows `label` while it is registered.
+    pub fn set_quick_chat(&self, key: QuickChatKey, label: Option<String>) {
+        *self.quick_chat.lock().unwrap() = key;
+        self.model.send_if_modified(|m| {
+            let changed = m.quick_chat_shortcut != label;
+            m.quick_chat_shortcut = label;
+            changed
+        });
     }
 
     /// The server answers (model or not): remember how to reach it and show its endpoint.

@@ -11,6 +11,7 @@ use tauri::{
 };
 
 use crate::{
+    quick_chat,
     shell::Shell,
     tray_model::{route_of, Action, Entry, TrayModel},
     window,
@@ -159,6 +160,7 @@ pub fn perform<R: Runtime>(handle: &AppHandle<R>, action: Action) {
         Action::OpenChat | Action::NewChat | Action::Settings => {
             window::show(handle, route_of(action).unwrap_or_default()).map_err(|e| e.to_string())
         }
+        Action::QuickChat => quick_chat::show(handle).map_err(|e| e.to_string()),
         Action::CopyEndpoint => shell.copy_endpoint().map(|url| {
             tracing::info!("copied {url}");
         }),

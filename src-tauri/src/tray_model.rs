@@ -44,6 +44,7 @@ pub struct Download {
 pub enum Action {
     OpenChat,
     NewChat,
+    QuickChat,
     CopyEndpoint,
     TogglePause,
     Settings,
@@ -51,9 +52,10 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 6] = [
+    pub const ALL: [Action; 7] = [
         Action::OpenChat,
         Action::NewChat,
+        Action::QuickChat,
         Action::CopyEndpoint,
         Action::TogglePause,
         Action::Settings,
@@ -64,6 +66,7 @@ impl Action {
         match self {
             Action::OpenChat => "open-chat",
             Action::NewChat => "new-chat",
+            Action::QuickChat => "quick-chat",
             Action::CopyEndpoint => "copy-endpoint",
             Action::TogglePause => "toggle-pause",
             Action::Settings => "settings",
@@ -114,6 +117,8 @@ pub struct TrayModel {
     pub listening: Option<String>,
     pub activity: Activity,
     pub downloads: Vec<Download>,
+    /// Quick chat's global shortcut as the menu shows it, while one is registered.
+    pub quick_chat_shortcut: Option<String>,
 }
 
 impl Default for TrayModel {
@@ -124,6 +129,7 @@ impl Default for TrayModel {
             listening: None,
             activity: Activity::default(),
             downloads: Vec::new(),
+            quick_chat_shortcut: None,
         }
     }
 }
@@ -218,6 +224,14 @@ impl TrayModel {
         }
     }
 
+    /// "Quick Chat", with its shortcut when one is registered: "Quick Chat (Ctrl+Shift+Space)".
+    pub fn quick_chat_label(&self) -> String {
+        match &self.quick_chat_shortcut {
+            Some(keys) => format!("Quick Chat ({keys})"),
+            None => "Quick Chat".to_string(),
+        }
+    }
+
     /// What generates, while something does: "2 chats · 41 tok/s".
     pub fn activity_line(&self) -> Option<String> {
         let Activity {
@@ -278,6 +292,7 @@ impl TrayModel {
             Entry::Separator,
             item(Action::OpenChat, "Open Chat", !stopping),
             item(Action::NewChat, "New Chat", !stopping),
+            item(Action::QuickChat, &self.quick_chat_label(), !stopping),
             Entry::Separator,
             item(Action::CopyEndpoint, "Copy Endpoint URL", serving),
             item(Action::TogglePause, self.pause_label(), serving),
@@ -510,6 +525,7 @@ mod tests {
                 "-",
                 "open-chat",
                 "new-chat",
+                "quick-chat",
                 "-",
                 "copy-endpoint",
                 "toggle-pause",
@@ -642,6 +658,19 @@ mod tests {
         )
         .listening_at("http://127.0.0.1:65535/v1");
         assert!(model.status_line().ends_with("http://127.0.0.1:65535/v1"));
+    }
+
+    #[test]
+    fn quick_chat_shows_its_shortcut() {
+        let mut model = up(serving(), false);
+        assert_eq!(item(&model, Action::QuickChat), ("Quick Chat".into(), true));
+        model.quick_chat_shortcut = Some("Ctrl+Shift+Space".into());
+        assert_eq!(
+            item(&model, Action::QuickChat),
+            ("Quick Chat (Ctrl+Shift+Space)".into(), true)
+        );
+        model.phase = Phase::Stopping;
+        assert!(!item(&model, Action::QuickChat).1);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::{
 };
 
 use seedbar_app::{
+    quick_chat,
     shell::{Connection, Server, Shell},
     tray::perform,
     tray_model::{Action, Phase},
@@ -112,6 +113,7 @@ fn status_follows_the_server() {
             "version": env!("CARGO_PKG_VERSION"),
             "tooltip": "Seedbar: Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1",
             "lines": ["Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1"],
+            "quick_chat": {"shortcut": "", "problem": null},
         })
     );
 }
@@ -176,6 +178,35 @@ fn window_opens_at_the_route_once_the_address_is_known() {
     perform(app.handle(), Action::NewChat);
     perform(app.handle(), Action::OpenChat);
     assert_eq!(app.webview_windows().len(), 1);
+}
+
+#[test]
+fn quick_chat_panel_opens_from_the_menu_and_hands_over_to_the_chat_window() {
+    let (app, shell) = app();
+    serve(&shell, 7337);
+    perform(app.handle(), Action::QuickChat);
+    let panel = app
+        .get_webview_window(quick_chat::PANEL)
+        .expect("the panel opened");
+    let url = panel.url().unwrap();
+    assert!(url.path().ends_with("quick.html"), "{url}");
+    assert!(app.get_webview_window(window::MAIN).is_none());
+
+    let w = webview(&app);
+    let refused = invoke(&w, "open_chat_window", json!({"route": "https://x"})).unwrap_err();
+    assert!(
+        refused.as_str().unwrap().contains("not a route"),
+        "{refused}"
+    );
+    invoke(&w, "open_chat_window", json!({"route": "#/c/12"})).unwrap();
+    let main = app
+        .get_webview_window(window::MAIN)
+        .expect("the chat window");
+    assert_eq!(main.url().unwrap().fragment(), Some("/c/12"));
+    // (The mock runtime keeps no visibility: hiding and showing are checked under Xvfb.)
+    invoke(&w, "hide_quick_chat", json!({})).unwrap();
+    quick_chat::toggle(app.handle()).unwrap();
+    assert_eq!(app.webview_windows().len(), 3, "the same panel again");
 }
 
 #[test]

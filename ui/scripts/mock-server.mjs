@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // A stand-in for `seedbar serve` for UI work without the engine: the /app routes of
-// docs/app-api.md in memory, replies made up from the seed, and dist/ served at /.
+// docs/app-api.md in memory, replies (and quick chat's /v1/chat/completions stream) made up
+// from the seed, and dist/ served at /.
 // Usage: node scripts/mock-server.mjs [--port 7338] [--api-key KEY] [--dir dist]
 import { createServer } from 'node:http';
 import { readFile } from 'node:fs/promises';
@@ -25,7 +26,7 @@ const models = [
   { name: 'Qwen2.5-0.5B-Instruct-4bit', format: 'safetensors', bytes: 278_000_000, quantization: '4bit', loaded: false },
 ];
 const pulls = new Map();
-let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false };
+let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space' };
 
 const words = ['The', 'capital', 'of', 'France', 'is', 'Paris.', 'It', 'sits', 'on', 'the', 'Seine,', 'and', 'is', 'known', 'for', 'art,', 'food', 'and', 'the', 'Eiffel', 'Tower.'];
 function replyFor(seed, history) {
@@ -95,10 +96,25 @@ async function streamReply(req, res, id, input) {
   res.end();
 }
 
+// Quick chat's one-off answer: OpenAI chat chunks, the seed in the header as the server does.
+async function streamCompletion(req, res, input) {
+  const seed = input.seed ?? Math.floor(Math.random() * 2 ** 32);
+  res.writeHead(200, { 'Content-Type': 'text/event-stream', 'x-seedbar-seed': String(seed) });
+  let closed = false;
+  res.on('close', () => { closed = true; });
+  for (const piece of replyFor(seed, input.messages ?? []).match(/\S+\s*|\s+/g) ?? []) {
+    await new Promise((r) => setTimeout(r, 60));
+    if (closed) return;
+    res.write(`data: ${JSON.stringify({ seed, choices: [{ index: 0, delta: { content: piece } }] })}\n\n`);
+  }
+  res.end('data: [DONE]\n\n');
+}
+
 const server = createServer(async (req, res) => {
   const url = new URL(req.url, 'http://x');
   const path = url.pathname;
   try {
+    if (path === '/v1/chat/completions' && req.method === 'POST') return streamCompletion(req, res, await body(req));
     if (!path.startsWith('/app/')) {
       const file = normalize(join(dir, path === '/' ? 'index.html' : path));
       if (!file.startsWith(normalize(dir))) return fail(res, 403, 'no');
@@ -127,7 +143,11 @@ const server = createServer(async (req, res) => {
       const b = await body(req);
       const c = { id: nextId++, title: b.title ?? 'New chat', created_at: now(), updated_at: now(), settings: { ...defaults, ...b.settings } };
       conversations.set(c.id, c);
-      messages.set(c.id, []);
+      const sampling = { ...c.settings, seed: undefined };
+      messages.set(c.id, (b.messages ?? []).map((x) => ({
+        id: nextId++, conversation_id: c.id, role: x.role, content: x.content, seed: x.seed ?? null,
+        sampling: x.seed === undefined ? null : sampling, status: 'complete', created_at: now(),
+      })));
       return send(res, 200, c);
     }
     if ((match = /^\/app\/conversations\/(\d+)$/.exec(path))) {

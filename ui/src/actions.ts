@@ -112,7 +112,8 @@ export async function loadConversation(id: number) {
       if (s.streams[id]) return {};
       return {
         details: { ...s.details, [id]: { conversation, messages } },
-        conversations: s.conversations.map((c) => (c.id === id ? conversation : c)),
+        // Opened from elsewhere (quick chat saved it): it joins the list too.
+        conversations: upsertConversation(s.conversations, conversation),
       };
     });
   } catch (error) {

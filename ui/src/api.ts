@@ -4,6 +4,7 @@
 import { DONE, SseParser, decodeData } from './sse';
 import type {
   AppSettings, AppStatus, Conversation, ConversationDetail, ModelInfo, Pull, ReplyEvent, ReplyRequest, Settings,
+  StartingMessage,
 } from './types';
 
 declare global {
@@ -135,7 +136,7 @@ export class Client {
     const query = q.trim() ? `?q=${encodeURIComponent(q.trim())}` : '';
     return this.request<Conversation[]>('GET', `/app/conversations${query}`, 'Loading conversations failed');
   }
-  createConversation(body: { title?: string; settings?: Partial<Settings> } = {}) {
+  createConversation(body: { title?: string; settings?: Partial<Settings>; messages?: StartingMessage[] } = {}) {
     return this.request<Conversation>('POST', '/app/conversations', 'Creating a conversation failed', body);
   }
   getConversation(id: number) {
@@ -158,6 +159,27 @@ export class Client {
     const response = await this.send('POST', `/app/conversations/${id}/reply`, what, body, signal);
     if (!response.body) throw new ApiError(`${what}: the server sent no stream`, response.status);
     await readReplyStream(response.body, onEvent, what);
+  }
+
+  /**
+   * Streams a one-off answer from the OpenAI route (quick chat): calls onText with each
+   * piece of text; resolves with the seed it was sampled with. Throws like `reply`.
+   */
+  async complete(body: CompletionRequest, onText: (text: string) => void, signal?: AbortSignal): Promise<number | null> {
+    const what = 'The answer failed';
+    const response = await this.send('POST', '/v1/chat/completions', what, { ...body, stream: true }, signal);
+    if (!response.body) throw new ApiError(`${what}: the server sent no stream`, response.status);
+    let seed: number | null = Number(response.headers.get('x-seedbar-seed') ?? NaN);
+    if (!Number.isSafeInteger(seed)) seed = null;
+    await readSse(response.body, what, (data) => {
+      const chunk = parseEvent<CompletionChunk>(data, what);
+      if (chunk === DONE) return true;
+      if (chunk.error) throw new ApiError(`${what}: ${chunk.error.message}`, 200);
+      const text = chunk.choices?.[0]?.delta?.content;
+      if (text) onText(text);
+      return false;
+    });
+    return seed;
   }
 
   /** The conversation as a file to save: Markdown, or JSON with each reply's seed and sampling. */
@@ -212,32 +234,42 @@ export async function readReplyStream(
   onEvent: (event: ReplyEvent) => void,
   what = 'The reply failed',
 ): Promise<void> {
+  await readSse(body, what, (data) => {
+    const event = parseEvent<ReplyEvent>(data, what);
+    if (event === DONE) return true;
+    onEvent(event);
+    return event.type === 'done' || event.type === 'error';
+  });
+}
+
+/** One event's data as JSON (or DONE), else an ApiError saying it is not JSON. */
+function parseEvent<T>(data: string, what: string): T | typeof DONE {
+  try {
+    return decodeData<T>(data);
+  } catch {
+    throw new ApiError(`${what}: the server sent an event that is not JSON: ${data.slice(0, 120)}`, 200);
+  }
+}
+
+/**
+ * Reads an event stream, giving each event's data to `handle` until it returns true (the
+ * stream's end); throws ApiError when the stream ends or breaks before that.
+ */
+async function readSse(body: ReadableStream<Uint8Array>, what: string, handle: (data: string) => boolean): Promise<void> {
   const parser = new SseParser();
   const reader = body.getReader();
   let finished = false;
-  const handle = (data: string) => {
-    if (finished) return;
-    let event: ReplyEvent | typeof DONE;
-    try {
-      event = decodeData<ReplyEvent>(data);
-    } catch {
-      throw new ApiError(`${what}: the server sent an event that is not JSON: ${data.slice(0, 120)}`, 200);
-    }
-    if (event === DONE) {
-      finished = true;
-      return;
-    }
-    onEvent(event);
-    if (event.type === 'done' || event.type === 'error') finished = true;
+  const feed = (data: string) => {
+    if (!finished) finished = handle(data);
   };
   try {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      for (const e of parser.push(value)) handle(e.data);
+      for (const e of parser.push(value)) feed(e.data);
       if (finished) break;
     }
-    if (!finished) for (const e of parser.end()) handle(e.data);
+    if (!finished) for (const e of parser.end()) feed(e.data);
   } catch (error) {
     if (isAbort(error) || error instanceof ApiError) throw error;
     throw new ApiError(`${what}: the connection to the server was lost (${(error as Error)?.message ?? error})`, 0);
@@ -247,6 +279,20 @@ export async function readReplyStream(
   }
   if (!finished) throw new ApiError(`${what}: the stream ended before the reply was finished`, 0);
 }
+
+/** What quick chat asks the OpenAI route (`stream` is added). */
+export type CompletionRequest = {
+  model: string;
+  messages: { role: 'user' | 'assistant' | 'system'; content: string }[];
+  temperature: number;
+  top_p: number;
+  max_tokens: number;
+};
+
+type CompletionChunk = {
+  choices?: { delta?: { content?: string | null } }[];
+  error?: { message: string };
+};
 
 /** The API base: the shell's, else this page's origin. */
 export function apiBase(): string {

@@ -70,7 +70,12 @@ export type AppSettings = {
   allowed_origins: string[];
   show_in_dock: boolean;
   launch_at_login: boolean;
+  /** Quick chat's global shortcut ("" for none), like `CommandOrControl+Shift+Space`. */
+  quick_chat_shortcut: string;
 };
+
+/** A message a new conversation starts with (quick chat's question and answer). */
+export type StartingMessage = { role: 'user' | 'assistant'; content: string; seed?: number };
 
 export type ModelState = 'no_model' | 'downloading' | 'loading' | 'ready' | 'error';
 

@@ -140,3 +140,29 @@ describe('readReplyStream', () => {
     expect(events.map((e) => e.type)).toEqual(['done']);
   });
 });
+
+describe('complete (quick chat)', () => {
+  it('streams the text and gives the seed from the header', async () => {
+    const sent: RequestInit[] = [];
+    const { client } = clientWith((async (_url: string, init: RequestInit) => {
+      sent.push(init);
+      return new Response(streamOf([
+        'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
+        'data: {"choices":[{"delta":{"content":"Par"}}]}\n\ndata: {"choices":[{"delta":{"content":"is."}}]}\n\n',
+        'data: [DONE]\n\n',
+      ]), { status: 200, headers: { 'x-seedbar-seed': '1234' } });
+    }) as unknown as typeof fetch);
+    const pieces: string[] = [];
+    const seed = await client.complete({ model: 'm', messages: [{ role: 'user', content: 'Capital?' }], temperature: 0.7, top_p: 1, max_tokens: 8 }, (t) => pieces.push(t));
+    expect(pieces.join('')).toBe('Paris.');
+    expect(seed).toBe(1234);
+    expect(JSON.parse(sent[0].body as string)).toMatchObject({ model: 'm', stream: true });
+  });
+
+  it('throws an error event as the message, and a stream cut short', async () => {
+    const reply = (chunks: string[]) => clientWith((async () => new Response(streamOf(chunks), { status: 200 })) as unknown as typeof fetch).client;
+    const body = { model: 'm', messages: [], temperature: 0.7, top_p: 1, max_tokens: 8 };
+    await expect(reply(['data: {"error":{"message":"out of memory"}}\n\n']).complete(body, () => {})).rejects.toThrow('The answer failed: out of memory');
+    await expect(reply(['data: {"choices":[{"delta":{"content":"a"}}]}\n\n']).complete(body, () => {})).rejects.toThrow(/ended before/);
+  });
+});

@@ -23,7 +23,7 @@ use rusqlite::{
 
 pub use types::{
     AppSettings, Conversation, Message, NewMessage, Role, Sampling, Settings, SettingsPatch,
-    Status, Turn,
+    Status, Turn, DEFAULT_QUICK_CHAT_SHORTCUT,
 };
 
 /// What the store refuses or fails at.
@@ -132,8 +132,20 @@ impl ChatStore {
 
     /// Start an empty conversation.
     pub fn create(&self, title: &str, settings: &Settings) -> Result<Conversation> {
-        let conn = self.lock();
-        conn.execute(
+        self.create_with(title, settings, &[])
+    }
+
+    /// Start a conversation holding `messages` already (a quick-chat question and its
+    /// answer), all in one transaction.
+    pub fn create_with(
+        &self,
+        title: &str,
+        settings: &Settings,
+        messages: &[NewMessage],
+    ) -> Result<Conversation> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
             &format!(
                 "INSERT INTO conversations (title, created_at, updated_at, model, system_prompt,
                                             temperature, top_p, max_tokens, seed)
@@ -149,7 +161,13 @@ impl ChatStore {
                 seed_value(settings.seed)?,
             ],
         )?;
-        get_conversation(&conn, conn.last_insert_rowid())
+        let id = tx.last_insert_rowid();
+        for message in messages {
+            insert_message(&tx, id, message)?;
+        }
+        let conversation = get_conversation(&tx, id)?;
+        tx.commit()?;
+        Ok(conversation)
     }
 
     /// One conversation, without its messages.

@@ -50,6 +50,7 @@ fn app_settings() -> AppSettings {
         allowed_origins: vec!["http://localhost:5173".into()],
         show_in_dock: true,
         launch_at_login: false,
+        quick_chat_shortcut: "Alt+Space".into(),
     }
 }
 
@@ -109,6 +110,43 @@ fn reopening_keeps_everything() {
     assert_eq!(stored[1].sampling, Some(settings().sampling()));
     assert_eq!(stored[1].content, "4");
     assert_eq!(store.app_settings().unwrap(), Some(app_settings()));
+}
+
+#[test]
+fn a_conversation_starts_with_its_messages() {
+    let dir = TempDir::new();
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let answer = NewMessage {
+        content: "Paris.".into(),
+        status: Status::Complete,
+        ..reply_row()
+    };
+    let conversation = store
+        .create_with(
+            "Capital",
+            &settings(),
+            &[NewMessage::user("Capital?"), answer],
+        )
+        .unwrap();
+    let stored = store.messages(conversation.id).unwrap();
+    let roles: Vec<_> = stored
+        .iter()
+        .map(|m| (m.role, m.content.as_str()))
+        .collect();
+    assert_eq!(
+        roles,
+        [(Role::User, "Capital?"), (Role::Assistant, "Paris.")]
+    );
+    assert_eq!(stored[1].status, Status::Complete);
+    assert_eq!(stored[1].seed, Some(42));
+}
+
+#[test]
+fn settings_saved_before_quick_chat_get_its_default_shortcut() {
+    let old = r#"{"port":7337,"api_key":"","allowed_origins":[],"show_in_dock":false,"launch_at_login":true}"#;
+    let settings: AppSettings = serde_json::from_str(old).unwrap();
+    assert_eq!(settings.quick_chat_shortcut, DEFAULT_QUICK_CHAT_SHORTCUT);
+    assert!(settings.launch_at_login);
 }
 
 #[test]

@@ -213,4 +213,17 @@ pub struct AppSettings {
     pub allowed_origins: Vec<String>,
     pub show_in_dock: bool,
     pub launch_at_login: bool,
+    /// The global shortcut that opens the quick-chat panel (`""` for none), in the
+    /// accelerator syntax of Tauri's global-shortcut plugin: `CommandOrControl+Shift+Space`.
+    /// Settings saved before it existed get the default.
+    #[serde(default = "default_quick_chat_shortcut")]
+    pub quick_chat_shortcut: String,
+}
+
+/// Quick chat's shortcut until one is chosen: Cmd+Shift+Space on macOS, Ctrl+Shift+Space
+/// elsewhere (Cmd+Space and Alt+Space belong to Spotlight and window menus).
+pub const DEFAULT_QUICK_CHAT_SHORTCUT: &str = "CommandOrControl+Shift+Space";
+
+fn default_quick_chat_shortcut() -> String {
+    DEFAULT_QUICK_CHAT_SHORTCUT.to_string()
 }

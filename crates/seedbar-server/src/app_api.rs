@@ -136,20 +136,66 @@ struct ConversationBody {
     settings: SettingsPatch,
 }
 
-impl ConversationBody {
-    fn title(&self) -> Result<Option<String>, ApiError> {
-        match self.title.as_deref().map(str::trim) {
-            Some("") => Err(ApiError::bad_param("title", "the title must not be empty")),
-            title => Ok(title.map(str::to_string)),
+/// A conversation's title as given (trimmed), refused when blank.
+fn checked_title(title: Option<&str>) -> Result<Option<String>, ApiError> {
+    match title.map(str::trim) {
+        Some("") => Err(ApiError::bad_param("title", "the title must not be empty")),
+        title => Ok(title.map(str::to_string)),
+    }
+}
+
+/// `POST /app/conversations`: a conversation's title and settings, and the messages it
+/// starts with (quick chat's question and answer), if any.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewConversationBody {
+    title: Option<String>,
+    #[serde(default)]
+    settings: SettingsPatch,
+    #[serde(default)]
+    messages: Vec<StartingMessage>,
+}
+
+/// A message a new conversation starts with: a user's, or a complete answer (with the
+/// seed it was sampled with, under the conversation's settings).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartingMessage {
+    role: Role,
+    content: String,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+impl StartingMessage {
+    fn stored(self, i: usize, settings: &Settings) -> Result<NewMessage, ApiError> {
+        let param = |field: &str| format!("messages[{i}].{field}");
+        match (self.role, self.seed) {
+            (Role::User, Some(_)) => Err(ApiError::bad_param(
+                &param("seed"),
+                "only an answer has a seed",
+            )),
+            (_, Some(seed)) if seed >= MAX_SEED => Err(ApiError::bad_param(
+                &param("seed"),
+                "the seed must be below 2^53",
+            )),
+            (Role::User, None) => Ok(NewMessage::user(self.content)),
+            (Role::Assistant, seed) => Ok(NewMessage {
+                role: Role::Assistant,
+                content: self.content,
+                status: Status::Complete,
+                seed,
+                sampling: seed.map(|_| settings.sampling()),
+            }),
         }
     }
 }
 
 async fn create_conversation(
     State(app): State<Arc<App>>,
-    ApiJson(body): ApiJson<ConversationBody>,
+    ApiJson(body): ApiJson<NewConversationBody>,
 ) -> Result<Json<Conversation>, ApiError> {
-    let title = body.title()?.unwrap_or_else(|| "New chat".to_string());
+    let title = checked_title(body.title.as_deref())?.unwrap_or_else(|| "New chat".to_string());
     // Without a model (yet) the conversation runs on whichever becomes the default ("").
     let default = app
         .readiness()
@@ -158,7 +204,15 @@ async fn create_conversation(
         .to_string();
     let settings = Settings::for_model(&default).patched(&body.settings);
     check_settings(&app, &settings, !settings.model.is_empty())?;
-    Ok(Json(db(&app, move |s| s.create(&title, &settings)).await?))
+    let messages = body
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| m.stored(i, &settings))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(
+        db(&app, move |s| s.create_with(&title, &settings, &messages)).await?,
+    ))
 }
 
 #[derive(Serialize)]
@@ -248,7 +302,7 @@ async fn update_conversation(
     ApiJson(body): ApiJson<ConversationBody>,
 ) -> Result<Json<Conversation>, ApiError> {
     let id = path_id(id)?;
-    let title = body.title()?;
+    let title = checked_title(body.title.as_deref())?;
     let current = db(&app, move |s| s.get(id)).await?;
     let settings = current.settings.patched(&body.settings);
     // A conversation whose model was since deleted can still be renamed or re-pinned; the

@@ -271,6 +271,7 @@ impl App {
                 allowed_origins: config.allowed_origins.clone(),
                 show_in_dock: false,
                 launch_at_login: false,
+                quick_chat_shortcut: seedbar_chats::DEFAULT_QUICK_CHAT_SHORTCUT.to_string(),
             },
         };
         let wanted = Some(config.model.clone()).filter(|m| !m.is_empty());

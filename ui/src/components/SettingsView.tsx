@@ -21,12 +21,29 @@ export function parseOrigins(text: string): { origins: string[]; error: string |
 
 const isMac = /Mac/i.test(navigator.platform || navigator.userAgent);
 
+type ShortcutState = { shortcut: string; problem: string | null };
+
+/**
+ * Quick chat's shortcut as the shell registered it (the app window only; null in a
+ * browser): polls briefly until the shell has taken up `wanted`.
+ */
+async function shellShortcut(wanted?: string): Promise<ShortcutState | null> {
+  const ipc = window.__TAURI_INTERNALS__;
+  if (!ipc) return null;
+  for (let tries = 0; ; tries++) {
+    const status = (await ipc.invoke('shell_status')) as { quick_chat: ShortcutState };
+    if (wanted === undefined || status.quick_chat.shortcut === wanted || tries >= 20) return status.quick_chat;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 const STATE_NAMES = { ready: 'Serving', loading: 'Loading model…', downloading: 'Downloading model…', no_model: 'No model', error: 'Error' } as const;
 
 export function SettingsView() {
   const { status } = useAppState();
   const [saved, setSaved] = useState<AppSettings | null>(null);
-  const [form, setForm] = useState<{ port: string; api_key: string; origins: string; show_in_dock: boolean; launch_at_login: boolean } | null>(null);
+  const [form, setForm] = useState<ReturnType<typeof toForm> | null>(null);
+  const [shortcut, setShortcut] = useState<ShortcutState | null>(null);
   const [loadError, setLoadError] = useState<string | null>(null);
   const [saveError, setSaveError] = useState<string | null>(null);
   const [message, setMessage] = useState<string | null>(null);
@@ -39,6 +56,7 @@ export function SettingsView() {
       const settings = await client.getSettings();
       setSaved(settings);
       setForm(toForm(settings));
+      setShortcut(await shellShortcut().catch(() => null));
     } catch (error) {
       setLoadError(errorText(error));
     }
@@ -75,6 +93,7 @@ export function SettingsView() {
       const next = await client.putSettings(fromForm(form, origins));
       setSaved(next);
       setForm(toForm(next));
+      setShortcut(await shellShortcut(next.quick_chat_shortcut).catch(() => null));
       setMessage(restartNeeded ? 'Saved. The port, API key and allowed origins apply the next time Seedbar starts.' : 'Saved.');
     } catch (error) {
       setSaveError(errorText(error));
@@ -135,6 +154,15 @@ export function SettingsView() {
             <input type="checkbox" data-testid="settings-login" checked={form.launch_at_login} onChange={(e) => set({ launch_at_login: e.currentTarget.checked })} />
             <span>Open at login</span>
           </label>
+          <label class="field">
+            <span>Quick chat shortcut</span>
+            <input data-testid="settings-quick-shortcut" value={form.quick_chat_shortcut} spellcheck={false} autocomplete="off"
+              placeholder="None (the menu's Quick Chat still opens it)" onInput={(e) => set({ quick_chat_shortcut: e.currentTarget.value })} />
+            <small class="muted">Opens a small panel over any app that asks the default model, like {isMac ? 'Cmd' : 'Ctrl'}+Shift+Space (written CommandOrControl+Shift+Space; Alt, Shift, Super and a key).</small>
+            {shortcut?.problem && shortcut.shortcut === saved.quick_chat_shortcut && (
+              <small class="field-error" role="alert" data-testid="settings-quick-shortcut-problem">{shortcut.problem}</small>
+            )}
+          </label>
         </fieldset>
         {saveError && <p class="error-box" role="alert" data-testid="settings-save-error">{saveError}</p>}
         {message && <p class="ok-box" role="status" data-testid="settings-saved">{message}</p>}
@@ -148,11 +176,17 @@ export function SettingsView() {
 }
 
 function toForm(s: AppSettings) {
-  return { port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login };
+  return {
+    port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login,
+    quick_chat_shortcut: s.quick_chat_shortcut,
+  };
 }
 
-function fromForm(f: NonNullable<ReturnType<typeof toForm>>, origins: string[]): AppSettings {
-  return { port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login };
+function fromForm(f: ReturnType<typeof toForm>, origins: string[]): AppSettings {
+  return {
+    port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login,
+    quick_chat_shortcut: f.quick_chat_shortcut.trim(),
+  };
 }
 
 function generateKey(): string {

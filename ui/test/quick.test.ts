@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { QUICK_SAMPLING, conversationOf, notReady, titleOf } from '../src/quick';
+import type { AppStatus } from '../src/types';
+
+const status = (patch: Partial<AppStatus>): AppStatus => ({
+  state: 'ready', model: 'SmolLM2', percent: null, problem: null, fix: null, actions: [], endpoint: null, paused: false, message: null, ...patch,
+});
+
+describe('quick chat', () => {
+  it('says why it cannot ask, and the fix', () => {
+    expect(notReady(status({}))).toBeNull();
+    expect(notReady(status({ state: 'loading' }))?.text).toBe('Loading SmolLM2…');
+    expect(notReady(status({ state: 'downloading', percent: 40 }))?.text).toBe('Downloading SmolLM2 · 40%');
+    const missing = notReady(status({ state: 'no_model', model: null, problem: 'No model is installed.', fix: 'Import a GGUF file.', actions: ['import'] }));
+    expect(missing).toEqual({ text: 'No model is installed.', fix: 'Import a GGUF file.', canImport: true });
+  });
+
+  it('saves the question and the answer with its seed and sampling', () => {
+    const body = conversationOf({ question: '  What is the capital of France?\nBe brief.', answer: 'Paris.', model: 'SmolLM2', seed: 7, state: 'complete', error: null });
+    expect(body.title).toBe('What is the capital of France?');
+    expect(body.settings).toEqual({ model: 'SmolLM2', ...QUICK_SAMPLING });
+    expect(body.messages).toEqual([
+      { role: 'user', content: '  What is the capital of France?\nBe brief.' },
+      { role: 'assistant', content: 'Paris.', seed: 7 },
+    ]);
+    expect(titleOf('x'.repeat(100))).toHaveLength(60);
+  });
+});
