@@ -293,7 +293,9 @@ fn controls_cancellation_and_limits() {
         scheduler.submit(bad),
         Err(SubmitError::Invalid(_))
     ));
-    let held: Vec<_> = (0..16).map(|_| scheduler.submit(a.clone())).collect();
+    // One more than every row and queue place.
+    let places = SchedulerConfig::default().max_rows + 2;
+    let held: Vec<_> = (0..=places).map(|_| scheduler.submit(a.clone())).collect();
     assert!(held
         .iter()
         .any(|r| matches!(r, Err(SubmitError::QueueFull(_)))));
