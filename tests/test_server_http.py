@@ -471,7 +471,7 @@ def test_client_disconnect_frees_its_row(server):
 
 
 def test_full_queue_is_429(server):
-    """8 rows run, 64 wait; beyond that requests are refused with 429 right away."""
+    """16 rows run (CPU), 64 wait; beyond that requests are refused with 429 right away."""
 
     async def main():
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
