@@ -309,7 +309,8 @@ def own_store(tmp_path):
 
 
 def test_a_killed_server_loses_nothing_shown_as_sent_or_completed(own_store):
-    settings = {"port": 7555, "api_key": "", "allowed_origins": [], "show_in_dock": True, "launch_at_login": True}
+    settings = {"port": 7555, "api_key": "", "allowed_origins": [], "show_in_dock": True, "launch_at_login": True,
+                "quick_chat_shortcut": "Alt+F9"}
     srv = start_server(own_store)
     try:
         with httpx.Client(base_url=srv.url, timeout=120) as api:

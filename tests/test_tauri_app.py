@@ -520,6 +520,9 @@ def test_quick_chat_on_the_global_shortcut(app):
     finally:
         grab.close()
         api(base + "/app/settings", "PUT", settings)
+        # The next tests share the window: back to the conversation it showed.
+        d.js(f"location.hash = '#/c/{saved[0]['id']}'")
+        d.wait_js(f"return !!document.querySelector('{tid('chat-view')}')", 10, "the chat view back")
     wait_for(lambda: shell_status(d)["quick_chat"] == {"shortcut": SHORTCUT, "problem": None}, 10,
              message="the default shortcut back")
 
