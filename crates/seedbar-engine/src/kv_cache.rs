@@ -120,6 +120,11 @@ impl KvCache {
         Ok(store)
     }
 
+    /// The host store, where the packed CPU path keeps this cache.
+    pub fn host(&self) -> Option<&HostKv> {
+        self.host.as_deref()
+    }
+
     /// A cache filled on the packed CPU path and then run through an MLX layout (tests run
     /// every layout from one prefill): the host store becomes MLX buffers.
     fn host_to_mlx(&mut self) -> Result<()> {

@@ -45,8 +45,8 @@ pub struct Layout {
     pub decode_width: Option<usize>,
     pub attention: AttentionLayout,
     /// Whether the KV a decode step wrote equals what a prefill of the same tokens writes,
-    /// so the prefix cache may reuse it; otherwise reuse stops where the prompt ended. No
-    /// backend's decode groups are its prefill chunks, so none claims it.
+    /// so the prefix cache may reuse it; otherwise reuse stops where the prompt ended. Only
+    /// the packed CPU path claims it: elsewhere decode groups are not prefill chunks.
     pub decode_kv_is_prefill_kv: bool,
 }
 
@@ -55,7 +55,8 @@ pub struct Layout {
 pub enum WeightKind {
     Dense,
     Quantized,
-    /// Every matmul on `seedbar_qmatmul`'s CPU kernels (4/8-bit weights on the CPU backend).
+    /// Every matmul on `seedbar_qmatmul`'s CPU kernels (4/8-bit weights on the CPU backend)
+    /// in a float32 model: the host path of `models/base.rs` runs it.
     Packed,
 }
 
@@ -90,10 +91,14 @@ impl Layout {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
             // every other op of a step (norms, RoPE, per-row attention) is per row: a step's
             // tokens share one matmul and a lone row pays for no padding.
+            // And the host path (`models/host.rs`) computes a position the same way whether
+            // it is prefilled or decoded (row-wise math, one attention function per query),
+            // so decoded KV is prefill KV bit for bit and the prefix cache may reuse it
+            // (`prefix_cache_hit_equals_miss` crosses decoded positions here).
             (Backend::Cpu, WeightKind::Packed) => Layout {
                 decode_width: None,
                 attention: AttentionLayout::PerRow,
-                decode_kv_is_prefill_kv: false,
+                decode_kv_is_prefill_kv: true,
             },
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.

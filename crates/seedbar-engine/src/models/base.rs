@@ -16,12 +16,13 @@ use mlx_rs::{
     ops::{self, indexing::IndexOp},
     Array, Dtype,
 };
+use rayon::prelude::*;
 
 use super::{host, moe::SparseMoe};
 use crate::{
     config::ModelConfig,
     error::Result,
-    kv_cache::{KvCache, KvPool, SLOTS_PER_CALL},
+    kv_cache::{HostKv, KvCache, KvPool, SLOTS_PER_CALL},
     runtime,
     step_plan::{AttentionLayout, Slot, StepPlan, WeightKind},
     weights::{Embedding, Linear, Matrix, Projections, WeightMap},
@@ -459,9 +460,9 @@ impl Attention {
 
     /// [`attend_groups`](Self::attend_groups) on the packed CPU path, from each group's
     /// projected rows in host memory (`qkv[g]`: `[W, q | k | v]`): keys and values go to
-    /// the rows' host KV, a decoding row attends on the host (`host::DecodeAttention`), a
-    /// prefill chunk through MLX's attention over its host KV. Returns each group's
-    /// `[W, H·hd]` output, zero rows where padded.
+    /// the rows' host KV, and each query position, decoding or prefilling, attends over its
+    /// row's KV on the host (`host::QueryAttention`). Returns each group's `[W, H·hd]`
+    /// output, zero rows where padded.
     fn attend_on_host(
         &self,
         qkv: &[Vec<f32>],
@@ -474,7 +475,7 @@ impl Attention {
             self.kv_heads as usize,
             self.head_dim as usize,
         );
-        let decode = host::DecodeAttention {
+        let attention = host::QueryAttention {
             heads,
             kv_heads,
             head_dim: hd,
@@ -509,12 +510,9 @@ impl Attention {
             }),
             _ => None,
         };
-        let mut outs: Vec<Vec<f32>> = plan
-            .widths
-            .iter()
-            .map(|&w| vec![0.0; w as usize * qw])
-            .collect();
-        let mut prefills = Vec::new();
+        // First the rows' queries, and their keys and values into their caches; then every
+        // query position of every row attends on its own, in parallel.
+        let mut queries = Vec::with_capacity(plan.slots.len());
         for (i, slot) in plan.slots.iter().enumerate() {
             let (at, len) = (slot.offset as usize, slot.len as usize);
             let rows = &qkv[slot.group][at * (qw + 2 * kw)..(at + len) * (qw + 2 * kw)];
@@ -530,35 +528,39 @@ impl Attention {
                 rotary.apply(&mut q, heads, hd, first);
                 rotary.apply(&mut k, kv_heads, hd, first);
             }
-            let kv = caches[i].append_host(&k, &v, kv_heads, hd)?;
-            let total = first + len;
-            if len == 1 {
-                let start = self
-                    .positions
-                    .window
-                    .map_or(0, |w| total.saturating_sub(w as usize));
-                let out = decode.attend(&q, kv, start, total);
-                outs[slot.group][at * qw..(at + 1) * qw].copy_from_slice(&out);
-                continue;
-            }
-            let heads_first = |x: &[f32], n: usize, positions: usize| -> Result<Array> {
-                let shape = [1, positions as i32, n as i32, hd as i32];
-                Ok(Array::from_slice(x, &shape).transpose_axes(&[0, 2, 1, 3])?)
-            };
-            let held = total * kw;
-            let out = self.attend_held(
-                heads_first(&q, heads, len)?,
-                heads_first(&kv.keys[..held], kv_heads, total)?,
-                heads_first(&kv.values[..held], kv_heads, total)?,
-                total as i32,
-            )?;
-            prefills.push((slot, out.transpose_axes(&[0, 2, 1, 3])?.contiguous()?));
+            caches[i].append_host(&k, &v, kv_heads, hd)?;
+            queries.push((q, first));
         }
-        mlx_rs::transforms::eval(prefills.iter().map(|(_, out)| out))?;
-        for (slot, out) in prefills {
-            let at = slot.offset as usize * qw;
-            outs[slot.group][at..at + slot.len as usize * qw]
-                .copy_from_slice(out.try_as_slice::<f32>()?);
+        let held: Vec<&HostKv> = caches
+            .iter()
+            .map(|c| c.host().expect("appended above"))
+            .collect();
+        let jobs: Vec<(usize, usize)> = plan
+            .slots
+            .iter()
+            .enumerate()
+            .flat_map(|(i, slot)| (0..slot.len as usize).map(move |n| (i, n)))
+            .collect();
+        let window = self.positions.window.map(|w| w as usize);
+        let attended: Vec<Vec<f32>> = jobs
+            .par_iter()
+            .map(|&(i, n)| {
+                let (q, first) = &queries[i];
+                // The query at position `p` sees keys `(p - window, p]`.
+                let end = first + n + 1;
+                let start = window.map_or(0, |w| end.saturating_sub(w));
+                attention.attend(&q[n * qw..(n + 1) * qw], held[i], start, end)
+            })
+            .collect();
+        let mut outs: Vec<Vec<f32>> = plan
+            .widths
+            .iter()
+            .map(|&w| vec![0.0; w as usize * qw])
+            .collect();
+        for (&(i, n), out) in jobs.iter().zip(attended) {
+            let slot = &plan.slots[i];
+            let at = (slot.offset as usize + n) * qw;
+            outs[slot.group][at..at + qw].copy_from_slice(&out);
         }
         Ok(outs)
     }
@@ -567,14 +569,9 @@ impl Attention {
     /// sliding-window layer only the keys some query of the row sees take part, masked
     /// per query where the window moves within the chunk.
     fn own_cache(&self, (q, k, v): (Array, Array, Array), cache: &mut KvCache) -> Result<Array> {
-        let (k, v) = cache.append(k, v)?;
-        self.attend_held(q, k, v, cache.len())
-    }
-
-    /// `q` (`[1, H, len, hd]`, the row's last `len` positions) against the row's `total`
-    /// held keys and values (`[1, kv_heads, total, hd]`): see [`own_cache`](Self::own_cache).
-    fn attend_held(&self, q: Array, k: Array, v: Array, total: i32) -> Result<Array> {
         let len = q.shape()[2];
+        let (k, v) = cache.append(k, v)?;
+        let total = cache.len();
         let start = self
             .positions
             .window
@@ -1026,8 +1023,9 @@ fn residual(x: &Array, r: Array, norm: &Option<RmsNorm>) -> Result<Array> {
 }
 
 /// `Packed` only when every matmul of the model runs on the CPU kernels, whose rows are
-/// independent at any row count; a model with some dequantized layers is `Quantized`.
-fn weight_kind(layers: &[Block], lm_head: &Linear) -> WeightKind {
+/// independent at any row count, and it computes in float32 (the host path); a model with
+/// some dequantized layers is `Quantized`.
+fn weight_kind(layers: &[Block], lm_head: &Linear, dtype: Dtype) -> WeightKind {
     let packed = |l: &Linear| matches!(l.weight, Matrix::Packed(_));
     let all_packed = packed(lm_head)
         && layers.iter().all(|b| {
@@ -1039,7 +1037,7 @@ fn weight_kind(layers: &[Block], lm_head: &Linear) -> WeightKind {
             a.qkv.is_packed() && packed(&a.o_proj) && m.gate_up.is_packed() && packed(&m.down_proj)
         });
     match layers.first().map(|b| &b.self_attn.o_proj.weight) {
-        Some(Matrix::Packed(_)) if all_packed => WeightKind::Packed,
+        Some(Matrix::Packed(_)) if all_packed && dtype == Dtype::Float32 => WeightKind::Packed,
         Some(Matrix::Quantized(_) | Matrix::Packed(_)) => WeightKind::Quantized,
         _ => WeightKind::Dense,
     }
@@ -1139,7 +1137,7 @@ impl Transformer {
             tracing::debug!(?leftover, "unused tensors in checkpoint");
         }
         Ok(Transformer {
-            weight_kind: weight_kind(&layers, &lm_head),
+            weight_kind: weight_kind(&layers, &lm_head, dtype),
             config,
             embed_tokens,
             layers,
@@ -1173,10 +1171,7 @@ impl Transformer {
         pool: &mut KvPool,
         logits: Logits,
     ) -> Result<Array> {
-        if self.weight_kind == WeightKind::Packed
-            && self.dtype == Dtype::Float32
-            && plan.attention == AttentionLayout::PerRow
-        {
+        if self.weight_kind == WeightKind::Packed && plan.attention == AttentionLayout::PerRow {
             runtime::set_blas_threads(1);
             return self.forward_on_host(tokens, plan, caches, logits);
         }

@@ -100,8 +100,9 @@ impl Rotary<'_> {
 
 /// One query position's attention (`q`: `heads` heads of `head_dim`, rotated) over the
 /// keys and values of positions `start..len` of `kv` (each head reads its group's KV
-/// head): `softmax(scale · q·k [soft-capped]) · v`, per head, in position order.
-pub(super) struct DecodeAttention {
+/// head): `softmax(scale · q·k [soft-capped]) · v`, per head, in position order. A prefill
+/// chunk's queries and a decoding row's run the same computation.
+pub(super) struct QueryAttention {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
@@ -109,7 +110,7 @@ pub(super) struct DecodeAttention {
     pub softcap: Option<f32>,
 }
 
-impl DecodeAttention {
+impl QueryAttention {
     pub(super) fn attend(&self, q: &[f32], kv: &HostKv, start: usize, len: usize) -> Vec<f32> {
         let (hd, repeats) = (self.head_dim, self.heads / self.kv_heads);
         let mut out = vec![0.0f32; self.heads * hd];
@@ -212,6 +213,47 @@ mod tests {
         assert!((out[1] - 2.0 / (1.0 + (-2.0f32).exp()) * 3.0).abs() < 1e-6);
         let gelu = gated(Activation::GeluTanh, &[1.0, 1.0], 1)[0];
         assert!((gelu - 0.841_192).abs() < 1e-5);
+    }
+
+    #[test]
+    fn a_query_attends_over_its_window_as_softmax_says() {
+        // Two query heads sharing one KV head of 2 features, 3 positions held.
+        let kv = HostKv {
+            keys: vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0],
+            values: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+            kv_heads: 1,
+            head_dim: 2,
+            width: 2,
+        };
+        let attention = QueryAttention {
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 2,
+            scale: 0.5,
+            softcap: None,
+        };
+        let q = [2.0, 0.0, 0.0, 4.0];
+        let expect = |q: [f64; 2], from: usize| -> Vec<f64> {
+            let scores: Vec<f64> = (from..3)
+                .map(|t| 0.5 * (q[0] * kv.keys[2 * t] as f64 + q[1] * kv.keys[2 * t + 1] as f64))
+                .collect();
+            let total: f64 = scores.iter().map(|s| s.exp()).sum();
+            (0..2)
+                .map(|f| {
+                    (from..3)
+                        .zip(&scores)
+                        .map(|(t, s)| s.exp() / total * kv.values[2 * t + f] as f64)
+                        .sum()
+                })
+                .collect()
+        };
+        for from in [0, 1] {
+            let out = attention.attend(&q, &kv, from, 3);
+            let wanted: Vec<f64> = [expect([2.0, 0.0], from), expect([0.0, 4.0], from)].concat();
+            for (got, want) in out.iter().zip(&wanted) {
+                assert!((*got as f64 - want).abs() < 1e-6, "{out:?} vs {wanted:?}");
+            }
+        }
     }
 
     #[test]
