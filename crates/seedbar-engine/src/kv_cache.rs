@@ -41,8 +41,13 @@ pub struct HostKv {
     pub values: Vec<f32>,
     pub kv_heads: usize,
     pub head_dim: usize,
+}
+
+impl HostKv {
     /// Floats per position: `kv_heads · head_dim`.
-    pub width: usize,
+    pub fn width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
 }
 
 impl KvCache {
@@ -92,15 +97,15 @@ impl KvCache {
     }
 
     /// Append positions to the host store (`keys` and `values`: `kv_heads · head_dim`
-    /// floats per position); returns everything held so far. Positions a
-    /// [`truncate`](Self::truncate) dropped are overwritten.
+    /// floats per position). Positions a [`truncate`](Self::truncate) dropped are
+    /// overwritten.
     pub fn append_host(
         &mut self,
         keys: &[f32],
         values: &[f32],
         kv_heads: usize,
         head_dim: usize,
-    ) -> Result<&HostKv> {
+    ) -> Result<()> {
         self.mlx_to_host(kv_heads, head_dim)?;
         let width = kv_heads * head_dim;
         let held = self.len as usize * width;
@@ -108,7 +113,6 @@ impl KvCache {
             Arc::new(HostKv {
                 kv_heads,
                 head_dim,
-                width,
                 ..HostKv::default()
             })
         }));
@@ -117,7 +121,7 @@ impl KvCache {
         store.keys.extend_from_slice(keys);
         store.values.extend_from_slice(values);
         self.len += (keys.len() / width) as i32;
-        Ok(store)
+        Ok(())
     }
 
     /// The host store, where the packed CPU path keeps this cache.
@@ -132,7 +136,7 @@ impl KvCache {
             return Ok(());
         };
         if self.len > 0 {
-            let (len, held) = (self.len, self.len as usize * host.width);
+            let (len, held) = (self.len, self.len as usize * host.width());
             let heads = [1, len, host.kv_heads as i32, host.head_dim as i32];
             let buffer = |x: &[f32]| -> Result<Array> {
                 Ok(Array::from_slice(&x[..held], &heads)
@@ -166,7 +170,6 @@ impl KvCache {
             values: rows(values)?,
             kv_heads,
             head_dim,
-            width: kv_heads * head_dim,
         }));
         self.keys = None;
         self.values = None;

@@ -69,9 +69,11 @@ pub fn blas_kernels() -> Option<String> {
     None
 }
 
-/// The processors this process may run on (cgroup quotas included).
+/// The processors this process may run on (cgroup quotas included), read once: on Linux
+/// the answer comes from cgroup files, and the engine asks every step.
 pub fn cpu_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Let the CPU backend's BLAS (OpenBLAS on Linux) use `threads` threads for the calls that

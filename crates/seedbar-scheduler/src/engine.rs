@@ -151,7 +151,7 @@ impl Scheduler {
             rows: Vec::new(),
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
             pool: KvPool::default(),
-            draw_threads: thread::available_parallelism().map_or(1, |n| n.get()),
+            draw_threads: runtime::cpu_cores(),
         };
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())

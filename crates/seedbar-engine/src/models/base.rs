@@ -110,7 +110,7 @@ impl Rope {
         )?)
     }
 
-    /// The host form of this RoPE (`inv_freqs` and `input_scale` hold its host floats).
+    /// Each rotated pair's inverse frequency, as host floats (`host::Rotary`'s).
     fn host_inv_freqs(&self) -> Result<Vec<f32>> {
         let half = (self.dims / 2) as usize;
         if let Some(f) = &self.freqs {
@@ -164,9 +164,14 @@ impl RmsNorm {
         Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
     }
 
-    /// The weight as host floats (a float32 model's, already evaluated at load).
-    fn host_weight(&self) -> Result<&[f32]> {
-        Ok(self.weight.try_as_slice::<f32>()?)
+    /// [`forward`](Self::forward) of host rows (a float32 model's weight, evaluated at
+    /// load).
+    fn forward_host(&self, x: &[f32]) -> Result<Vec<f32>> {
+        Ok(host::rms_norm(
+            x,
+            self.weight.try_as_slice::<f32>()?,
+            self.eps,
+        ))
     }
 }
 
@@ -518,10 +523,10 @@ impl Attention {
             let rows = &qkv[slot.group][at * (qw + 2 * kw)..(at + len) * (qw + 2 * kw)];
             let [mut q, mut k, v] = host::split_columns(rows, len, [qw, kw, kw]);
             if let Some(n) = &self.q_norm {
-                q = host::rms_norm(&q, n.host_weight()?, n.eps);
+                q = n.forward_host(&q)?;
             }
             if let Some(n) = &self.k_norm {
-                k = host::rms_norm(&k, n.host_weight()?, n.eps);
+                k = n.forward_host(&k)?;
             }
             let first = caches[i].len() as usize;
             if let Some(rotary) = &rotary {
@@ -751,7 +756,6 @@ impl Attention {
     }
 }
 
-/// What a step's pooled decode attention carries from layer to layer.
 /// Each matmul group's projected queries, keys and values (`[1, W, .]`), in group order.
 #[derive(Default)]
 struct QueriesKeysValues {
@@ -772,13 +776,14 @@ impl QueriesKeysValues {
 /// host path's [`residual`] (float32 only, so no float16 clipping).
 fn host_residual(x: &mut [f32], r: Vec<f32>, norm: &Option<RmsNorm>) -> Result<()> {
     let r = match norm {
-        Some(n) => host::rms_norm(&r, n.host_weight()?, n.eps),
+        Some(n) => n.forward_host(&r)?,
         None => r,
     };
     host::add_into(x, &r);
     Ok(())
 }
 
+/// What a step's pooled decode attention carries from layer to layer.
 struct DecodeKv<'a> {
     pool: &'a mut KvPool,
     /// The calls' masks, built once: every layer holds the same lengths.
@@ -1248,9 +1253,9 @@ impl Transformer {
     /// [`forward`](Self::forward) for a model whose every matmul runs on the CPU kernels
     /// (with per-row attention): the residual stream stays in host memory, where the kernels
     /// read and write it, and each layer's row-wise math, RoPE and a decoding row's attention
-    /// over its host KV run there too (`host.rs`). MLX runs only prefill chunks' attention,
-    /// one evaluation per layer for all of them; the MLX path hands over to MLX's stream
-    /// thread once per matmul input and runs many small ops per row.
+    /// over its host KV run there too (`host.rs`), for prefill chunks and decoding rows
+    /// alike. No MLX op runs; the MLX path hands over to MLX's stream thread once per
+    /// matmul input and runs many small ops per row.
     fn forward_on_host(
         &self,
         tokens: &[u32],
@@ -1275,8 +1280,9 @@ impl Transformer {
                 .iter()
                 .zip(&plan.widths)
                 .map(|(x, &w)| {
-                    let normed = host::rms_norm(x, block.attn_in.host_weight()?, block.attn_in.eps);
-                    attention.qkv.forward_host(&normed, w as usize)
+                    attention
+                        .qkv
+                        .forward_host(&block.attn_in.forward_host(x)?, w as usize)
                 })
                 .collect::<Result<Vec<_>>>()?;
             let attended = attention.attend_on_host(&qkv, plan, &mut layer_caches)?;
@@ -1284,7 +1290,7 @@ impl Transformer {
                 let rows = w as usize;
                 let o = attention.o_proj.forward_host(out, rows)?;
                 host_residual(x, o, &block.attn_out)?;
-                let normed = host::rms_norm(x, block.mlp_in.host_weight()?, block.mlp_in.eps);
+                let normed = block.mlp_in.forward_host(x)?;
                 host_residual(x, mlp.forward_host(&normed, rows)?, &block.mlp_out)?;
             }
         }
@@ -1299,7 +1305,7 @@ impl Transformer {
             picked.extend(host::gather_rows(&h[slot.group], d, rows));
         }
         let n = picked.len() / d;
-        let normed = host::rms_norm(&picked, self.norm.host_weight()?, self.norm.eps);
+        let normed = self.norm.forward_host(&picked)?;
         let mut out = self.lm_head.forward_host(&normed, n)?;
         if let Some(cap) = self.logit_softcap {
             host::softcap(&mut out, cap);

@@ -119,7 +119,7 @@ impl QueryAttention {
             let at = (h / repeats) * hd;
             let q = &q[h * hd..(h + 1) * hd];
             for (score, t) in scores.iter_mut().zip(start..len) {
-                let s = dot(q, &kv.keys[t * kv.width + at..][..hd]) * self.scale;
+                let s = dot(q, &kv.keys[t * kv.width() + at..][..hd]) * self.scale;
                 *score = match self.softcap {
                     Some(cap) => cap * (s / cap).tanh(),
                     None => s,
@@ -134,7 +134,7 @@ impl QueryAttention {
             let o = &mut out[h * hd..(h + 1) * hd];
             for (&p, t) in scores.iter().zip(start..len) {
                 let weight = p / total;
-                for (o, v) in o.iter_mut().zip(&kv.values[t * kv.width + at..][..hd]) {
+                for (o, v) in o.iter_mut().zip(&kv.values[t * kv.width() + at..][..hd]) {
                     *o += weight * v;
                 }
             }
@@ -223,7 +223,6 @@ mod tests {
             values: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
             kv_heads: 1,
             head_dim: 2,
-            width: 2,
         };
         let attention = QueryAttention {
             heads: 2,
