@@ -129,6 +129,8 @@ fn seeded(model: &Model, prompt: &str, seed: u64, tokens: usize) -> Result<Reque
 struct Outcome {
     tokens: Vec<u32>,
     first_token: Duration,
+    /// Prompt tokens whose KV came from the prefix cache.
+    cached_tokens: usize,
 }
 
 /// Drain `stream`, noting when its first token came.
@@ -136,6 +138,7 @@ fn drain(mut stream: RequestStream, submitted: Instant) -> Outcome {
     let mut out = Outcome {
         tokens: Vec::new(),
         first_token: Duration::ZERO,
+        cached_tokens: 0,
     };
     while let Some(event) = stream.blocking_next() {
         match event {
@@ -145,7 +148,11 @@ fn drain(mut stream: RequestStream, submitted: Instant) -> Outcome {
                 }
                 out.tokens.push(id);
             }
-            Event::Finished { .. } | Event::Failed(_) => break,
+            Event::Finished { usage, .. } => {
+                out.cached_tokens = usage.cached_tokens;
+                break;
+            }
+            Event::Failed(_) => break,
         }
     }
     out
@@ -299,12 +306,13 @@ fn determinism(models: [Model; 2], mixes: usize, tokens: usize) -> Result<()> {
 
 /// Each mix: the target alone and batched with its siblings, in the mix's order. Returns
 /// how many targets matched their alone reply, and the aggregate tokens/s of the batched
-/// runs.
+/// runs. A mix whose reply differs is described on stderr (where the replies part, and
+/// what each run took from the prefix cache), so a failure can be chased.
 fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
     let (mut identical, mut total_tokens, mut batched_time) = (0, 0usize, Duration::ZERO);
-    for mix in plans {
-        let alone = || -> Result<Vec<u32>> {
-            Ok(drain(scheduler.submit(mix.target.clone())?, Instant::now()).tokens)
+    for (index, mix) in plans.iter().enumerate() {
+        let alone = || -> Result<Outcome> {
+            Ok(drain(scheduler.submit(mix.target.clone())?, Instant::now()))
         };
         let first = if mix.alone_first {
             Some(alone()?)
@@ -345,10 +353,27 @@ fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
         batched_time += started.elapsed();
         total_tokens += batched.tokens.len() + others.iter().map(|o| o.tokens.len()).sum::<usize>();
         let alone = match first {
-            Some(tokens) => tokens,
+            Some(outcome) => outcome,
             None => alone()?,
         };
-        identical += usize::from(batched.tokens == alone);
+        if batched.tokens == alone.tokens {
+            identical += 1;
+        } else {
+            let parted = batched
+                .tokens
+                .iter()
+                .zip(&alone.tokens)
+                .position(|(a, b)| a != b)
+                .unwrap_or(batched.tokens.len().min(alone.tokens.len()));
+            eprintln!(
+                "{}",
+                json!({"differs": index, "prompt_tokens": mix.target.prompt.len(),
+                       "first_different_token": parted,
+                       "alone_cached": alone.cached_tokens, "batched_cached": batched.cached_tokens,
+                       "alone_first": mix.alone_first, "siblings": mix.siblings.len(),
+                       "late": mix.late.len(), "join_after": mix.join_after})
+            );
+        }
     }
     Ok((identical, total_tokens as f64 / batched_time.as_secs_f64()))
 }

@@ -186,10 +186,18 @@ impl KvCache {
     }
 
     /// Keep only the first `len` positions (prefix reuse); a pooled row must have been
-    /// released first.
+    /// released first. The MLX buffers keep the capacity a cache grown to `len` has, so a
+    /// prefix hit attends over buffers shaped like a miss's (a kernel may choose by the
+    /// buffer's layout), not like the longer sequence's it came from.
     pub fn truncate(&mut self, len: i32) {
         debug_assert!(self.pooled.is_none(), "release the pool slot first");
         self.len = self.len.min(len.max(0));
+        let capacity = (self.len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+        for buffer in [&mut self.keys, &mut self.values] {
+            if let Some(b) = buffer.as_ref().filter(|b| b.shape()[2] > capacity) {
+                *buffer = (capacity > 0).then(|| b.index((.., .., ..capacity, ..)));
+            }
+        }
     }
 }
 

@@ -44,10 +44,14 @@ pub struct Layout {
     /// numbers follow the step's row count.
     pub decode_width: Option<usize>,
     pub attention: AttentionLayout,
-    /// Whether the KV a decode step wrote equals what a prefill of the same tokens writes,
-    /// so the prefix cache may reuse it; otherwise reuse stops where the prompt ended. Only
-    /// the packed CPU path claims it: elsewhere decode groups are not prefill chunks.
-    pub decode_kv_is_prefill_kv: bool,
+    /// Whether a position's KV (and so all that follows from it) is the same however the
+    /// row's tokens were split into steps: prefill chunks of any length at any offset, or
+    /// one decoded token at a time. Then prefill chunks need no alignment, and the prefix
+    /// cache reuses KV up to any position, decoded positions included. Otherwise chunks
+    /// end at absolute multiples of `PREFILL_CHUNK`, and reuse stops at such a boundary
+    /// within the prompt, so a hit prefills the rest in the chunks a miss would. Only the
+    /// packed CPU path claims it: elsewhere decode groups are not prefill chunks.
+    pub kv_independent_of_steps: bool,
 }
 
 /// The weights' format, as far as the layout cares.
@@ -65,7 +69,7 @@ impl Layout {
     pub const REFERENCE: Layout = Layout {
         decode_width: None,
         attention: AttentionLayout::Padded,
-        decode_kv_is_prefill_kv: false,
+        kv_independent_of_steps: false,
     };
 
     /// The invariant layout for this process's MLX backend and the model's weights.
@@ -85,27 +89,28 @@ impl Layout {
         let gpu = |decode_width| Layout {
             decode_width: Some(decode_width),
             attention: AttentionLayout::Capacity,
-            decode_kv_is_prefill_kv: false,
+            kv_independent_of_steps: false,
         };
         match (backend, weights) {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
             // every other op of a step (norms, RoPE, per-row attention) is per row: a step's
             // tokens share one matmul and a lone row pays for no padding.
-            // And the host path (`models/host.rs`) computes a position the same way whether
-            // it is prefilled or decoded (row-wise math, one attention function per query),
-            // so decoded KV is prefill KV bit for bit and the prefix cache may reuse it
-            // (`prefix_cache_hit_equals_miss` crosses decoded positions here).
+            // And the host path (`models/host.rs`) computes a position the same way in any
+            // chunk, prefilled or decoded (row-wise math, one attention function per query),
+            // so KV does not depend on how steps split a row, and the prefix cache may reuse
+            // it at any position (`prefix_cache_hit_equals_miss` crosses decoded positions
+            // here, `a_prefix_hit_reuses_every_common_position` ends mid-chunk).
             (Backend::Cpu, WeightKind::Packed) => Layout {
                 decode_width: None,
                 attention: AttentionLayout::PerRow,
-                decode_kv_is_prefill_kv: true,
+                kv_independent_of_steps: true,
             },
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.
             (Backend::Cpu, _) => Layout {
                 decode_width: Some(CPU_DECODE_WIDTH),
                 attention: AttentionLayout::PerRow,
-                decode_kv_is_prefill_kv: false,
+                kv_independent_of_steps: false,
             },
             // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M: fix M. Still
             // bandwidth-bound at 32 rows on an H200 for 1B-class models.

@@ -61,7 +61,7 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
     let plain = Layout {
         decode_width: None,
         attention: AttentionLayout::PerRow,
-        decode_kv_is_prefill_kv: true,
+        kv_independent_of_steps: true,
     };
     let reference = decode(&model, &plain, &rows[..1]).remove(0);
     let here = model.layout();
@@ -155,7 +155,7 @@ fn pooled_decode_keeps_computing_the_model_across_a_kv_block() {
     let plain = Layout {
         decode_width: None,
         attention: AttentionLayout::PerRow,
-        decode_kv_is_prefill_kv: true,
+        kv_independent_of_steps: true,
     };
     let reference = decode_steps(&model, &plain, prompt, forced);
     let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Dense);

@@ -149,7 +149,7 @@ impl Scheduler {
             commands: receiver,
             queue: VecDeque::new(),
             rows: Vec::new(),
-            prefix_cache: PrefixCache::new(config.prefix_cache_bytes),
+            prefix_cache: PrefixCache::new(config.prefix_cache_bytes, &layout),
             pool: KvPool::default(),
             draw_threads: runtime::cpu_cores(),
         };
@@ -312,8 +312,9 @@ impl Row {
         self.fed.len() < self.request.prompt.len()
     }
 
-    /// The tokens this row runs next step: a prefill chunk ending at the next multiple of
-    /// `PREFILL_CHUNK` (or `budget` tokens when not aligning), or its last sampled token.
+    /// The tokens this row runs next step: its last sampled token, or a prefill chunk: up
+    /// to the next multiple of `PREFILL_CHUNK` when chunks are `aligned`, else up to
+    /// `budget` tokens.
     fn next_input(&self, aligned: bool, budget: usize) -> Vec<u32> {
         if self.prefilling() {
             let start = self.fed.len();
@@ -531,18 +532,21 @@ impl Worker {
     fn step(&mut self) -> seedbar_engine::Result<()> {
         let times = &self.stats.times;
         let started = Instant::now();
-        // Which rows run: every decode row, and prefill rows while the chunk budget lasts.
+        // Which rows run: every decode row, and prefill rows while the chunk budget lasts
+        // (a whole aligned chunk, or what is left of the budget where KV does not depend
+        // on how steps split a row).
+        let aligned = self.config.batch_invariant && !self.layout.kv_independent_of_steps;
+        let budget = self.config.prefill_tokens_per_step;
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
         for (i, row) in self.rows.iter().enumerate() {
-            let input = row.next_input(
-                self.config.batch_invariant,
-                self.config.prefill_tokens_per_step,
-            );
+            let left = budget.saturating_sub(prefill_tokens);
+            if row.prefilling() && !aligned && left == 0 {
+                continue;
+            }
+            let input = row.next_input(aligned, left);
             if row.prefilling() {
-                if prefill_tokens > 0
-                    && prefill_tokens + input.len() > self.config.prefill_tokens_per_step
-                {
+                if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
                     continue;
                 }
                 prefill_tokens += input.len();
@@ -659,7 +663,7 @@ impl Worker {
             // what a pool slot held. Where a decode step's KV differs from a prefill's, only
             // the prompt's is reused.
             self.pool.release(&mut row.caches);
-            if !self.layout.decode_kv_is_prefill_kv {
+            if !self.layout.kv_independent_of_steps {
                 let prompt = row.request.prompt.len().min(row.fed.len());
                 row.fed.truncate(prompt);
                 for cache in &mut row.caches {

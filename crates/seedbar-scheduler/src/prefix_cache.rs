@@ -1,8 +1,11 @@
 //! KV of recent sequences, reused when a new request starts with the same tokens (the next
-//! turn of a conversation). Reuse stops at a prefill-chunk boundary, so the positions after
-//! it are prefilled in exactly the chunks a cold start would use: a hit equals a miss.
+//! turn of a conversation, the same prompt again). Reuse stops at a multiple of the
+//! layout's granularity: `PREFILL_CHUNK` where KV depends on how a row was split into
+//! steps, so the positions after it are prefilled in exactly the chunks a cold start would
+//! use; any position where it does not (`Layout::kv_independent_of_steps`). Either way a
+//! hit equals a miss.
 
-use seedbar_engine::{generate::PREFILL_CHUNK, kv_cache::KvCache};
+use seedbar_engine::{generate::PREFILL_CHUNK, kv_cache::KvCache, step_plan::Layout};
 
 struct Entry {
     tokens: Vec<u32>,
@@ -19,14 +22,22 @@ pub struct PrefixCache {
     entries: Vec<Entry>,
     /// Bytes of KV the cache may hold, over all entries.
     budget_bytes: usize,
+    /// Reuse ends at a multiple of this many tokens.
+    granularity: usize,
     clock: u64,
 }
 
 impl PrefixCache {
-    pub fn new(budget_bytes: usize) -> Self {
+    /// A cache of `budget_bytes` for a layout; see the module doc for the granularity.
+    pub fn new(budget_bytes: usize, layout: &Layout) -> Self {
         PrefixCache {
             entries: Vec::new(),
             budget_bytes,
+            granularity: if layout.kv_independent_of_steps {
+                1
+            } else {
+                PREFILL_CHUNK
+            },
             clock: 0,
         }
     }
@@ -51,7 +62,7 @@ impl PrefixCache {
                 )
             })
             .max_by_key(|(_, n)| *n)?;
-        let usable = common.min(limit) / PREFILL_CHUNK * PREFILL_CHUNK;
+        let usable = common.min(limit) / self.granularity * self.granularity;
         if usable == 0 {
             return None;
         }
@@ -66,7 +77,7 @@ impl PrefixCache {
 
     /// Keep `caches` (holding `tokens`) for later requests, evicting the least recently used.
     pub fn insert(&mut self, tokens: Vec<u32>, caches: Vec<KvCache>) {
-        if tokens.len() < PREFILL_CHUNK || cost(&caches) > self.budget_bytes {
+        if tokens.len() < self.granularity || cost(&caches) > self.budget_bytes {
             return;
         }
         self.clock += 1;

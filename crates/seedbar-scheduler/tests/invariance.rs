@@ -196,7 +196,7 @@ fn prefix_cache_hit_equals_miss() {
     turn1.seed = Some(7);
     turn1.sampling.temperature = 0.8;
     turn1.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
-    let reuses_decoded_kv = model.layout().decode_kv_is_prefill_kv;
+    let reuses_decoded_kv = model.layout().kv_independent_of_steps;
     let warm = Scheduler::start(model, SchedulerConfig::default());
     let answer = alone(&warm, turn1.clone());
 
@@ -222,7 +222,13 @@ fn prefix_cache_hit_equals_miss() {
         "cached {}",
         hit.cached
     );
-    if !reuses_decoded_kv {
+    if reuses_decoded_kv {
+        assert!(
+            hit.cached > first_turn.len(),
+            "did not reuse the reply's KV: cached {}",
+            hit.cached
+        );
+    } else {
         assert!(
             hit.cached <= first_turn.len(),
             "reused decoded KV: cached {}",
@@ -230,6 +236,43 @@ fn prefix_cache_hit_equals_miss() {
         );
     }
     assert_eq!(hit.tokens, miss.tokens);
+}
+
+/// Where KV does not depend on how steps split a row (the packed CPU path), a prompt seen
+/// before is reused up to its last token, however short, and a longer one up to where they
+/// part, mid-chunk: the replies equal a cold scheduler's. Elsewhere neither is reused.
+#[test]
+fn a_prefix_hit_reuses_every_common_position() {
+    let model = model();
+    let any_position = model.layout().kv_independent_of_steps;
+    let question = request(&model, PROMPTS[1], 11, 24);
+    let longer = request(&model, &format!("{} {}", PROMPTS[1], PROMPTS[2]), 12, 24);
+    assert!(question.prompt.len() < seedbar_engine::generate::PREFILL_CHUNK);
+    let common = question
+        .prompt
+        .iter()
+        .zip(&longer.prompt)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let cold = |r: &Request| {
+        alone(
+            &Scheduler::start(self::model(), SchedulerConfig::default()),
+            r.clone(),
+        )
+    };
+    let warm = Scheduler::start(model, SchedulerConfig::default());
+    let first = alone(&warm, question.clone());
+    assert_eq!(first.cached, 0);
+    let again = alone(&warm, question.clone());
+    let extended = alone(&warm, longer.clone());
+    if any_position {
+        assert_eq!(again.cached, question.prompt.len() - 1);
+        assert_eq!(extended.cached, common);
+    } else {
+        assert_eq!((again.cached, extended.cached), (0, 0));
+    }
+    assert_eq!(again.tokens, first.tokens);
+    assert_eq!(extended.tokens, cold(&longer).tokens);
 }
 
 #[test]
