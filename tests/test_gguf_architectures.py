@@ -1,5 +1,5 @@
-"""GGUF beyond llama: a random-weight GGUF of each architecture (written with the `gguf`
-package as llama.cpp's converter lays it out) gives the logits and greedy tokens of the same
+"""GGUF beyond llama: a random-weight GGUF of each architecture, mixtures of experts
+included (written with the `gguf` package as llama.cpp's converter lays it out), gives the logits and greedy tokens of the same
 weights as safetensors; quantized tensors (Q4_0 to Q8_0 and the K-quants Q2_K to Q6_K) decode
 exactly as the `gguf` package's reference dequantizer reads them, and K-quant GGUFs give the
 logits of their weights dequantized; unreadable types and truncated files are refused by name;
@@ -35,6 +35,10 @@ def logits_and_tokens(seedbar, model, tmp_path):
         ("gemma2_gguf", "gemma"),
         ("gemma3_gguf", "gemma"),
         ("phi3_longrope", "llama"),
+        # Mixtures of experts: stacked `ffn_*_exps` and `ffn_gate_inp`, with
+        # `expert_count` and `expert_used_count` (Mixtral's GGUFs are llama with experts).
+        ("qwen3_moe_gguf", "gpt2"),
+        ("mixtral", "llama"),
     ],
 )
 def test_gguf_matches_the_same_weights_as_safetensors(seedbar, tmp_path, arch, tokenizer):

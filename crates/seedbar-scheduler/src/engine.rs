@@ -657,13 +657,18 @@ impl Worker {
         for mut row in done {
             // Finished, stopped or cancelled alike: `caches` hold exactly `fed`, but for
             // what a pool slot held. Where a decode step's KV differs from a prefill's, only
-            // the prompt's is reused.
+            // the prompt's is reused, and not at all where a sliding window dropped some of
+            // the prompt's keys while decoding.
             self.pool.release(&mut row.caches);
             if !self.layout.decode_kv_is_prefill_kv {
                 let prompt = row.request.prompt.len().min(row.fed.len());
                 row.fed.truncate(prompt);
-                for cache in &mut row.caches {
-                    cache.truncate(prompt as i32);
+                let cut = row
+                    .caches
+                    .iter_mut()
+                    .try_for_each(|c| c.truncate(prompt as i32));
+                if cut.is_err() {
+                    continue;
                 }
             }
             self.prefix_cache.insert(row.fed, row.caches);
