@@ -665,11 +665,11 @@ mod tests {
         for len in 250..600 {
             pool.place(&mut row).unwrap();
             let capacity = row[0].pooled().unwrap().capacity;
-            for layer in 0..2 {
+            for (layer, cache) in row.iter_mut().enumerate() {
                 let new = Array::from_slice(&[len as f32], &[1, 1, 1, 1]);
-                let mut cache = [&mut row[layer]];
-                pool.write(layer, capacity, &mut cache, &new, &new).unwrap();
-                let slot = row[layer].pooled().unwrap().slot;
+                pool.write(layer, capacity, &mut [&mut *cache], &new, &new)
+                    .unwrap();
+                let slot = cache.pooled().unwrap().slot;
                 let (keys, _) = pool.call(layer, capacity, 0);
                 let keys = keys.index(slot).contiguous().unwrap();
                 keys.eval().unwrap();
