@@ -828,7 +828,8 @@ fn join_rows(parts: &[&Array]) -> Result<Array> {
     })
 }
 
-/// The masks of a step's batched decode-attention calls, by capacity, window and lengths.
+/// The masks of a step's batched decode-attention calls, by the calls' key capacity (a
+/// windowed layer's ring or the class's), window and lengths.
 #[derive(Default)]
 struct Masks(HashMap<(i32, Option<i32>, Vec<i32>), Array>);
 
