@@ -69,6 +69,10 @@ pub struct KvCache {
     /// The packed CPU path's keys and values (then `keys` and `values` stay empty); shared
     /// by clones (the prefix cache's) until one of them writes.
     host: Option<Arc<HostKv>>,
+    /// A length [`truncate`](Self::truncate) must stay able to cut back to (the prompt's,
+    /// where decoded KV is not reused), and the copy of this cache kept for it once
+    /// letting old positions go would have made that cut inexact.
+    cut_back: Option<(i32, Option<Box<KvCache>>)>,
 }
 
 /// One layer's keys and values in host memory, position-major: the `t`-th held position's
@@ -123,12 +127,17 @@ impl KvCache {
         let host = self.host.as_ref().map_or(0, |h| {
             (h.keys.capacity() + h.values.capacity()) * std::mem::size_of::<f32>()
         });
+        let kept_for_cut = match &self.cut_back {
+            Some((_, Some(copy))) => copy.bytes(),
+            _ => 0,
+        };
         [&self.keys, &self.values]
             .into_iter()
             .flatten()
             .map(Array::nbytes)
             .sum::<usize>()
             + host
+            + kept_for_cut
     }
 
     pub fn is_empty(&self) -> bool {
@@ -196,6 +205,21 @@ impl KvCache {
     fn rebase(&mut self, first: i32) -> Result<()> {
         if first == self.first {
             return Ok(());
+        }
+        // Before dropping what a cache stopped at the held length would still hold, keep a
+        // copy for cuts back to it (sharing the storage the copy below replaces).
+        let breaks_cut = match &self.cut_back {
+            Some((len, None)) => first > kept_from(self.window, *len),
+            _ => false,
+        };
+        if breaks_cut {
+            let copy = KvCache {
+                cut_back: None,
+                ..self.clone()
+            };
+            if let Some((_, kept)) = self.cut_back.as_mut() {
+                *kept = Some(Box::new(copy));
+            }
         }
         let held = self.held().max(0);
         // Keep the held positions from `first` on, behind `front` zero positions.
@@ -321,12 +345,25 @@ impl KvCache {
         }
     }
 
+    /// Keep this cache as reusable at `len` positions as if it had stopped there (a cut
+    /// back to `len`, or as far back as a cache of `len` positions allows), whatever its
+    /// window lets go later: at the cost of one window's copy, kept once needed.
+    pub fn hold_cut_back_to(&mut self, len: i32) {
+        self.cut_back = Some((len, None));
+    }
+
     /// Keep only the first `len` positions (prefix reuse); a pooled row must have been
-    /// released first. Refused below [`reusable_from`](Self::reusable_from): the cache
-    /// has dropped keys a query there would see.
+    /// released first. Refused below [`reusable_from`](Self::reusable_from) (the cache
+    /// has dropped keys a query there would see) unless the copy kept for
+    /// [`hold_cut_back_to`](Self::hold_cut_back_to) can be cut there.
     pub fn truncate(&mut self, len: i32) -> Result<()> {
         debug_assert!(self.pooled.is_none(), "release the pool slot first");
         let len = len.max(0);
+        if let Some((_, Some(copy))) = self.cut_back.take() {
+            if len < self.reusable_from() && len >= copy.reusable_from() {
+                *self = *copy;
+            }
+        }
         if len < self.len && len < self.reusable_from() {
             return Err(EngineError::InvalidRequest(format!(
                 "a sliding-window cache holding positions {}..{} cannot be cut back to {len}: \
@@ -634,8 +671,19 @@ mod tests {
             assert!(refused.truncate(shortest - 1).is_err());
             // At or above: the next step reads what a cache that never dropped would, at the
             // same places (where positions no query reads were dropped, zeros stand in).
-            for cut in [shortest, 600] {
-                let mut cut_back = entry.clone();
+            // And a cache held for cuts back to 552 (a prompt), decoded far past it: it cuts
+            // back to the prefill chunk before (512) as a cache stopped at 552 would.
+            let mut decoded = filled(552, PREFILL_CHUNK as i32, host);
+            decoded.hold_cut_back_to(552);
+            for len in 552..1000 {
+                append(&mut decoded, len, 1, host);
+            }
+            assert!(decoded.reusable_from() > 552);
+            for (mut cut_back, cut) in [
+                (entry.clone(), shortest),
+                (entry.clone(), 600),
+                (decoded, 552),
+            ] {
                 cut_back.truncate(cut).unwrap();
                 let mut fresh = filled(cut, PREFILL_CHUNK as i32, host);
                 append(&mut cut_back, cut, 1, host);

@@ -506,10 +506,17 @@ impl Worker {
                 break;
             };
             self.stats.queued.fetch_sub(1, Ordering::SeqCst);
-            let (cached, caches) = self
+            let (cached, mut caches) = self
                 .prefix_cache
                 .lookup(&p.request.prompt)
                 .unwrap_or_else(|| (0, self.model.transformer.new_caches()));
+            // Where only the prompt's KV is reused, sliding windows must not let go of what
+            // a cut back to the prompt needs (`retire`).
+            if !self.layout.decode_kv_is_prefill_kv {
+                for cache in &mut caches {
+                    cache.hold_cut_back_to(p.request.prompt.len() as i32);
+                }
+            }
             let stop = StopMatcher::new(p.request.stop.clone());
             self.rows.push(Row {
                 id: p.id,
@@ -657,8 +664,7 @@ impl Worker {
         for mut row in done {
             // Finished, stopped or cancelled alike: `caches` hold exactly `fed`, but for
             // what a pool slot held. Where a decode step's KV differs from a prefill's, only
-            // the prompt's is reused, and not at all where a sliding window dropped some of
-            // the prompt's keys while decoding.
+            // the prompt's is reused (sliding windows kept what that needs, `admit`).
             self.pool.release(&mut row.caches);
             if !self.layout.decode_kv_is_prefill_kv {
                 let prompt = row.request.prompt.len().min(row.fed.len());

@@ -617,10 +617,11 @@ fn sliding_window_pooled_decode_agrees_with_per_row_attention() {
 }
 
 /// A second turn whose prompt holds the first turn's prompt (four prefill chunks, long past
-/// the window, so the sliding layers' caches let old positions go) and reply: the prefix
-/// cache's reuse of them gives the reply a cold start gives, on the CPU's layout (decode KV
-/// in the row's caches, reused up to the prompt), the host path's (decoded KV reused too)
-/// and the GPU's (decode KV in the pool). A prompt that shares less with the entry than the
+/// the window, so the sliding layers' caches let old positions go) and a reply that runs
+/// past the window too: the prefix cache's reuse of them gives the reply a cold start
+/// gives, on the CPU's layout (decode KV in the row's caches, reused up to the prompt,
+/// whose window the caches kept), the host path's (decoded KV reused too) and the GPU's
+/// (decode KV in the pool). A prompt that shares less with the entry than the
 /// dropped positions allow is refused, not served wrong.
 #[test]
 fn sliding_window_prefix_cache_hit_equals_miss() {
@@ -634,9 +635,16 @@ fn sliding_window_prefix_cache_hit_equals_miss() {
         let model = || sliding_window_model(weights);
         let first_turn = token_ids(3, 4 * chunk + 40);
         let warm = Scheduler::start(model(), config.clone());
-        let answer = alone(&warm, seeded(first_turn.clone(), 7, 48));
+        // Replies of 400 tokens (no end of sequence): past what the window's slack covers.
+        let long_reply = |seed| {
+            let mut r = seeded(first_turn.clone(), seed, 400);
+            r.sampling.logit_bias = vec![(VOCAB as u32 - 1, -100.0)];
+            r
+        };
+        let answer = alone(&warm, long_reply(7));
+        assert_eq!(answer.tokens.len(), 400);
         // Positive control: another seed, another reply.
-        let other = alone(&warm, seeded(first_turn.clone(), 8, 48));
+        let other = alone(&warm, long_reply(8));
         assert_ne!(answer.tokens, other.tokens);
         let distinct: std::collections::BTreeSet<&u32> = answer.tokens.iter().collect();
         assert!(
