@@ -124,6 +124,9 @@ ARCHITECTURES = {
     ),
     "mixtral": dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, rope_theta=1_000_000.0),
 }
+# Qwen3-MoE as llama.cpp reads a GGUF of it: every layer routed, the chosen experts' weights
+# renormalized.
+ARCHITECTURES["qwen3_moe_gguf"] = {**ARCHITECTURES["qwen3_moe_unnormalized"], "norm_topk_prob": True}
 
 # A Qwen-style template exercising what Hugging Face templates use: namespaces, loop
 # variables, Python string methods, tojson, raise_exception.

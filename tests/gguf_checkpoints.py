@@ -1,7 +1,8 @@
 """Random-weight GGUF files written with the `gguf` package from the safetensors checkpoints
 of checkpoints.py, laid out as llama.cpp's converter lays them out (tensor names from the
 package's own name map, llama's q/k rows permuted for interleaved RoPE, Gemma's norms
-stored as 1 + w), with a byte-level BPE or a SentencePiece vocabulary."""
+stored as 1 + w, experts stacked as `ffn_*_exps` with their counts in the metadata), with
+a byte-level BPE or a SentencePiece vocabulary."""
 
 import json
 from pathlib import Path
@@ -10,10 +11,13 @@ import gguf
 import mlx.core as mx
 import numpy as np
 
-# The GGUF architecture each checkpoint model_type is written as (Mistral's is llama).
+# The GGUF architecture each checkpoint model_type is written as (Mistral's and Mixtral's
+# are llama).
 GGUF_ARCH = {
     "llama": gguf.MODEL_ARCH.LLAMA,
     "mistral": gguf.MODEL_ARCH.LLAMA,
+    "mixtral": gguf.MODEL_ARCH.LLAMA,
+    "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE,
     "qwen2": gguf.MODEL_ARCH.QWEN2,
     "qwen3": gguf.MODEL_ARCH.QWEN3,
     "gemma2": gguf.MODEL_ARCH.GEMMA2,
@@ -39,6 +43,26 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
 def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     """The inverse of `_permute`: llama.cpp's q/k rows back in Hugging Face's order."""
     return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+# mlx-lm's stacked experts (`...switch_mlp.gate_proj`), which the package's name map does
+# not know, as the tensors llama.cpp's converter stacks them into.
+STACKED_EXPERTS = {
+    "gate_proj": gguf.MODEL_TENSOR.FFN_GATE_EXP,
+    "up_proj": gguf.MODEL_TENSOR.FFN_UP_EXP,
+    "down_proj": gguf.MODEL_TENSOR.FFN_DOWN_EXP,
+}
+
+
+def _gguf_name(names, hf: str) -> str:
+    """The GGUF name of checkpoint tensor `hf`."""
+    parts = hf.split(".")
+    if "switch_mlp" in parts:
+        layer, projection = int(parts[2]), parts[parts.index("switch_mlp") + 1]
+        return gguf.TENSOR_NAMES[STACKED_EXPERTS[projection]].format(bid=layer) + "." + parts[-1]
+    mapped = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+    assert mapped, f"no GGUF name for {hf}"
+    return mapped
 
 
 def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int) -> None:
@@ -103,6 +127,12 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, e
             factors = np.array(config["rope_scaling"]["long_factor"], dtype=np.float32)
             writer.add_tensor("rope_factors_long.weight", factors)
             writer.add_tensor("rope_factors_short.weight", np.ones_like(factors))
+    experts = config.get("num_experts", config.get("num_local_experts"))
+    if experts:
+        writer.add_expert_count(experts)
+        writer.add_expert_used_count(config["num_experts_per_tok"])
+    if "moe_intermediate_size" in config:
+        writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
     _vocabulary(writer, tokenizer, config["vocab_size"])
 
     names = gguf.get_tensor_name_map(arch, layers)
@@ -112,8 +142,7 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, e
             w = _permute(w, heads if "q_proj" in hf else kv_heads)
         if arch in (gguf.MODEL_ARCH.GEMMA2, gguf.MODEL_ARCH.GEMMA3) and hf.endswith("norm.weight"):
             w = w + 1.0
-        mapped = names.get_name(hf, try_suffixes=(".weight", ".bias"))
-        assert mapped, f"no GGUF name for {hf}"
+        mapped = _gguf_name(names, hf)
         if hf in (raw or {}):
             blocks, qtype = raw[hf]
             writer.add_tensor(mapped, blocks, raw_shape=blocks.shape, raw_dtype=qtype)

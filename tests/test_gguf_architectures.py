@@ -1,5 +1,5 @@
-"""GGUF beyond llama: a random-weight GGUF of each architecture (written with the `gguf`
-package as llama.cpp's converter lays it out) gives the logits and greedy tokens of the same
+"""GGUF beyond llama: a random-weight GGUF of each architecture, mixtures of experts
+included (written with the `gguf` package as llama.cpp's converter lays it out), gives the logits and greedy tokens of the same
 weights as safetensors; quantized tensors (Q4_0 to Q8_0 and the K-quants Q2_K to Q6_K) decode
 exactly as the `gguf` package's reference dequantizer reads them, and K-quant GGUFs give the
 logits of their weights dequantized; unreadable types and truncated files are refused by name;
@@ -35,6 +35,10 @@ def logits_and_tokens(seedbar, model, tmp_path):
         ("gemma2_gguf", "gemma"),
         ("gemma3_gguf", "gemma"),
         ("phi3_longrope", "llama"),
+        # Mixtures of experts: stacked `ffn_*_exps` and `ffn_gate_inp`, with
+        # `expert_count` and `expert_used_count` (Mixtral's GGUFs are llama with experts).
+        ("qwen3_moe_gguf", "gpt2"),
+        ("mixtral", "llama"),
     ],
 )
 def test_gguf_matches_the_same_weights_as_safetensors(seedbar, tmp_path, arch, tokenizer):
@@ -101,19 +105,19 @@ KEPT_QUANTIZED = {Q.Q4_0: 4, Q.Q4_1: 4, Q.Q5_0: 5, Q.Q5_1: 5, Q.Q8_0: 8, Q.Q4_K:
 
 
 def quantized_blocks(rng, shape, qtype):
-    """A random `shape` tensor as `qtype` blocks (`[rows, bytes per row]`): quantized by the
+    """A random `shape` tensor as `qtype` blocks (`[..rows, bytes per row]`): quantized by the
     `gguf` package where it can, else random bytes with float16 scales (of random sign)
     drawn at K_QUANT_SCALES' magnitudes."""
     if qtype not in K_QUANT_SCALES:
-        w = rng.standard_normal(shape).astype(np.float32) / np.sqrt(shape[1])
+        w = rng.standard_normal(shape).astype(np.float32) / np.sqrt(shape[-1])
         return gguf.quants.quantize(w, qtype)
     block, size = gguf.GGML_QUANT_SIZES[qtype]
-    count = shape[0] * shape[1] // block
+    count = int(np.prod(shape)) // block
     blocks = rng.integers(0, 256, (count, size), dtype=np.uint8)
     for at, scale in K_QUANT_SCALES[qtype]:
         d = (rng.standard_normal(count) * scale).astype(np.float16)
         blocks[:, at : at + 2] = d.view(np.uint8).reshape(count, 2)
-    return blocks.reshape(shape[0], -1)
+    return blocks.reshape(*shape[:-1], -1)
 
 
 def test_quantized_tensors_decode_exactly_as_the_reference_dequantizer(seedbar, tmp_path):
@@ -147,17 +151,19 @@ def test_quantized_tensors_decode_exactly_as_the_reference_dequantizer(seedbar, 
         # quantized embedding table.
         ("llama", [Q.Q4_K, Q.Q6_K]),
         ("qwen3", [Q.Q5_K, Q.Q3_K, Q.Q2_K, Q.Q8_0]),
+        # Stacked experts (`[experts, rows, cols]`) and routers in K-quants.
+        ("qwen3_moe_gguf", [Q.Q4_K, Q.Q6_K, Q.Q8_0]),
     ],
 )
 def test_k_quant_gguf_matches_its_weights_dequantized(seedbar, tmp_path, arch, qtypes):
     """Every matrix of a random-weight GGUF in a K-quant (types in turn): Seedbar's logits and
     greedy tokens equal those on safetensors of `gguf.quants.dequantize`'s reading."""
-    wide = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64}
+    wide = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "moe_intermediate_size": 256}
     checkpoint = write_checkpoint(tmp_path / "ckpt", arch, overrides=wide)
     tensors = {k: np.array(v) for k, v in mx.load(str(checkpoint / "model.safetensors")).items()}
     rng = np.random.default_rng(0)
     raw = {}
-    matrices = sorted(name for name, w in tensors.items() if w.ndim == 2)
+    matrices = sorted(name for name, w in tensors.items() if w.ndim >= 2)
     for i, name in enumerate(matrices):
         qtype = qtypes[i % len(qtypes)]
         blocks = quantized_blocks(rng, tensors[name].shape, qtype)

@@ -49,16 +49,16 @@ TOLERANCE = {"float32": (2e-4, 2e-3), "float16": (2e-2, 3e-2)}
 MLX_DTYPE = {"float32": mx.float32, "float16": mx.float16}
 
 
-def mlx_lm_reference(path, compute_dtype, generate=32):
-    """mlx-lm's logits for PROMPT, its greedy continuation, and each step's margin between
+def mlx_lm_reference(path, compute_dtype, generate=32, prompt=PROMPT):
+    """mlx-lm's logits for `prompt`, its greedy continuation, and each step's margin between
     its top two logits; computed in Seedbar's compute dtype (like with like)."""
     model, _ = load_model(path)
     floats = {v.dtype for _, v in _leaves(model.parameters()) if mx.issubdtype(v.dtype, mx.floating)}
     if floats != {MLX_DTYPE[compute_dtype]}:
         model.set_dtype(MLX_DTYPE[compute_dtype])
-    logits = model(mx.array([PROMPT])).astype(mx.float32)
+    logits = model(mx.array([prompt])).astype(mx.float32)
     cache = make_prompt_cache(model)
-    out = model(mx.array([PROMPT]), cache=cache)
+    out = model(mx.array([prompt]), cache=cache)
     tokens, margins = [], []
     for _ in range(generate):
         last = np.array(out[0, -1].astype(mx.float32))
@@ -81,22 +81,28 @@ def _leaves(tree, prefix=""):
         yield prefix, tree
 
 
-def seedbar_run(seedbar, tmp_path, path):
-    """Seedbar's logits over PROMPT and its probe result (32 greedy tokens)."""
+def seedbar_run(seedbar, tmp_path, path, prompt=PROMPT):
+    """Seedbar's logits over `prompt` and its probe result (32 greedy tokens)."""
     logits_file = tmp_path / "logits.safetensors"
-    result = seedbar.probe(str(path), ids=PROMPT, generate=32, logits_out=str(logits_file))
+    result = seedbar.probe(str(path), ids=prompt, generate=32, logits_out=str(logits_file))
     return np.array(mx.load(str(logits_file))["logits"].astype(mx.float32)), result
 
 
 @pytest.mark.parametrize("arch,bits,dtype", CASES, ids=lambda v: str(v))
 def test_logits_and_greedy_match_mlx_lm(seedbar, tmp_path, arch, bits, dtype):
+    check_parity(seedbar, tmp_path, arch, bits, dtype)
+
+
+def check_parity(seedbar, tmp_path, arch, bits, dtype, prompt=PROMPT):
+    """Seedbar's logits over `prompt` and greedy continuation against mlx-lm's on one
+    random-weight checkpoint of `arch`; returns Seedbar's probe result."""
     path = write_checkpoint(tmp_path / "ckpt", arch, quantize_bits=bits, dtype=dtype)
-    logits, result = seedbar_run(seedbar, tmp_path, path)
+    logits, result = seedbar_run(seedbar, tmp_path, path, prompt)
     compute_dtype = result["backend"]["compute_dtype"]
     assert compute_dtype in TOLERANCE, result["backend"]
-    expected_logits, expected_tokens, margins = mlx_lm_reference(path, compute_dtype)
+    expected_logits, expected_tokens, margins = mlx_lm_reference(path, compute_dtype, prompt=prompt)
 
-    assert logits.shape == expected_logits.shape == (1, len(PROMPT), 256)
+    assert logits.shape == expected_logits.shape == (1, len(prompt), 256)
     scale = np.abs(expected_logits).max()
     max_diff = np.abs(logits - expected_logits).max()
     dense, quantized = TOLERANCE[compute_dtype]
@@ -108,6 +114,27 @@ def test_logits_and_greedy_match_mlx_lm(seedbar, tmp_path, arch, bits, dtype):
         clear = next((i for i, m in enumerate(margins) if m < 2 * max_diff), len(margins))
         assert result["generated"][:clear] == expected_tokens[:clear], f"near-tie from step {clear}"
     assert result["eos_ids"] == [255]
+    return result
+
+
+# Far past Gemma 3's window of 8: the sliding layers' caches let old positions go.
+LONG_PROMPT = [(i * 7919 + 13) % 250 for i in range(600)]
+# What a sliding layer's cache may hold (kv_cache.rs `kept_from`): the window less one,
+# one prefill chunk (128) and one KV block (256) of slack, and the step's new position.
+WINDOW_BOUND = 8 - 1 + 128 + 256 + 1
+
+
+@pytest.mark.parametrize("bits", [None, 4], ids=["dense", "q4"])
+def test_sliding_window_past_its_window_matches_mlx_lm_and_keeps_only_the_window(seedbar, tmp_path, bits):
+    """Gemma 3 (window 8 on layers 0 and 2) over a 600-token prompt and 32 greedy tokens,
+    against mlx-lm's rotating caches: logits and tokens agree, and the sliding layers hold
+    a bounded tail while the global layer holds every position. Dense runs the MLX path;
+    4-bit on the CPU runs the host path (packed kernels)."""
+    result = check_parity(seedbar, tmp_path, "gemma3", bits, None, prompt=LONG_PROMPT)
+    total = len(LONG_PROMPT) + 31
+    sliding, full, sliding_too = result["kv"]["held"]
+    assert full == total
+    assert max(sliding, sliding_too) <= WINDOW_BOUND < total, result["kv"]
 
 MOE_CASES = ["qwen3_moe", "qwen3_moe_unnormalized", "mixtral"]
 
@@ -116,7 +143,7 @@ MOE_CASES = ["qwen3_moe", "qwen3_moe_unnormalized", "mixtral"]
 def test_mixture_of_experts_matches_mlx_lm(seedbar, tmp_path, arch):
     """Qwen3-MoE (routing normalized or not, a dense layer between) and Mixtral, experts
     stacked as mlx-lm saves them."""
-    test_logits_and_greedy_match_mlx_lm(seedbar, tmp_path, arch, None, None)
+    check_parity(seedbar, tmp_path, arch, None, None)
 
 
 def test_quantized_experts_match_mlx_lm_on_their_dequantized_weights(seedbar, tmp_path):

@@ -79,6 +79,13 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
             }
         }
         out.insert("generated".into(), json!(generated));
+        // What the sequence's KV holds at its end: positions per layer (a sliding-window
+        // layer's stay bounded by its window) and bytes in all.
+        let held: Vec<i32> = sequence.caches.iter().map(|c| c.held()).collect();
+        out.insert(
+            "kv".into(),
+            json!({"held": held, "bytes": sequence.kv_bytes()}),
+        );
     }
     if let Some(path) = &args.texts {
         let texts: Vec<String> = read_json(path)?;

@@ -20,6 +20,13 @@ pub struct Sequence {
     pool: KvPool,
 }
 
+impl Sequence {
+    /// Bytes of keys and values the sequence holds, in its caches and its pool.
+    pub fn kv_bytes(&self) -> usize {
+        self.caches.iter().map(KvCache::bytes).sum::<usize>() + self.pool.bytes()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
     /// An end-of-sequence token.

@@ -1,5 +1,6 @@
-//! GGUF files (llama.cpp's llama, qwen2, qwen3, gemma2, gemma3 and phi3 architectures;
-//! Mistral's GGUFs are llama): tensors renamed to Hugging Face names (llama's q/k rows un-permuted
+//! GGUF files (llama.cpp's llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3
+//! architectures; Mistral's GGUFs are llama, and so are Mixtral's, with experts): tensors
+//! renamed to Hugging Face names (llama's q/k rows un-permuted
 //! back from llama.cpp's interleaved-RoPE layout, Gemma's `1 + w` norms back to `w`),
 //! hyper-parameters and the tokenizer read from the metadata, with llama.cpp's fixed
 //! choices where a setting has no key (Gemma 3's sliding-window pattern and local RoPE
@@ -23,14 +24,16 @@ use crate::{
     tokenizer::{GgufVocab, Tokenizer},
 };
 
-/// Each `general.architecture` Seedbar loads, with the `model_type` it runs as.
-const ARCHITECTURES: [(&str, &str); 6] = [
+/// Each `general.architecture` Seedbar loads, with the `model_type` it runs as (a llama
+/// with experts runs as Mixtral).
+const ARCHITECTURES: [(&str, &str); 7] = [
     ("gemma2", "gemma2"),
     ("gemma3", "gemma3_text"),
     ("llama", "llama"),
     ("phi3", "phi3"),
     ("qwen2", "qwen2"),
     ("qwen3", "qwen3"),
+    ("qwen3moe", "qwen3_moe"),
 ];
 
 /// The `general.architecture`s Seedbar loads, comma-separated (for error messages).
@@ -193,11 +196,36 @@ pub fn read(path: &Path, dtype: Dtype) -> Result<GgufContents> {
         eos_token_id: eos.map(TokenIds::One),
         extra: Default::default(),
     };
+    // Mixtures of experts: how many, and how many each token runs through.
+    let experts = meta
+        .number(&key("expert_count"))?
+        .map(|v| v as i32)
+        .filter(|&n| n > 0);
+    let experts_per_token = || -> Result<i32> { int("expert_used_count") };
     match arch.as_str() {
         "llama" => {
             let head_dim = config.head_dim();
             unpermute_rows(&mut tensors, "attn_q", heads, head_dim)?;
             unpermute_rows(&mut tensors, "attn_k", kv_heads, head_dim)?;
+            if let Some(experts) = experts {
+                config.model_type = "mixtral".into();
+                let extra = json!({
+                    "num_local_experts": experts,
+                    "num_experts_per_tok": experts_per_token()?,
+                });
+                config.extra = extra.as_object().cloned().expect("an object");
+            }
+        }
+        "qwen3moe" => {
+            // llama.cpp renormalizes the chosen experts' weights (`norm_topk_prob`) and
+            // routes every layer.
+            let extra = json!({
+                "num_experts": int("expert_count")?,
+                "num_experts_per_tok": experts_per_token()?,
+                "moe_intermediate_size": int("expert_feed_forward_length")?,
+                "norm_topk_prob": true,
+            });
+            config.extra = extra.as_object().cloned().expect("an object");
         }
         "gemma2" | "gemma3" => {
             let gemma3 = arch == "gemma3";
@@ -345,6 +373,11 @@ struct TensorNames {
     sandwich_norms: bool,
     /// Phi-3's `ffn_up` holds the gate and up projections, fused.
     fused_gate_up: bool,
+    /// Where a layer's mixture of experts lives (`mlp` in Qwen3-MoE, `block_sparse_moe` in
+    /// Mixtral): its router (`ffn_gate_inp`), its stacked experts (`ffn_*_exps`, as
+    /// mlx-lm's `switch_mlp` stacks them) and older GGUFs' per-expert tensors
+    /// (`ffn_gate.E`, as Mixtral's `experts.E.w1`).
+    moe: &'static str,
 }
 
 impl TensorNames {
@@ -352,6 +385,11 @@ impl TensorNames {
         TensorNames {
             sandwich_norms: arch == "gemma2" || arch == "gemma3",
             fused_gate_up: arch == "phi3" && !tensors.contains_key("blk.0.ffn_gate.weight"),
+            moe: if arch == "qwen3moe" {
+                "mlp"
+            } else {
+                "block_sparse_moe"
+            },
         }
     }
 
@@ -381,14 +419,35 @@ impl TensorNames {
                         "ffn_up" if self.fused_gate_up => "mlp.gate_up_proj",
                         "ffn_up" => "mlp.up_proj",
                         "ffn_down" => "mlp.down_proj",
+                        "ffn_gate_inp" => return self.expert(layer, "gate", suffix),
+                        "ffn_gate_exps" => {
+                            return self.expert(layer, "switch_mlp.gate_proj", suffix)
+                        }
+                        "ffn_up_exps" => return self.expert(layer, "switch_mlp.up_proj", suffix),
+                        "ffn_down_exps" => {
+                            return self.expert(layer, "switch_mlp.down_proj", suffix)
+                        }
                         other => return format!("model.layers.{layer}.{other}.{suffix}"),
                     };
                     format!("model.layers.{layer}.{module}")
+                }
+                ["blk", layer, part @ ("ffn_gate" | "ffn_up" | "ffn_down"), expert] => {
+                    let name = match *part {
+                        "ffn_gate" => "w1",
+                        "ffn_up" => "w3",
+                        _ => "w2",
+                    };
+                    return self.expert(layer, &format!("experts.{expert}.{name}"), suffix);
                 }
                 _ => stem.to_string(),
             },
         };
         format!("{mapped}.{suffix}")
+    }
+
+    /// `part` of layer `layer`'s mixture of experts.
+    fn expert(&self, layer: &str, part: &str, suffix: &str) -> String {
+        format!("model.layers.{layer}.{}.{part}.{suffix}", self.moe)
     }
 }
 
@@ -398,10 +457,7 @@ mod tests {
 
     #[test]
     fn names_map_to_hugging_face() {
-        let llama = TensorNames {
-            sandwich_norms: false,
-            fused_gate_up: false,
-        };
+        let llama = TensorNames::of("llama", &Default::default());
         let hf_name = |n: &str| llama.hf_name(n);
         assert_eq!(
             hf_name("blk.3.attn_q.scales"),
@@ -413,5 +469,18 @@ mod tests {
             "model.layers.0.post_attention_layernorm.weight"
         );
         assert_eq!(hf_name("output.weight"), "lm_head.weight");
+        assert_eq!(
+            hf_name("blk.1.ffn_up_exps.scales"),
+            "model.layers.1.block_sparse_moe.switch_mlp.up_proj.scales"
+        );
+        assert_eq!(
+            hf_name("blk.1.ffn_down.7.weight"),
+            "model.layers.1.block_sparse_moe.experts.7.w2.weight"
+        );
+        let qwen3moe = TensorNames::of("qwen3moe", &Default::default());
+        assert_eq!(
+            qwen3moe.hf_name("blk.0.ffn_gate_inp.weight"),
+            "model.layers.0.mlp.gate.weight"
+        );
     }
 }

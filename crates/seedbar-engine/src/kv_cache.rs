@@ -4,6 +4,14 @@
 //! [`KvPool`]: decoding rows' KV at capacity, many rows to a buffer, so one step writes a
 //! layer's new positions with one scatter and attends `SLOTS_PER_CALL` rows per call,
 //! whatever the number of rows (the layout `step_plan::AttentionLayout::Capacity` uses).
+//!
+//! A sliding-window layer's storage holds only the positions its next queries can still
+//! see, plus fixed slack ([`kept_from`]): memory is bounded by the window, not the context.
+//! Which positions a cache holds when a step appends to it and reads it, and where, is a
+//! function of its length alone (never of how the row got there: alone or batched,
+//! prefilled or decoded, from the prefix cache or not), so attention reads the same keys in
+//! the same order on every path. In the pool a windowed layer's slot is a ring of at most
+//! [`ring_capacity`] positions, laid out by the row's length alone too.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -15,25 +23,59 @@ use mlx_rs::{
     Array,
 };
 
-use crate::error::Result;
+use crate::{
+    error::{EngineError, Result},
+    generate::PREFILL_CHUNK,
+};
 
-/// Positions added per growth step.
+/// Positions added per growth step, and the step a windowed cache drops old ones by.
 pub const KV_BLOCK: i32 = 256;
+
+/// Positions a windowed cache keeps beyond what its next query sees, so the prefix cache
+/// can cut an entry back to the last prefill-chunk boundary before its end (where a hit on
+/// the next turn resumes) and still hold every key the window there sees.
+const REUSE_SLACK: i32 = PREFILL_CHUNK as i32;
+
+/// The first position a cache whose queries see `window` positions keeps once it holds
+/// `len`: the oldest the next query (at position `len`) sees, less [`REUSE_SLACK`], rounded
+/// down to a whole [`KV_BLOCK`] (so old positions go a block at a time). `0` without a
+/// window. A cache then holds at most `window - 1 + REUSE_SLACK + KV_BLOCK` positions
+/// before a step appends its new ones.
+pub fn kept_from(window: Option<i32>, len: i32) -> i32 {
+    window.map_or(0, |w| {
+        (len - (w - 1) - REUSE_SLACK).max(0) / KV_BLOCK * KV_BLOCK
+    })
+}
+
+/// Positions of a windowed layer's ring in a [`KvPool`] slot: the window rounded up to a
+/// whole [`KV_BLOCK`] (every position a decode query sees fits).
+pub fn ring_capacity(window: i32) -> i32 {
+    (window + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK
+}
 
 #[derive(Default, Clone)]
 pub struct KvCache {
+    /// Buffer index `i` holds position `first + i`.
     keys: Option<Array>,
     values: Option<Array>,
-    /// Positions in `keys` and `values`.
+    /// Positions written so far (the sequence's length at this layer).
     len: i32,
+    /// The oldest position held: [`kept_from`] of the length before the last append.
+    first: i32,
+    /// The layer's sliding window, if any: positions its queries no longer see are dropped.
+    window: Option<i32>,
     /// Set while the row decodes in a [`KvPool`]: the positions past `len` are there.
     pooled: Option<PoolSlot>,
     /// The packed CPU path's keys and values (then `keys` and `values` stay empty); shared
     /// by clones (the prefix cache's) until one of them writes.
     host: Option<Arc<HostKv>>,
+    /// A length [`truncate`](Self::truncate) must stay able to cut back to (the prompt's,
+    /// where decoded KV is not reused), and the copy of this cache kept for it once
+    /// letting old positions go would have made that cut inexact.
+    cut_back: Option<(i32, Option<Box<KvCache>>)>,
 }
 
-/// One layer's keys and values in host memory, position-major: position `t`'s
+/// One layer's keys and values in host memory, position-major: the `t`-th held position's
 /// `kv_heads · head_dim` keys at `keys[t · width..]`, its values likewise.
 #[derive(Debug, Default, Clone)]
 pub struct HostKv {
@@ -51,9 +93,28 @@ impl HostKv {
 }
 
 impl KvCache {
-    /// Number of positions held (in a pool slot too).
+    /// An empty cache for a layer whose queries see the last `window` positions (`None`:
+    /// every earlier one).
+    pub fn new(window: Option<i32>) -> Self {
+        KvCache {
+            window,
+            ..KvCache::default()
+        }
+    }
+
+    /// Number of positions written (in a pool slot too).
     pub fn len(&self) -> i32 {
         self.pooled.map_or(self.len, |p| p.len)
+    }
+
+    /// The oldest position held (`0` unless a sliding window let older ones go).
+    pub fn first(&self) -> i32 {
+        self.first
+    }
+
+    /// Positions held in this cache's own storage (a pool slot's are the pool's).
+    pub fn held(&self) -> i32 {
+        self.len - self.first
     }
 
     /// The pool slot the row decodes in, if any.
@@ -66,23 +127,28 @@ impl KvCache {
         let host = self.host.as_ref().map_or(0, |h| {
             (h.keys.capacity() + h.values.capacity()) * std::mem::size_of::<f32>()
         });
+        let kept_for_cut = match &self.cut_back {
+            Some((_, Some(copy))) => copy.bytes(),
+            _ => 0,
+        };
         [&self.keys, &self.values]
             .into_iter()
             .flatten()
             .map(Array::nbytes)
             .sum::<usize>()
             + host
+            + kept_for_cut
     }
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Append `[B, H, L, D]` keys and values; returns everything held so far.
+    /// Append `[B, H, L, D]` keys and values; returns every position held, `first()` on.
     pub fn append(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
         self.host_to_mlx()?;
-        let new = keys.shape()[2];
-        let end = self.len + new;
+        self.rebase(kept_from(self.window, self.len))?;
+        let (at, end) = (self.held(), self.held() + keys.shape()[2]);
         let capacity = self.keys.as_ref().map_or(0, |k| k.shape()[2]);
         if end > capacity {
             let blocks = (end - capacity + KV_BLOCK - 1) / KV_BLOCK;
@@ -90,9 +156,9 @@ impl KvCache {
             self.values = Some(grow(self.values.take(), &values, blocks)?);
         }
         let (k, v) = (self.keys.as_mut().unwrap(), self.values.as_mut().unwrap());
-        k.try_index_mut((.., .., self.len..end, ..), &keys)?;
-        v.try_index_mut((.., .., self.len..end, ..), &values)?;
-        self.len = end;
+        k.try_index_mut((.., .., at..end, ..), &keys)?;
+        v.try_index_mut((.., .., at..end, ..), &values)?;
+        self.len = self.first + end;
         Ok(self.held_up_to(end))
     }
 
@@ -107,26 +173,93 @@ impl KvCache {
         head_dim: usize,
     ) -> Result<()> {
         self.mlx_to_host(kv_heads, head_dim)?;
-        let width = kv_heads * head_dim;
-        let held = self.len as usize * width;
-        let store = Arc::make_mut(self.host.get_or_insert_with(|| {
+        self.host.get_or_insert_with(|| {
             Arc::new(HostKv {
                 kv_heads,
                 head_dim,
                 ..HostKv::default()
             })
-        }));
-        store.keys.truncate(held);
-        store.values.truncate(held);
+        });
+        self.rebase(kept_from(self.window, self.len))?;
+        let held = self.held() as usize;
+        let store = Arc::make_mut(self.host.as_mut().expect("inserted above"));
+        store.keys.truncate(held * store.width());
+        store.values.truncate(held * store.width());
         store.keys.extend_from_slice(keys);
         store.values.extend_from_slice(values);
-        self.len += (keys.len() / width) as i32;
+        self.len += (keys.len() / store.width()) as i32;
         Ok(())
     }
 
-    /// The host store, where the packed CPU path keeps this cache.
+    /// The host store, where the packed CPU path keeps this cache: its `t`-th position is
+    /// position `first() + t`.
     pub fn host(&self) -> Option<&HostKv> {
         self.host.as_deref()
+    }
+
+    /// Hold positions `first..len` from now on: older ones are dropped; where `first` is
+    /// older than what is held (a prefix-cache entry cut back), the missing positions are
+    /// zeros, which no query reads ([`reusable_from`](Self::reusable_from)). The storage
+    /// is copied, so a dropped block's memory is freed (and a clone sharing it is not
+    /// touched).
+    fn rebase(&mut self, first: i32) -> Result<()> {
+        if first == self.first {
+            return Ok(());
+        }
+        // Before dropping what a cache stopped at the held length would still hold, keep a
+        // copy for cuts back to it (sharing the storage the copy below replaces).
+        let breaks_cut = match &self.cut_back {
+            Some((len, None)) => first > kept_from(self.window, *len),
+            _ => false,
+        };
+        if breaks_cut {
+            let copy = KvCache {
+                cut_back: None,
+                ..self.clone()
+            };
+            if let Some((_, kept)) = self.cut_back.as_mut() {
+                *kept = Some(Box::new(copy));
+            }
+        }
+        let held = self.held().max(0);
+        // Keep the held positions from `first` on, behind `front` zero positions.
+        let (skip, front) = ((first - self.first).max(0), (self.first - first).max(0));
+        let kept = (held - skip).max(0);
+        if let Some(host) = self.host.as_mut() {
+            let width = host.width();
+            let copy = |buffer: &[f32]| {
+                let mut fresh = vec![0.0f32; (front + kept) as usize * width];
+                let from = skip as usize * width;
+                fresh[front as usize * width..]
+                    .copy_from_slice(&buffer[from..from + kept as usize * width]);
+                fresh
+            };
+            *host = Arc::new(HostKv {
+                keys: copy(&host.keys),
+                values: copy(&host.values),
+                ..**host
+            });
+        } else if let (Some(k), Some(v)) = (&self.keys, &self.values) {
+            let positions = front + kept;
+            let capacity = (positions + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+            let copy = |a: &Array| -> Result<Option<Array>> {
+                if capacity == 0 {
+                    return Ok(None);
+                }
+                let s = a.shape();
+                let mut fresh = ops::zeros_dtype(&[s[0], s[1], capacity, s[3]], a.dtype())?;
+                if kept > 0 {
+                    let part = a.index((.., .., skip..skip + kept, ..));
+                    fresh.try_index_mut((.., .., front..positions, ..), &part)?;
+                }
+                Ok(Some(fresh))
+            };
+            let (k, v) = (copy(k)?, copy(v)?);
+            self.keys = k;
+            self.values = v;
+        }
+        self.first = first;
+        Ok(())
     }
 
     /// A cache filled on the packed CPU path and then run through an MLX layout (tests run
@@ -135,11 +268,12 @@ impl KvCache {
         let Some(host) = self.host.take() else {
             return Ok(());
         };
-        if self.len > 0 {
-            let (len, held) = (self.len, self.len as usize * host.width());
-            let heads = [1, len, host.kv_heads as i32, host.head_dim as i32];
+        let held = self.held();
+        if held > 0 {
+            let floats = held as usize * host.width();
+            let heads = [1, held, host.kv_heads as i32, host.head_dim as i32];
             let buffer = |x: &[f32]| -> Result<Array> {
-                Ok(Array::from_slice(&x[..held], &heads)
+                Ok(Array::from_slice(&x[..floats], &heads)
                     .transpose_axes(&[0, 2, 1, 3])?
                     .contiguous()?)
             };
@@ -155,12 +289,12 @@ impl KvCache {
             return Ok(());
         }
         debug_assert!(self.pooled.is_none(), "release the pool slot first");
-        if self.len == 0 {
+        if self.held() <= 0 {
             self.keys = None;
             self.values = None;
             return Ok(());
         }
-        let (keys, values) = self.held_up_to(self.len);
+        let (keys, values) = self.held_up_to(self.held());
         let rows = |a: Array| -> Result<Vec<f32>> {
             let a = a.transpose_axes(&[0, 2, 1, 3])?.contiguous()?;
             Ok(a.try_as_slice::<f32>()?.to_vec())
@@ -176,7 +310,7 @@ impl KvCache {
         Ok(())
     }
 
-    /// The first `end` positions of the buffers (which hold at least that many).
+    /// The first `end` buffer positions (which hold at least that many).
     fn held_up_to(&self, end: i32) -> (Array, Array) {
         let (k, v) = (self.keys.as_ref().unwrap(), self.values.as_ref().unwrap());
         if k.shape()[2] == end {
@@ -185,13 +319,70 @@ impl KvCache {
         (k.index((.., .., ..end, ..)), v.index((.., .., ..end, ..)))
     }
 
+    /// The positions a pool ring of `ring` positions holds at `len` (the last `ring`, or
+    /// all held), read from this cache: `(keys, values, ring index)` for each run that does
+    /// not wrap around the ring.
+    fn ring_spans(&self, len: i32, ring: i32) -> Vec<(Array, Array, i32)> {
+        let (k, v) = self.held_up_to(self.held());
+        let mut spans = Vec::with_capacity(2);
+        let mut from = self.first.max(len - ring);
+        while from < len {
+            let end = len.min((from / ring + 1) * ring);
+            let run = |a: &Array| a.index((.., .., from - self.first..end - self.first, ..));
+            spans.push((run(&k), run(&v), from % ring));
+            from = end;
+        }
+        spans
+    }
+
+    /// The shortest length [`truncate`](Self::truncate) can cut this cache back to and
+    /// still compute what a cache that never dropped a position would: a query there must
+    /// find every key its window sees (`0` where nothing was dropped).
+    pub fn reusable_from(&self) -> i32 {
+        match self.window {
+            Some(w) if self.first > 0 => self.first + w - 1,
+            _ => 0,
+        }
+    }
+
+    /// Keep this cache as reusable at `len` positions as if it had stopped there (a cut
+    /// back to `len`, or as far back as a cache of `len` positions allows), whatever its
+    /// window lets go later: at the cost of one window's copy, kept once needed.
+    pub fn hold_cut_back_to(&mut self, len: i32) {
+        self.cut_back = Some((len, None));
+    }
+
     /// Keep only the first `len` positions (prefix reuse); a pooled row must have been
-    /// released first. The MLX buffers keep the capacity a cache grown to `len` has, so a
-    /// prefix hit attends over buffers shaped like a miss's (a kernel may choose by the
-    /// buffer's layout), not like the longer sequence's it came from.
-    pub fn truncate(&mut self, len: i32) {
+    /// released first. Refused below [`reusable_from`](Self::reusable_from) (the cache
+    /// has dropped keys a query there would see) unless the copy kept for
+    /// [`hold_cut_back_to`](Self::hold_cut_back_to) can be cut there.
+    pub fn truncate(&mut self, len: i32) -> Result<()> {
         debug_assert!(self.pooled.is_none(), "release the pool slot first");
-        self.len = self.len.min(len.max(0));
+        let len = len.max(0);
+        if let Some((_, Some(copy))) = self.cut_back.take() {
+            if len < self.reusable_from() && len >= copy.reusable_from() {
+                *self = *copy;
+            }
+        }
+        if len < self.len && len < self.reusable_from() {
+            return Err(EngineError::InvalidRequest(format!(
+                "a sliding-window cache holding positions {}..{} cannot be cut back to {len}: \
+                 it dropped keys a query there sees",
+                self.first, self.len
+            )));
+        }
+        self.len = self.len.min(len);
+        self.fit_capacity();
+        Ok(())
+    }
+
+    /// MLX buffers of the capacity a cache grown to this length has (where no position
+    /// was dropped), so a prefix hit attends over buffers shaped like a miss's (a kernel
+    /// may choose by the buffer's layout), not like the longer sequence's it came from.
+    fn fit_capacity(&mut self) {
+        if self.first > 0 {
+            return;
+        }
         let capacity = (self.len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
         for buffer in [&mut self.keys, &mut self.values] {
             if let Some(b) = buffer.as_ref().filter(|b| b.shape()[2] > capacity) {
@@ -199,6 +390,12 @@ impl KvCache {
             }
         }
     }
+}
+
+/// The shortest length every cache of a sequence can be cut back to exactly
+/// ([`KvCache::reusable_from`]).
+pub fn reusable_from(caches: &[KvCache]) -> i32 {
+    caches.iter().map(KvCache::reusable_from).max().unwrap_or(0)
 }
 
 /// Slots one pooled attention call covers, and the step a pool class grows by.
@@ -216,7 +413,9 @@ pub struct PoolSlot {
 
 /// Decoding rows' KV, by capacity class: per layer, `[slots, kv_heads, capacity, head_dim]`
 /// buffers in which each row holds one slot (a function of nothing but its own length, so
-/// its attention shape is too). A row enters when it starts decoding (its prefilled KV is
+/// its attention shape is too). A sliding-window layer's buffers hold at most
+/// [`ring_capacity`] positions, position `t` at `t % capacity` (below that capacity, every
+/// position at its own index). A row enters when it starts decoding (its prefilled KV is
 /// copied in; its own cache keeps that prompt part for prefix reuse), moves up a class
 /// when it outgrows one, and leaves with [`release`](Self::release). Decode KV is never
 /// reused by the prefix cache.
@@ -246,17 +445,25 @@ impl KvPool {
         }
         let slot = self.allocate(capacity, row)?;
         for (layer, cache) in row.iter_mut().enumerate() {
-            let (keys, values) = match previous {
+            // What the row held, as (source keys, values, its first position's index there).
+            let moved = match previous {
+                // The previous class's slot, as laid out there: a ring that was full keeps
+                // its layout (the new capacity is the same), a shorter one is every
+                // position at its own index.
                 Some(p) => {
                     let (k, v) = &self.classes[&p.capacity].layers[layer];
-                    let held = |a: &Array| a.index((p.slot..p.slot + 1, .., ..p.len, ..));
-                    (held(k), held(v))
+                    let n = p.len.min(k.shape()[2]);
+                    let held = |a: &Array| a.index((p.slot..p.slot + 1, .., ..n, ..));
+                    vec![(held(k), held(v), 0)]
                 }
-                None => cache.held_up_to(cache.len),
+                None => cache.ring_spans(len, ring_of(capacity, cache.window)),
             };
             let (k, v) = &mut self.classes.get_mut(&capacity).expect("allocated").layers[layer];
-            k.try_index_mut((slot..slot + 1, .., ..len, ..), &keys)?;
-            v.try_index_mut((slot..slot + 1, .., ..len, ..), &values)?;
+            for (keys, values, at) in moved {
+                let end = at + keys.shape()[2];
+                k.try_index_mut((slot..slot + 1, .., at..end, ..), &keys)?;
+                v.try_index_mut((slot..slot + 1, .., at..end, ..), &values)?;
+            }
             cache.pooled = Some(PoolSlot {
                 capacity,
                 slot,
@@ -267,6 +474,15 @@ impl KvPool {
             self.free(p);
         }
         Ok(())
+    }
+
+    /// Bytes the pool's buffers hold, over every class and layer.
+    pub fn bytes(&self) -> usize {
+        self.classes
+            .values()
+            .flat_map(|c| &c.layers)
+            .map(|(k, v)| k.nbytes() + v.nbytes())
+            .sum()
     }
 
     /// Leave the pool: the row's caches hold their prefilled positions again.
@@ -292,12 +508,12 @@ impl KvPool {
     ) -> Result<()> {
         let (k, v) = &mut self.classes.get_mut(&capacity).expect("placed").layers[layer];
         let shape = k.shape().to_vec();
-        let (heads, head_dim) = (shape[1], shape[3]);
+        let (heads, ring, head_dim) = (shape[1], shape[2], shape[3]);
         let mut index = Vec::with_capacity(rows.len() * heads as usize);
         for cache in rows.iter_mut() {
             let p = cache.pooled.as_mut().expect("placed");
             for h in 0..heads {
-                index.push((p.slot * heads + h) * capacity + p.len);
+                index.push((p.slot * heads + h) * ring + p.len % ring);
             }
             p.len += 1;
         }
@@ -313,7 +529,8 @@ impl KvPool {
         Ok(())
     }
 
-    /// Keys and values of the `SLOTS_PER_CALL` slots from `first` of a class at `layer`.
+    /// Keys and values of the `SLOTS_PER_CALL` slots from `first` of a class at `layer`
+    /// (`[SLOTS_PER_CALL, kv_heads, ring, head_dim]`, the ring at most the class's capacity).
     pub fn call(&self, layer: usize, capacity: i32, first: i32) -> (Array, Array) {
         let (k, v) = &self.classes[&capacity].layers[layer];
         let span = |a: &Array| a.index(first..first + SLOTS_PER_CALL);
@@ -338,8 +555,8 @@ impl KvPool {
         for (layer, cache) in like.iter().enumerate() {
             let template = cache.keys.as_ref().expect("a decoding row has prefilled");
             let s = template.shape();
-            let extra =
-                ops::zeros_dtype(&[SLOTS_PER_CALL, s[1], capacity, s[3]], template.dtype())?;
+            let ring = ring_of(capacity, cache.window);
+            let extra = ops::zeros_dtype(&[SLOTS_PER_CALL, s[1], ring, s[3]], template.dtype())?;
             layers.push(match class.layers.get(layer) {
                 Some((k, v)) => (
                     ops::concatenate(&[k, &extra], 0)?,
@@ -364,6 +581,11 @@ impl KvPool {
     }
 }
 
+/// The positions a layer of `window` keeps in a pool class of `capacity`.
+fn ring_of(capacity: i32, window: Option<i32>) -> i32 {
+    window.map_or(capacity, |w| capacity.min(ring_capacity(w)))
+}
+
 fn grow(buffer: Option<Array>, like: &Array, blocks: i32) -> Result<Array> {
     let s = like.shape();
     let extra = ops::zeros_dtype(&[s[0], s[1], blocks * KV_BLOCK, s[3]], like.dtype())?;
@@ -371,4 +593,163 @@ fn grow(buffer: Option<Array>, like: &Array, blocks: i32) -> Result<Array> {
         Some(old) => ops::concatenate(&[old, extra], 2)?,
         None => extra,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: i32 = 16;
+
+    /// Positions `from..from + n` as one KV head of one feature whose value is the position.
+    fn positions(from: i32, n: i32) -> Vec<f32> {
+        (from..from + n).map(|t| t as f32).collect()
+    }
+
+    /// Append positions `from..from + n` to `cache`, in MLX buffers or the host store.
+    fn append(cache: &mut KvCache, from: i32, n: i32, host: bool) {
+        let x = positions(from, n);
+        if host {
+            cache.append_host(&x, &x, 1, 1).unwrap();
+        } else {
+            let a = Array::from_slice(&x, &[1, 1, n, 1]);
+            cache.append(a.clone(), a).unwrap();
+        }
+    }
+
+    /// A cache of `window` filled to `len` positions, `step` at a time.
+    fn filled_with(window: Option<i32>, len: i32, step: i32, host: bool) -> KvCache {
+        let mut cache = KvCache::new(window);
+        let mut at = 0;
+        while at < len {
+            let n = step.min(len - at);
+            append(&mut cache, at, n, host);
+            at += n;
+        }
+        cache
+    }
+
+    /// A cache of [`WINDOW`] filled to `len` positions, `step` at a time.
+    fn filled(len: i32, step: i32, host: bool) -> KvCache {
+        filled_with(Some(WINDOW), len, step, host)
+    }
+
+    /// The keys the cache holds, oldest first.
+    fn held_keys(cache: &KvCache) -> Vec<f32> {
+        match cache.host() {
+            Some(h) => h.keys.clone(),
+            None => {
+                let (k, _) = cache.held_up_to(cache.held());
+                let k = k.contiguous().unwrap();
+                k.eval().unwrap();
+                k.as_slice::<f32>().to_vec()
+            }
+        }
+    }
+
+    #[test]
+    fn a_windowed_cache_keeps_a_bounded_tail_laid_out_by_its_length_alone() {
+        for host in [false, true] {
+            // Decoded one by one, and prefilled in chunks (of a prefill chunk and less).
+            let mut by_one = KvCache::new(Some(WINDOW));
+            for len in 0..1200 {
+                for step in [7, PREFILL_CHUNK as i32] {
+                    if len % step != 0 {
+                        continue;
+                    }
+                    // What a step at `len` reads is the same, however the row got there.
+                    let (mut a, mut b) = (by_one.clone(), filled(len, step, host));
+                    append(&mut a, len, 1, host);
+                    append(&mut b, len, 1, host);
+                    assert_eq!((a.first(), a.len()), (b.first(), b.len()), "{len}/{step}");
+                    assert_eq!(held_keys(&a), held_keys(&b), "{len}/{step}");
+                    assert_eq!(held_keys(&a), positions(a.first(), a.held()));
+                    let bound = WINDOW - 1 + REUSE_SLACK + KV_BLOCK + 1;
+                    assert!(a.held() <= bound, "{} held at {len}", a.held());
+                }
+                append(&mut by_one, len, 1, host);
+            }
+            assert!(by_one.first() > 0, "nothing was dropped");
+            // Memory follows: 1200 positions of 2 floats would be 9600 bytes.
+            assert!(by_one.bytes() < 9600 * 6 / 10, "{} bytes", by_one.bytes());
+        }
+    }
+
+    #[test]
+    fn a_cut_back_cache_is_exact_or_refused() {
+        for host in [false, true] {
+            let entry = filled(700, 1, host);
+            assert!(entry.first() > 0);
+            let shortest = entry.reusable_from();
+            assert_eq!(shortest, entry.first() + WINDOW - 1);
+            // Below: a query there would see keys the cache let go.
+            let mut refused = entry.clone();
+            assert!(refused.truncate(shortest - 1).is_err());
+            // At or above: the next step reads what a cache that never dropped would, at the
+            // same places (where positions no query reads were dropped, zeros stand in).
+            // And a cache held for cuts back to 552 (a prompt), decoded far past it: it cuts
+            // back to the prefill chunk before (512) as a cache stopped at 552 would.
+            let mut decoded = filled(552, PREFILL_CHUNK as i32, host);
+            decoded.hold_cut_back_to(552);
+            for len in 552..1000 {
+                append(&mut decoded, len, 1, host);
+            }
+            assert!(decoded.reusable_from() > 552);
+            for (mut cut_back, cut) in [
+                (entry.clone(), shortest),
+                (entry.clone(), 600),
+                (decoded, 552),
+            ] {
+                cut_back.truncate(cut).unwrap();
+                let mut fresh = filled(cut, PREFILL_CHUNK as i32, host);
+                append(&mut cut_back, cut, 1, host);
+                append(&mut fresh, cut, 1, host);
+                assert_eq!(
+                    (cut_back.first(), cut_back.len()),
+                    (fresh.first(), fresh.len())
+                );
+                let seen = (cut + 1 - WINDOW - fresh.first()) as usize;
+                assert_eq!(held_keys(&cut_back)[seen..], held_keys(&fresh)[seen..]);
+            }
+            // The entry itself is untouched by its clones' cuts.
+            assert_eq!(held_keys(&entry), positions(entry.first(), entry.held()));
+        }
+    }
+
+    #[test]
+    fn a_windowed_layer_decodes_in_a_ring_of_its_pool_slot() {
+        // A windowed layer and a full one, prefilled to 250 and decoded to 600: the row
+        // moves from the 256 class to 512 and 768, its windowed layer's ring stays 256.
+        let chunk = PREFILL_CHUNK as i32;
+        let mut row = vec![
+            filled(250, chunk, false),
+            filled_with(None, 250, chunk, false),
+        ];
+        let mut pool = KvPool::default();
+        for len in 250..600 {
+            pool.place(&mut row).unwrap();
+            let capacity = row[0].pooled().unwrap().capacity;
+            for (layer, cache) in row.iter_mut().enumerate() {
+                let new = Array::from_slice(&[len as f32], &[1, 1, 1, 1]);
+                pool.write(layer, capacity, &mut [&mut *cache], &new, &new)
+                    .unwrap();
+                let slot = cache.pooled().unwrap().slot;
+                let (keys, _) = pool.call(layer, capacity, 0);
+                let keys = keys.index(slot).contiguous().unwrap();
+                keys.eval().unwrap();
+                let keys = keys.as_slice::<f32>();
+                let ring = keys.len() as i32;
+                assert_eq!(ring, if layer == 0 { 256 } else { capacity });
+                // Every position the window sees sits at its place in the ring.
+                for t in (len + 1 - WINDOW).max(0)..=len {
+                    assert_eq!(
+                        keys[(t % ring) as usize],
+                        t as f32,
+                        "layer {layer} at {len}"
+                    );
+                }
+            }
+        }
+        assert_eq!(row[0].pooled().unwrap().capacity, 768);
+    }
 }

@@ -20,7 +20,8 @@ pub enum AttentionLayout {
     /// layout, where the per-call cost is small).
     PerRow,
     /// Decode rows attend at their cache's capacity (a multiple of the KV block, a function
-    /// of the row's own length) with the positions beyond their length masked, from a
+    /// of the row's own length; a sliding-window layer's stops at its window's ring) with the
+    /// positions beyond their length (or outside the window) masked, from a
     /// [`KvPool`](crate::kv_cache::KvPool) slot, in calls of exactly `SLOTS_PER_CALL` slots
     /// of one capacity. The call's shape is fixed by the row, so it is invariant, and rows
     /// batch. Prefill chunks attend per row.

@@ -507,10 +507,17 @@ impl Worker {
                 break;
             };
             self.stats.queued.fetch_sub(1, Ordering::SeqCst);
-            let (cached, caches) = self
+            let (cached, mut caches) = self
                 .prefix_cache
                 .lookup(&p.request.prompt)
                 .unwrap_or_else(|| (0, self.model.transformer.new_caches()));
+            // Where only the prompt's KV is reused, sliding windows must not let go of what
+            // a cut back to the prompt needs (`retire`).
+            if !self.layout.kv_independent_of_steps {
+                for cache in &mut caches {
+                    cache.hold_cut_back_to(p.request.prompt.len() as i32);
+                }
+            }
             let stop = StopMatcher::new(p.request.stop.clone());
             self.rows.push(Row {
                 id: p.id,
@@ -661,13 +668,17 @@ impl Worker {
         for mut row in done {
             // Finished, stopped or cancelled alike: `caches` hold exactly `fed`, but for
             // what a pool slot held. Where a decode step's KV differs from a prefill's, only
-            // the prompt's is reused.
+            // the prompt's is reused (sliding windows kept what that needs, `admit`).
             self.pool.release(&mut row.caches);
             if !self.layout.kv_independent_of_steps {
                 let prompt = row.request.prompt.len().min(row.fed.len());
                 row.fed.truncate(prompt);
-                for cache in &mut row.caches {
-                    cache.truncate(prompt as i32);
+                let cut = row
+                    .caches
+                    .iter_mut()
+                    .try_for_each(|c| c.truncate(prompt as i32));
+                if cut.is_err() {
+                    continue;
                 }
             }
             self.prefix_cache.insert(row.fed, row.caches);

@@ -3,9 +3,14 @@
 //! layout's granularity: `PREFILL_CHUNK` where KV depends on how a row was split into
 //! steps, so the positions after it are prefilled in exactly the chunks a cold start would
 //! use; any position where it does not (`Layout::kv_independent_of_steps`). Either way a
-//! hit equals a miss.
+//! hit equals a miss. An entry whose sliding-window layers let old positions go serves
+//! only the lengths where that is exact (`kv_cache::reusable_from`).
 
-use seedbar_engine::{generate::PREFILL_CHUNK, kv_cache::KvCache, step_plan::Layout};
+use seedbar_engine::{
+    generate::PREFILL_CHUNK,
+    kv_cache::{self, KvCache},
+    step_plan::Layout,
+};
 
 struct Entry {
     tokens: Vec<u32>,
@@ -47,30 +52,22 @@ impl PrefixCache {
     pub fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, Vec<KvCache>)> {
         self.clock += 1;
         let limit = prompt.len().saturating_sub(1);
-        let (index, common) = self
+        let (index, usable) = self
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| {
-                (
-                    i,
-                    e.tokens
-                        .iter()
-                        .zip(prompt)
-                        .take_while(|(a, b)| a == b)
-                        .count(),
-                )
+            .filter_map(|(i, e)| {
+                let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b);
+                let usable = common.count().min(limit) / self.granularity * self.granularity;
+                let exact = usable as i32 >= kv_cache::reusable_from(&e.caches);
+                (usable > 0 && exact).then_some((i, usable))
             })
             .max_by_key(|(_, n)| *n)?;
-        let usable = common.min(limit) / self.granularity * self.granularity;
-        if usable == 0 {
-            return None;
-        }
         let entry = &mut self.entries[index];
         entry.last_used = self.clock;
         let mut caches = entry.caches.clone();
         for c in &mut caches {
-            c.truncate(usable as i32);
+            c.truncate(usable as i32).ok()?;
         }
         Some((usable, caches))
     }
@@ -81,7 +78,12 @@ impl PrefixCache {
             return;
         }
         self.clock += 1;
-        self.entries.retain(|e| !tokens.starts_with(&e.tokens));
+        // An entry the new one extends is dropped, unless it serves shorter prefixes than
+        // the new one can (the new one's windows let positions go that it still holds).
+        let reusable_from = kv_cache::reusable_from(&caches);
+        self.entries.retain(|e| {
+            !(tokens.starts_with(&e.tokens) && reusable_from <= kv_cache::reusable_from(&e.caches))
+        });
         self.entries.push(Entry {
             tokens,
             caches,

@@ -1,6 +1,6 @@
 //! Seed isolation and batch invariance on the real SmolLM2 model (CPU), on a small
-//! random-weight Gemma 3 whose sliding windows are shorter than its prompts, and on a small
-//! random-weight Qwen3-MoE: a seeded
+//! random-weight Gemma 3 whose sliding windows are far shorter than its prompts (its
+//! caches let old positions go mid-reply), and on a small random-weight Qwen3-MoE: a seeded
 //! request's whole reply is the same alone and batched with any neighbours, arriving at
 //! any step, and with its prefix cached or computed.
 
@@ -397,8 +397,9 @@ fn a_constrained_seeded_reply_is_independent_of_free_neighbours() {
 }
 
 /// A random-weight Gemma 3 (gemma3_text) in a scratch folder: two layers, the first with a
-/// sliding window of 16 positions, a 256-token vocabulary with a word-level tokenizer.
-fn sliding_window_model() -> Model {
+/// sliding window of 16 positions, a 256-token vocabulary with a word-level tokenizer. With
+/// `weights` 4-bit, the CPU runs it on its packed kernels and the host path.
+fn sliding_window_model(weights: Weights) -> Model {
     const WINDOW: i32 = 16;
     let (d, heads, kv_heads, head_dim, inner) = (64, 4, 2, 32, 128);
     let config = serde_json::json!({
@@ -409,7 +410,7 @@ fn sliding_window_model() -> Model {
         "query_pre_attn_scalar": head_dim, "sliding_window": WINDOW,
         "sliding_window_pattern": 2, "eos_token_id": VOCAB - 1,
     });
-    let mut tensors = RandomTensors::new(d);
+    let mut tensors = RandomTensors::new(d, weights);
     for layer in 0..2 {
         let p = format!("model.layers.{layer}");
         let norms = [
@@ -431,24 +432,34 @@ fn sliding_window_model() -> Model {
 
 const VOCAB: i32 = 256;
 
+/// How a random model's projections and output head are stored.
+#[derive(Clone, Copy)]
+enum Weights {
+    Float32,
+    /// MLX's affine 4-bit quantization in groups of 32 (weight, scales, biases).
+    FourBit,
+}
+
 /// Random weights of a small model with a 256-token word-level vocabulary: projections of
 /// variance 1 / fan-in and an output head of its own whose logits spread about 2, so the
 /// samples vary.
 struct RandomTensors {
     tensors: Vec<(String, mlx_rs::Array)>,
     key: u64,
+    weights: Weights,
 }
 
 impl RandomTensors {
     /// The embeddings, final norm and output head of a model of width `d`.
-    fn new(d: i32) -> Self {
+    fn new(d: i32, weights: Weights) -> Self {
         let mut t = RandomTensors {
             tensors: vec![],
             key: 0,
+            weights,
         };
         t.add("model.embed_tokens.weight", &[VOCAB, d], 0.25);
         t.norm("model.norm", d);
-        t.add("lm_head.weight", &[VOCAB, d], 2.0 / (d as f32).sqrt());
+        t.matrix("lm_head", &[VOCAB, d], 2.0 / (d as f32).sqrt());
         t
     }
 
@@ -466,7 +477,19 @@ impl RandomTensors {
     /// `prefix.weight` of `shape` (`[.., out, in]`), of variance 1 / fan-in.
     fn projection(&mut self, prefix: &str, shape: &[i32]) {
         let fan_in = *shape.last().unwrap() as f32;
-        self.add(&format!("{prefix}.weight"), shape, 1.0 / fan_in.sqrt());
+        self.matrix(prefix, shape, 1.0 / fan_in.sqrt());
+    }
+
+    /// `prefix.weight` of `shape` and `std`, stored as `weights` says.
+    fn matrix(&mut self, prefix: &str, shape: &[i32], std: f32) {
+        self.add(&format!("{prefix}.weight"), shape, std);
+        if let Weights::FourBit = self.weights {
+            let (_, dense) = self.tensors.pop().unwrap();
+            let (weight, scales, biases) = mlx_rs::ops::quantize(&dense, 32, 4).unwrap();
+            for (part, array) in [("weight", weight), ("scales", scales), ("biases", biases)] {
+                self.tensors.push((format!("{prefix}.{part}"), array));
+            }
+        }
     }
 
     /// Layer `p`'s attention projections and q/k norms.
@@ -525,7 +548,7 @@ fn mixture_of_experts_model() -> Model {
         "num_experts": experts, "num_experts_per_tok": 2, "moe_intermediate_size": inner,
         "norm_topk_prob": true, "eos_token_id": VOCAB - 1,
     });
-    let mut tensors = RandomTensors::new(d);
+    let mut tensors = RandomTensors::new(d, Weights::Float32);
     for layer in 0..2 {
         let p = format!("model.layers.{layer}");
         tensors.norm(&format!("{p}.input_layernorm"), d);
@@ -573,40 +596,54 @@ fn token_ids(seed: u32, len: usize) -> Vec<u32> {
         .collect()
 }
 
-/// The sliding-window model's case: prompts and replies well past the window.
-fn sliding_window_case() -> (Model, Request, Vec<Request>) {
-    let target = seeded(token_ids(1, 40), 42, 64);
+/// A prompt after which the sliding-window model's caches let old positions go within a
+/// 64-token reply (`kv_cache::kept_from` passes 0 at 399 positions for a window of 16),
+/// and whose pool ring (256 positions) has wrapped.
+const PAST_THE_WINDOW: usize = 360;
+
+/// The sliding-window model's case: prompts and replies well past the window; the target's
+/// caches drop old positions mid-reply, and siblings move up a pool class mid-reply.
+fn sliding_window_case(weights: Weights) -> (Model, Request, Vec<Request>) {
+    let target = seeded(token_ids(1, PAST_THE_WINDOW), 42, 64);
     let siblings = (1..8)
         .map(|i| {
             seeded(
-                token_ids(10 + i, 20 + 9 * i as usize),
+                token_ids(10 + i, 200 + 9 * i as usize),
                 1000 + i as u64,
                 30 + 7 * i as usize,
             )
         })
         .collect();
-    (sliding_window_model(), target, siblings)
+    (sliding_window_model(weights), target, siblings)
 }
 
 #[test]
 fn sliding_window_replies_are_independent_of_siblings_and_arrival() {
-    let (model, target, siblings) = sliding_window_case();
+    let (model, target, siblings) = sliding_window_case(Weights::Float32);
+    independent_of_siblings_and_arrival(model, SchedulerConfig::default(), target, siblings);
+}
+
+/// The host path (4-bit weights on the CPU kernels), whose host KV lets old positions go.
+#[test]
+fn sliding_window_host_path_replies_are_independent_too() {
+    let (model, target, siblings) = sliding_window_case(Weights::FourBit);
+    assert_eq!(model.transformer.weight_kind(), WeightKind::Packed);
     independent_of_siblings_and_arrival(model, SchedulerConfig::default(), target, siblings);
 }
 
 /// The GPU layout's pooled decode, whose masks carry the sliding layers' windows.
 #[test]
 fn sliding_window_pooled_decode_is_independent_too() {
-    let (model, target, siblings) = sliding_window_case();
+    let (model, target, siblings) = sliding_window_case(Weights::Float32);
     let config = gpu_layout();
     independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
-/// The pooled layout's windowed masks select what the per-row layout's sliced keys do:
-/// greedy replies agree.
+/// The pooled layout's windowed rings and masks select what the per-row layout's sliced
+/// keys do, past the ring's wrap and the caches' dropping: greedy replies agree.
 #[test]
 fn sliding_window_pooled_decode_agrees_with_per_row_attention() {
-    let mut greedy = seeded(token_ids(5, 40), 0, 64);
+    let mut greedy = seeded(token_ids(5, PAST_THE_WINDOW), 0, 64);
     greedy.sampling.temperature = 0.0;
     let pooled = SchedulerConfig {
         layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
@@ -615,38 +652,67 @@ fn sliding_window_pooled_decode_agrees_with_per_row_attention() {
     let replies: Vec<Vec<u32>> = [SchedulerConfig::default(), pooled]
         .into_iter()
         .map(|config| {
-            let scheduler = Scheduler::start(sliding_window_model(), config);
+            let scheduler = Scheduler::start(sliding_window_model(Weights::Float32), config);
             alone(&scheduler, greedy.clone()).tokens
         })
         .collect();
     assert_eq!(replies[0], replies[1]);
 }
 
-/// A second turn whose prompt holds the first turn's prompt (three prefill chunks) and reply:
-/// the prefix cache's reuse of sliding layers' KV gives the reply a cold start gives.
+/// A second turn whose prompt holds the first turn's prompt (four prefill chunks, long past
+/// the window, so the sliding layers' caches let old positions go) and a reply that runs
+/// past the window too: the prefix cache's reuse of them gives the reply a cold start
+/// gives, on the CPU's layout (decode KV in the row's caches, reused up to the prompt,
+/// whose window the caches kept), the host path's (decoded KV reused too) and the GPU's
+/// (decode KV in the pool). A prompt that shares less with the entry than the
+/// dropped positions allow is refused, not served wrong.
 #[test]
 fn sliding_window_prefix_cache_hit_equals_miss() {
     let chunk = seedbar_engine::generate::PREFILL_CHUNK;
-    let first_turn = token_ids(3, 2 * chunk + 40);
-    let warm = Scheduler::start(sliding_window_model(), SchedulerConfig::default());
-    let answer = alone(&warm, seeded(first_turn.clone(), 7, 48));
-    // Positive control: another seed, another reply.
-    let other = alone(&warm, seeded(first_turn.clone(), 8, 48));
-    assert_ne!(answer.tokens, other.tokens);
-    let distinct: std::collections::BTreeSet<&u32> = answer.tokens.iter().collect();
-    assert!(
-        distinct.len() > 8,
-        "a degenerate model: {:?}",
-        answer.tokens
-    );
-    let mut second_turn = first_turn;
-    second_turn.extend(&answer.tokens);
-    second_turn.extend(token_ids(4, 20));
-    let turn2 = seeded(second_turn, 9, 48);
-    let cold = Scheduler::start(sliding_window_model(), SchedulerConfig::default());
-    let miss = alone(&cold, turn2.clone());
-    let hit = alone(&warm, turn2);
-    assert_eq!(miss.cached, 0);
-    assert!(hit.cached >= 2 * chunk, "cached {}", hit.cached);
-    assert_eq!(hit.tokens, miss.tokens);
+    let cases = [
+        (SchedulerConfig::default(), Weights::Float32),
+        (SchedulerConfig::default(), Weights::FourBit),
+        (gpu_layout(), Weights::Float32),
+    ];
+    for (config, weights) in cases {
+        let model = || sliding_window_model(weights);
+        let first_turn = token_ids(3, 4 * chunk + 40);
+        let warm = Scheduler::start(model(), config.clone());
+        // Replies of 400 tokens (no end of sequence): past what the window's slack covers.
+        let long_reply = |seed| {
+            let mut r = seeded(first_turn.clone(), seed, 400);
+            r.sampling.logit_bias = vec![(VOCAB as u32 - 1, -100.0)];
+            r
+        };
+        let answer = alone(&warm, long_reply(7));
+        assert_eq!(answer.tokens.len(), 400);
+        // Positive control: another seed, another reply.
+        let other = alone(&warm, long_reply(8));
+        assert_ne!(answer.tokens, other.tokens);
+        let distinct: std::collections::BTreeSet<&u32> = answer.tokens.iter().collect();
+        assert!(
+            distinct.len() > 8,
+            "a degenerate model: {:?}",
+            answer.tokens
+        );
+        let mut second_turn = first_turn.clone();
+        second_turn.extend(&answer.tokens);
+        second_turn.extend(token_ids(4, 20));
+        let turn2 = seeded(second_turn, 9, 48);
+        let cold = Scheduler::start(model(), config.clone());
+        let miss = alone(&cold, turn2.clone());
+        let hit = alone(&warm, turn2);
+        assert_eq!(miss.cached, 0);
+        assert!(hit.cached >= 4 * chunk, "cached {}", hit.cached);
+        assert_eq!(hit.tokens, miss.tokens);
+
+        // Two chunks in common: the entry dropped keys a query there sees.
+        let mut diverging = first_turn[..2 * chunk + 10].to_vec();
+        diverging.extend(token_ids(6, 200));
+        let diverging = seeded(diverging, 11, 32);
+        let fresh = Scheduler::start(model(), config);
+        let refused = alone(&warm, diverging.clone());
+        assert_eq!(refused.cached, 0);
+        assert_eq!(refused.tokens, alone(&fresh, diverging).tokens);
+    }
 }

@@ -5,9 +5,10 @@
 //! MLP is a mixture of experts (`moe.rs`). How a step's rows are laid out into matmuls and
 //! attention calls comes from a [`StepPlan`].
 //!
-//! Sliding-window layers keep every position's keys and values and mask those outside the
-//! window (so the prefix cache and the KV pool treat them like any layer); a cache that
-//! keeps only the window would save memory past it.
+//! A sliding-window layer's cache lets go of the positions its queries no longer see
+//! (`kv_cache.rs` owns which ones it keeps, where, and when a cut-back cache is still
+//! exact); attention here reads the keys a query sees, by absolute position, in position
+//! order, whatever the cache dropped.
 
 use std::collections::{hash_map::Entry, BTreeMap, HashMap};
 
@@ -536,9 +537,9 @@ impl Attention {
             caches[i].append_host(&k, &v, kv_heads, hd)?;
             queries.push((q, first));
         }
-        let held: Vec<&HostKv> = caches
+        let held: Vec<(&HostKv, usize)> = caches
             .iter()
-            .map(|c| c.host().expect("appended above"))
+            .map(|c| (c.host().expect("appended above"), c.first() as usize))
             .collect();
         let jobs: Vec<(usize, usize)> = plan
             .slots
@@ -551,10 +552,12 @@ impl Attention {
             .par_iter()
             .map(|&(i, n)| {
                 let (q, first) = &queries[i];
-                // The query at position `p` sees keys `(p - window, p]`.
+                // The query at position `p` sees keys `(p - window, p]`; the store's `t`-th
+                // position is position `kept + t`.
                 let end = first + n + 1;
                 let start = window.map_or(0, |w| end.saturating_sub(w));
-                attention.attend(&q[n * qw..(n + 1) * qw], held[i], start, end)
+                let (kv, kept) = held[i];
+                attention.attend(&q[n * qw..(n + 1) * qw], kv, start - kept, end - kept)
             })
             .collect();
         let mut outs: Vec<Vec<f32>> = plan
@@ -581,8 +584,10 @@ impl Attention {
             .positions
             .window
             .map_or(0, |w| (total - len + 1 - w).max(0));
-        let (k, v) = if start > 0 {
-            let tail = |a: &Array| a.index((.., .., start.., ..));
+        // The cache holds positions from `first()` on, never past `start`.
+        let skip = start - cache.first();
+        let (k, v) = if skip > 0 {
+            let tail = |a: &Array| a.index((.., .., skip.., ..));
             (tail(&k), tail(&v))
         } else {
             (k, v)
@@ -697,10 +702,8 @@ impl Attention {
                 }
                 let queries = q.take_axis(Array::from_slice(&queries, &[SLOTS_PER_CALL]), 0)?;
                 let (keys, values) = decode_kv.pool.call(layer, capacity, first);
-                let window = self.positions.window;
-                let mask = decode_kv
-                    .masks
-                    .get(capacity, window, lens, queries.dtype())?;
+                let (ring, window) = (keys.shape()[2], self.positions.window);
+                let mask = decode_kv.masks.get(ring, window, lens, queries.dtype())?;
                 outs.push(self.attend(
                     queries,
                     keys,
@@ -734,15 +737,20 @@ impl Attention {
         caches: &mut [&mut KvCache],
     ) -> Result<Vec<Array>> {
         let count = rows.len() as i32;
-        let lens: Vec<i32> = caches.iter().map(|c| c.len() + 1).collect();
-        let longest = lens.iter().copied().max().unwrap_or(1);
-        let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut held = Vec::with_capacity(rows.len());
+        let mut qs = Vec::with_capacity(rows.len());
         for ((q, k, v), cache) in rows.into_iter().zip(caches.iter_mut()) {
-            let (k, v) = cache.append(k, v)?;
-            let pad = [(0, 0), (0, 0), (0, longest - cache.len()), (0, 0)];
+            held.push(cache.append(k, v)?);
+            qs.push(q);
+        }
+        // Each row's held positions (from its cache's `first()`), the new one last.
+        let lens: Vec<i32> = caches.iter().map(|c| c.held()).collect();
+        let longest = lens.iter().copied().max().unwrap_or(1);
+        let (mut ks, mut vs) = (Vec::new(), Vec::new());
+        for ((k, v), len) in held.into_iter().zip(&lens) {
+            let pad = [(0, 0), (0, 0), (0, longest - len), (0, 0)];
             ks.push(ops::pad(&k, &pad, None, None)?);
             vs.push(ops::pad(&v, &pad, None, None)?);
-            qs.push(q);
         }
         let q = ops::concatenate(&qs, 0)?;
         let mask = decode_mask(longest, self.positions.window, &lens, q.dtype())?;
@@ -820,7 +828,8 @@ fn join_rows(parts: &[&Array]) -> Result<Array> {
     })
 }
 
-/// The masks of a step's batched decode-attention calls, by capacity, window and lengths.
+/// The masks of a step's batched decode-attention calls, by the calls' key capacity (a
+/// windowed layer's ring or the class's), window and lengths.
 #[derive(Default)]
 struct Masks(HashMap<(i32, Option<i32>, Vec<i32>), Array>);
 
@@ -844,14 +853,17 @@ impl Masks {
 }
 
 /// `[rows, 1, 1, capacity]` for decode rows whose caches hold `lens[i]` positions, the new
-/// one last: 0 where the row's query sees the key (before its length, and within `window`
-/// of it), -inf elsewhere.
+/// one last, position `t` at index `t % capacity` (a ring once `lens[i]` passes the
+/// capacity; below it, every position at its own index): 0 where the row's query sees the
+/// index's latest position (before its length, and within `window` of it), -inf elsewhere.
 fn decode_mask(capacity: i32, window: Option<i32>, lens: &[i32], dtype: Dtype) -> Result<Array> {
     let values: Vec<f32> = lens
         .iter()
         .flat_map(|&len| {
             let first = window.map_or(0, |w| len - w);
-            (0..capacity).map(move |t| {
+            (0..capacity).map(move |i| {
+                // The latest position below `len` that index `i` holds, if any.
+                let t = i + (len - 1 - i).max(0) / capacity * capacity;
                 if t < len && t >= first {
                     0.0
                 } else {
@@ -1340,9 +1352,12 @@ impl Transformer {
             .collect()
     }
 
-    /// Fresh per-layer caches for one sequence.
+    /// Fresh per-layer caches for one sequence, each with its layer's sliding window.
     pub fn new_caches(&self) -> Vec<KvCache> {
-        (0..self.layers.len()).map(|_| KvCache::default()).collect()
+        self.layers
+            .iter()
+            .map(|b| KvCache::new(b.self_attn.positions.window))
+            .collect()
     }
 }
 
