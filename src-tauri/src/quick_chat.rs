@@ -1,8 +1,9 @@
 //! Quick chat: a small frameless, always-on-top panel (`ui/quick.html`) that asks the
 //! default model, toggled by a global shortcut (the saved `quick_chat_shortcut`, through
-//! tauri-plugin-global-shortcut) and by the tray's "Quick Chat". The panel saves an answer
-//! as a conversation through the API and asks the shell (`open_conversation`) to show it
-//! in the chat window.
+//! tauri-plugin-global-shortcut) and by the tray's "Quick Chat", and hidden when the focus
+//! moves to another window (`blurred`). It answers while the server is paused for outside
+//! clients (through `/app/chat/completions`), saves an answer as a conversation through the
+//! API and asks the shell (`open_conversation`) to show it in the chat window.
 
 use std::{
     sync::{Arc, Mutex},
