@@ -32,9 +32,13 @@ run: build app default-model
 ask: build default-model
 	$(SEEDBAR) run "$(PROMPT)"
 
-test: lint
-	scripts/setup.sh --tests
-	cargo build $(BINARIES)
+# The Python test tools (`setup.sh --tests`: a virtualenv, mostly downloads) install beside
+# the lint and the builds (CPU-bound), which compile every test too; the tests run when both
+# are done.
+test: ui
+	@scripts/setup.sh --tests & tools=$$!; \
+	  ( set -x && $(LINT) && cargo build $(BINARIES) && cargo test --workspace --no-run ); \
+	  built=$$?; wait $$tools && exit $$built
 	cargo test --workspace
 	cd ui && npm test
 	cd ui && npm run e2e
@@ -47,9 +51,9 @@ test-app: app
 	$(CACHE)/venv/bin/python -m pytest -q tests/test_tauri_app.py
 
 # The workspace holds the app, which bundles ui/dist: build the UI before any cargo run.
+LINT := cargo fmt --all --check && cargo clippy --workspace --all-targets -- -D warnings
 lint: ui
-	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	$(LINT)
 
 # The app's and the CLI's code for macOS, type-checked on Linux (scripts/check-macos.sh; a
 # no-op on a Mac, which builds the real thing). The app embeds ui/dist, so the UI comes first.
@@ -65,13 +69,16 @@ bench: build default-model
 
 # A long soak (tests/soak.py): 64 concurrent clients for 10 minutes against a server of its own
 # (seeded replies checked against their solo references, cancels, disconnects, bad and oversize
-# requests; then no rows left, RSS bounded), then the loopback load test for 10 minutes. `make
-# test` runs short ones (tests/test_soak.py, tests/test_server_load.py at 60 s).
+# requests; then no rows left, RSS bounded), then the loopback load test for 10 minutes, then
+# 104 schema-constrained samples. `make test` runs short ones (tests/test_soak.py for 20 s,
+# tests/test_server_load.py for 30 s, 48 samples).
 soak:
 	scripts/setup.sh --tests
 	cargo build $(BINARIES)
 	$(CACHE)/venv/bin/python tests/soak.py --concurrency 64 --seconds 600
 	SEEDBAR_LOAD_SECONDS=600 $(CACHE)/venv/bin/python -m pytest -q tests/test_server_load.py
+	SEEDBAR_SCHEMA_SEEDS=13 $(CACHE)/venv/bin/python -m pytest -q tests/test_structured_outputs.py \
+	  -k test_a_pydantic_schema_is_obeyed_by_every_seeded_sample
 
 setup:
 	scripts/setup.sh

@@ -1,5 +1,5 @@
 """A bounded loopback load test of `seedbar serve`: 32 concurrent streaming clients for
-SEEDBAR_LOAD_SECONDS (default 60 in `make test`; `make soak` runs it for 600). Every stream must end cleanly, none may get stuck, each must
+SEEDBAR_LOAD_SECONDS (default 30 in `make test`; `make soak` runs it for 600). Every stream must end cleanly, none may get stuck, each must
 give exactly the text its (prompt, seed) gives alone (no token leaks between streams), and the
 server must end idle with its memory back near the warmed-up baseline."""
 
@@ -14,7 +14,7 @@ from chat_stream import read_chat_stream
 from conftest import DEFAULT_MODEL, serving
 
 CLIENTS = 32
-DURATION = float(os.environ.get("SEEDBAR_LOAD_SECONDS", "60"))
+DURATION = float(os.environ.get("SEEDBAR_LOAD_SECONDS", "30"))
 REQUEST_TIMEOUT = 120
 MAX_TOKENS = 24
 TOPICS = ["the sea", "a mountain", "coffee", "a robot", "winter", "a library", "trains", "the desert"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASIC_TOOLS = ["bash", "env", "cat", "sed", "sort", "head", "cut", "mkdir", "ln", "rm", "touch",
-               "grep", "dirname", "basename", "id", "tr", "ls", "chmod", "wc"]
+               "grep", "dirname", "basename", "id", "tr", "ls", "chmod", "wc", "cmp", "mv"]
 MODEL_BYTES = b"not really a GGUF, but its sha256 is pinned in the sandbox's versions.env\n"
 
 # A stub records "<name> <args>" in $STUB_LOG, then runs its body (sh).

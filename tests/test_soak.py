@@ -1,5 +1,5 @@
 """The short soak (tests/soak.py; `make soak` runs the long one): 16 concurrent workers for
-SEEDBAR_SOAK_SECONDS (default 40) against a server of its own, mixing good seeded streamed,
+SEEDBAR_SOAK_SECONDS (default 20) against a server of its own, mixing good seeded streamed,
 non-streamed and Ollama chats (each must give exactly its solo reference text), cancelled
 streams, raw-socket disconnects, malformed requests (the expected 4xx JSON error) and oversize
 bodies (413). 429 queue_full is an expected outcome, not an error. Afterwards the server must be
@@ -14,7 +14,7 @@ import soak
 from conftest import serving
 
 CONCURRENCY = 16
-SECONDS = float(os.environ.get("SEEDBAR_SOAK_SECONDS", "40"))
+SECONDS = float(os.environ.get("SEEDBAR_SOAK_SECONDS", "20"))
 
 
 @pytest.fixture(scope="module")

@@ -527,6 +527,56 @@ def test_quick_chat_on_the_global_shortcut(app):
              message="the default shortcut back")
 
 
+def test_quick_chat_answers_while_paused_and_hides_on_blur(app):
+    """Paused (as the tray's Pause does), outside clients get 503 but the panel, the app's
+    own request, still answers, and says that Seedbar is paused for other apps. Moving the
+    keyboard focus to another window (what a click elsewhere does) hides the panel."""
+    desktop, d, base = app["desktop"], app["driver"], app["base"]
+    body = {"model": DEFAULT_MODEL, "max_tokens": 4,
+            "messages": [{"role": "user", "content": "Hi"}]}
+    assert invoke(d, "set_server_paused", {"paused": True})["ok"]["paused"] is True
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            api(base + "/v1/chat/completions", "POST", body)
+        assert refused.value.code == 503
+        desktop.x("xdotool", "key", "ctrl+shift+space")
+        panel = wait_for(lambda: visible_windows(desktop, PANEL), 20, message="the panel")
+        main = switch_to(d, "/quick.html")
+        try:
+            note = d.wait_js(f"return document.querySelector('{tid('quick-paused')}')?.textContent",
+                             10, "the paused note")
+            assert note == "Seedbar is paused for other apps; quick chat still answers."
+            d.type(tid("quick-input"), QUESTION + "\ue007")  # Enter asks
+            state = d.wait_js(f"""const s = document.querySelector('{tid('quick-answer')}')?.dataset.state;
+                                  return s && s !== 'streaming' && s;""", 120, "the answer")
+            assert state == "complete", d.js("return document.querySelector('.quick').textContent")
+            assert d.js(f"return document.querySelector('{tid('quick-answer-text')}').textContent")
+        finally:
+            d.call("POST", "/window", {"handle": main})
+    finally:
+        invoke(d, "set_server_paused", {"paused": False})
+    assert http_status(base + "/v1/models") == 200
+
+    # Blur: with the keyboard focus in the panel (xdotool gives it, as a window manager does
+    # when a window is shown; Xvfb has none), focus moved to the chat window hides it.
+    desktop.x("xdotool", "windowfocus", "--sync", panel[0])
+    chat = visible_windows(desktop, "Seedbar")
+    assert len(chat) == 1, chat
+    desktop.x("xdotool", "windowfocus", "--sync", chat[0])
+    wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the panel to hide on blur")
+    # The shortcut shows it again. Focused, the shortcut hides it and it stays hidden: the
+    # key's grab takes the focus for a moment, which must not count as a blur that the
+    # toggle then undoes (so a press within 250 ms of a blur hides; this one comes later).
+    time.sleep(0.5)
+    desktop.x("xdotool", "key", "ctrl+shift+space")
+    assert wait_for(lambda: visible_windows(desktop, PANEL), 10, message="the panel again") == panel
+    desktop.x("xdotool", "windowfocus", "--sync", panel[0])
+    desktop.x("xdotool", "key", "ctrl+shift+space")
+    wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the shortcut to hide it")
+    time.sleep(1)
+    assert not visible_windows(desktop, PANEL), "the panel came back after the shortcut hid it"
+
+
 def test_closing_the_window_hides_it(app):
     desktop, d, base = app["desktop"], app["driver"], app["base"]
     windows = visible_windows(desktop, "Seedbar")

@@ -25,11 +25,13 @@ use crate::shell::Shell;
 /// Passed by the login item: start in the menu bar without opening the window.
 pub const HIDDEN_ARG: &str = "--hidden";
 
-/// What the app adds to a builder on any runtime: the shared state, the IPC commands, and
-/// "closing a window hides it" (the app lives on in the tray).
+/// What the app adds to a builder on any runtime: the shared state, the IPC commands,
+/// "closing a window hides it" (the app lives on in the tray), and the quick-chat panel
+/// hiding when focus moves to another window, as menu-bar panels do.
 pub fn setup<R: Runtime>(builder: Builder<R>, shell: Arc<Shell>) -> Builder<R> {
     builder
         .manage(shell)
+        .manage(quick_chat::LastBlur::default())
         .invoke_handler(tauri::generate_handler![
             commands::shell_status,
             commands::set_server_paused,
@@ -37,13 +39,17 @@ pub fn setup<R: Runtime>(builder: Builder<R>, shell: Arc<Shell>) -> Builder<R> {
             commands::open_chat_window,
             commands::hide_quick_chat
         ])
-        .on_window_event(|window, event| {
-            if let WindowEvent::CloseRequested { api, .. } = event {
-                if [window::MAIN, quick_chat::PANEL].contains(&window.label()) {
-                    api.prevent_close();
-                    let _ = window.hide();
-                }
+        .on_window_event(|window, event| match event {
+            WindowEvent::CloseRequested { api, .. }
+                if [window::MAIN, quick_chat::PANEL].contains(&window.label()) =>
+            {
+                api.prevent_close();
+                let _ = window.hide();
             }
+            WindowEvent::Focused(false) if window.label() == quick_chat::PANEL => {
+                quick_chat::blurred(window);
+            }
+            _ => {}
         })
 }
 

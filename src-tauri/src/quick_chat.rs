@@ -1,12 +1,16 @@
 //! Quick chat: a small frameless, always-on-top panel (`ui/quick.html`) that asks the
 //! default model, toggled by a global shortcut (the saved `quick_chat_shortcut`, through
-//! tauri-plugin-global-shortcut) and by the tray's "Quick Chat". The panel saves an answer
-//! as a conversation through the API and asks the shell (`open_conversation`) to show it
-//! in the chat window.
+//! tauri-plugin-global-shortcut) and by the tray's "Quick Chat", and hidden when the focus
+//! moves to another window (`blurred`). It answers while the server is paused for outside
+//! clients (through `/app/chat/completions`), saves an answer as a conversation through the
+//! API and asks the shell (`open_conversation`) to show it in the chat window.
 
-use std::sync::Arc;
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
-use tauri::{AppHandle, Manager, Runtime, WebviewUrl, WebviewWindow, WebviewWindowBuilder};
+use tauri::{AppHandle, Manager, Runtime, WebviewUrl, WebviewWindow, WebviewWindowBuilder, Window};
 use tauri_plugin_global_shortcut::{Shortcut, ShortcutState};
 
 use crate::shell::{QuickChatKey, Shell};
@@ -20,12 +24,29 @@ const PAGE: &str = "quick.html";
 /// What the page listens for each time the panel is shown (it focuses its input).
 const SHOWN_SCRIPT: &str = "window.dispatchEvent(new Event('seedbar:quick-shown'));";
 
+/// How soon after a blur hid the panel the shortcut still counts as hiding it: on X11 the
+/// shortcut's key grab takes the keyboard focus from the panel (a blur) just before the key
+/// event toggles it.
+const SHORTCUT_AFTER_BLUR: Duration = Duration::from_millis(250);
+
+/// When focus last left the panel and hid it (managed state, read by `toggle`).
+#[derive(Default)]
+pub struct LastBlur(Mutex<Option<Instant>>);
+
 /// Show the panel, or hide it when it is showing (the shortcut).
 pub fn toggle<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
     match handle.get_webview_window(PANEL) {
         Some(panel) if panel.is_visible()? => panel.hide(),
+        // The press that hid it through its key grab: it stays hidden.
+        Some(_) if blurred_within(handle, SHORTCUT_AFTER_BLUR) => Ok(()),
         _ => show(handle),
     }
+}
+
+fn blurred_within<R: Runtime>(handle: &AppHandle<R>, span: Duration) -> bool {
+    let last = handle.state::<LastBlur>();
+    let last = *last.0.lock().unwrap_or_else(|e| e.into_inner());
+    last.is_some_and(|at| at.elapsed() < span)
 }
 
 /// Show the panel with its input focused (made on first use).
@@ -48,6 +69,21 @@ pub fn hide<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
     match handle.get_webview_window(PANEL) {
         Some(panel) => panel.hide(),
         None => Ok(()),
+    }
+}
+
+/// Focus moved to another window: the panel goes, as menu-bar panels do.
+pub fn blurred<R: Runtime>(panel: &Window<R>) {
+    if !panel.is_visible().unwrap_or(false) {
+        return;
+    }
+    *panel
+        .state::<LastBlur>()
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    if let Err(e) = panel.hide() {
+        tracing::warn!("cannot hide quick chat: {e}");
     }
 }
 

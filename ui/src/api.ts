@@ -162,12 +162,13 @@ export class Client {
   }
 
   /**
-   * Streams a one-off answer from the OpenAI route (quick chat): calls onText with each
-   * piece of text; resolves with the seed it was sampled with. Throws like `reply`.
+   * Streams a one-off answer (quick chat) from the app's copy of the OpenAI route, which
+   * answers while the server is paused for outside clients: calls onText with each piece of
+   * text; resolves with the seed it was sampled with. Throws like `reply`.
    */
   async complete(body: CompletionRequest, onText: (text: string) => void, signal?: AbortSignal): Promise<number | null> {
     const what = 'The answer failed';
-    const response = await this.send('POST', '/v1/chat/completions', what, { ...body, stream: true }, signal);
+    const response = await this.send('POST', '/app/chat/completions', what, { ...body, stream: true }, signal);
     if (!response.body) throw new ApiError(`${what}: the server sent no stream`, response.status);
     let seed: number | null = Number(response.headers.get('x-seedbar-seed') ?? NaN);
     if (!Number.isSafeInteger(seed)) seed = null;

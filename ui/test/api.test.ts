@@ -142,9 +142,11 @@ describe('readReplyStream', () => {
 });
 
 describe('complete (quick chat)', () => {
-  it('streams the text and gives the seed from the header', async () => {
+  it('streams the text from the app route and gives the seed from the header', async () => {
     const sent: RequestInit[] = [];
-    const { client } = clientWith((async (_url: string, init: RequestInit) => {
+    const urls: string[] = [];
+    const { client } = clientWith((async (url: string, init: RequestInit) => {
+      urls.push(url);
       sent.push(init);
       return new Response(streamOf([
         'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
@@ -157,6 +159,8 @@ describe('complete (quick chat)', () => {
     expect(pieces.join('')).toBe('Paris.');
     expect(seed).toBe(1234);
     expect(JSON.parse(sent[0].body as string)).toMatchObject({ model: 'm', stream: true });
+    // Under /app: it answers while the server is paused for outside clients.
+    expect(new URL(urls[0], 'http://x').pathname).toBe('/app/chat/completions');
   });
 
   it('throws an error event as the message, and a stream cut short', async () => {

@@ -1,6 +1,7 @@
 //! The chat app's routes under `/app` (docs/app-api.md): conversations stored in the
 //! `ChatStore` with their replies streamed as server-sent events, the model library
-//! (installed models, deletion, downloads with progress), the app's settings and status.
+//! (installed models, deletion, downloads with progress), the app's settings and status,
+//! and the OpenAI chat completion for the app's own quick-chat panel.
 //! Handlers stay thin: the store, `ModelHost`, `Pulls` and the generation service do the
 //! work; a reply's events are [`ReplyEvent`]s, translated from the service's neutral ones.
 
@@ -32,7 +33,7 @@ use crate::{
         self, drive, spawn_body, Delta, Ending, Finish, Generation, Job, Prompt, ServedModel,
         Token, Translator,
     },
-    openai::{sse, with_seed, SseMessage},
+    openai::{self, sse, with_seed, SseMessage},
     pulls::Pull,
     App, Readiness,
 };
@@ -58,6 +59,9 @@ pub fn routes() -> Router<Arc<App>> {
         )
         .route("/app/conversations/{id}/reply", post(reply))
         .route("/app/conversations/{id}/export", get(export_conversation))
+        // Quick chat's one-off answers: `/v1/chat/completions` under `/app`, so the panel
+        // answers while the API is paused for outside clients (as the chat window does).
+        .route("/app/chat/completions", post(openai::chat_completions))
         .route("/app/models", get(list_models))
         .route("/app/models/{name}", delete(delete_model))
         .route("/app/models/pull", post(pull_model))

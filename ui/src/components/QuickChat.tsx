@@ -141,6 +141,11 @@ export function QuickChat() {
           )}
         </div>
       )}
+      {status?.paused && !blocked && (
+        <p class="quick-paused muted small" data-testid="quick-paused">
+          Seedbar is paused for other apps; quick chat still answers.
+        </p>
+      )}
       {exchange && (
         <div class="quick-answer" ref={answerBox} data-testid="quick-answer" data-state={exchange.state} aria-live="polite">
           {exchange.answer
