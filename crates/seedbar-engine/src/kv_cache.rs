@@ -50,7 +50,13 @@ pub fn kept_from(window: Option<i32>, len: i32) -> i32 {
 /// Positions of a windowed layer's ring in a [`KvPool`] slot: the window rounded up to a
 /// whole [`KV_BLOCK`] (every position a decode query sees fits).
 pub fn ring_capacity(window: i32) -> i32 {
-    (window + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK
+    whole_blocks(window)
+}
+
+/// `positions` rounded up to a whole number of [`KV_BLOCK`]s: the capacity a buffer grown
+/// block by block has once it holds them.
+fn whole_blocks(positions: i32) -> i32 {
+    (positions + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK
 }
 
 #[derive(Default, Clone)]
@@ -241,7 +247,7 @@ impl KvCache {
             });
         } else if let (Some(k), Some(v)) = (&self.keys, &self.values) {
             let positions = front + kept;
-            let capacity = (positions + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+            let capacity = whole_blocks(positions);
             let copy = |a: &Array| -> Result<Option<Array>> {
                 if capacity == 0 {
                     return Ok(None);
@@ -383,7 +389,7 @@ impl KvCache {
         if self.first > 0 {
             return;
         }
-        let capacity = (self.len + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+        let capacity = whole_blocks(self.len);
         for buffer in [&mut self.keys, &mut self.values] {
             if let Some(b) = buffer.as_ref().filter(|b| b.shape()[2] > capacity) {
                 *buffer = (capacity > 0).then(|| b.index((.., .., ..capacity, ..)));
@@ -438,7 +444,7 @@ impl KvPool {
             cache.host_to_mlx()?;
         }
         let len = row[0].len();
-        let capacity = (len + 1 + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+        let capacity = whole_blocks(len + 1);
         let previous = row[0].pooled;
         if previous.is_some_and(|p| p.capacity == capacity) {
             return Ok(());

@@ -547,11 +547,7 @@ impl Worker {
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
         for (i, row) in self.rows.iter().enumerate() {
-            let left = budget.saturating_sub(prefill_tokens);
-            if row.prefilling() && !aligned && left == 0 {
-                continue;
-            }
-            let input = row.next_input(aligned, left);
+            let input = row.next_input(aligned, budget.saturating_sub(prefill_tokens));
             if row.prefilling() {
                 if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
                     continue;
