@@ -37,6 +37,9 @@ pub enum BenchCommand {
         streams: Vec<usize>,
         #[arg(long, default_value_t = 64)]
         tokens: usize,
+        /// Run the fastest layout without the invariance promise (what invariance costs).
+        #[arg(long)]
+        reference: bool,
     },
     /// Identity rate of seeded replies in random concurrent mixes.
     Determinism {
@@ -67,7 +70,8 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             model,
             streams,
             tokens,
-        } => throughput(load(&model)?, &streams, tokens),
+            reference,
+        } => throughput(load(&model)?, &streams, tokens, !reference),
         BenchCommand::Determinism {
             model,
             mixes,
@@ -92,14 +96,11 @@ fn speed(model: &Model, prompt_tokens: usize, decode_tokens: usize, repeat: usiz
     for _ in 0..repeat.max(1) {
         let mut sequence = model.sequence();
         let started = Instant::now();
-        let mut logits = model.prefill(&prompt, &mut sequence)?;
+        let logits = model.prefill(&prompt, &mut sequence)?;
         best_prefill = best_prefill.max(prompt.len() as f64 / started.elapsed().as_secs_f64());
         // Decode continues from the prefilled prompt, as mlx_lm.generate measures it.
         let started = Instant::now();
-        for _ in 0..decode_tokens {
-            let token = sampling::argmax(&logits);
-            logits = model.step(&[token], &mut sequence)?;
-        }
+        model.decode_greedy(sampling::argmax(&logits), decode_tokens, &mut sequence)?;
         best_decode = best_decode.max(decode_tokens as f64 / started.elapsed().as_secs_f64());
     }
     println!(
@@ -178,7 +179,12 @@ fn run_together(scheduler: &Scheduler, requests: Vec<Request>) -> Result<(Vec<Ou
     Ok((outcomes, started.elapsed()))
 }
 
-fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
+fn throughput(
+    model: Model,
+    streams: &[usize],
+    tokens: usize,
+    batch_invariant: bool,
+) -> Result<()> {
     let prompts = prompts();
     let requests = |n: usize, model: &Model| -> Result<Vec<Request>> {
         (0..n)
@@ -189,7 +195,11 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
         .iter()
         .map(|&n| requests(n, &model))
         .collect::<Result<_>>()?;
-    let scheduler = Scheduler::start(model, SchedulerConfig::default());
+    let config = SchedulerConfig {
+        batch_invariant,
+        ..SchedulerConfig::default()
+    };
+    let scheduler = Scheduler::start(model, config);
     run_together(&scheduler, batches[0][..1].to_vec())?; // warm-up
     for (n, batch) in streams.iter().zip(batches) {
         scheduler.stats().times.take();
@@ -208,7 +218,7 @@ fn throughput(model: Model, streams: &[usize], tokens: usize) -> Result<()> {
             .collect();
         println!(
             "{}",
-            json!({"streams": n, "tokens": total, "aggregate_tok_s": total as f64 / wall.as_secs_f64(),
+            json!({"streams": n, "batch_invariant": batch_invariant, "tokens": total, "aggregate_tok_s": total as f64 / wall.as_secs_f64(),
                    "ttft_mean_s": ttft.iter().sum::<f64>() / ttft.len() as f64,
                    "ttft_max_s": ttft.iter().cloned().fold(0.0, f64::max),
                    "steps": times.steps, "step_ms": step_ms})

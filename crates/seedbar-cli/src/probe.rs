@@ -60,7 +60,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
             let mut caches = model.transformer.new_caches();
             let plan = StepPlan::new(&model.layout(), &[args.ids.len() as i32]);
             let logits = model.transformer.forward(
-                &args.ids,
+                args.ids.as_slice().into(),
                 &plan,
                 &mut [&mut caches],
                 &mut KvPool::default(),

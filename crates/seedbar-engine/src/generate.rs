@@ -1,11 +1,13 @@
 //! Single-sequence forward passes (aligned chunked prefill, one decode step) used by
 //! benchmarks and probes, and the types replies are described with.
 
+use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
+
 use crate::{
     error::{EngineError, Result},
     kv_cache::{KvCache, KvPool},
     model::Model,
-    models::Logits,
+    models::{Logits, StepTokens},
     step_plan::{Layout, StepPlan},
 };
 
@@ -56,11 +58,13 @@ impl Model {
     pub fn sequence(&self) -> Sequence {
         Sequence {
             caches: self.transformer.new_caches(),
-            pool: KvPool::default(),
+            pool: KvPool::new(self.layout().pool_call_slots),
         }
     }
 
     /// Run `tokens` through the model in aligned chunks; returns the last position's logits.
+    /// The chunks are one graph, evaluated once: only the last chunk's logits are read, and
+    /// the earlier chunks' KV is what the next chunk's graph takes.
     pub fn prefill(&self, tokens: &[u32], sequence: &mut Sequence) -> Result<Vec<f32>> {
         let mut start = sequence.caches.first().map_or(0, |c| c.len() as usize);
         let mut remaining = tokens;
@@ -68,24 +72,57 @@ impl Model {
         while !remaining.is_empty() {
             let take = (PREFILL_CHUNK - start % PREFILL_CHUNK).min(remaining.len());
             let (chunk, rest) = remaining.split_at(take);
-            logits = Some(self.step(chunk, sequence)?);
+            logits = Some(self.forward(chunk.into(), sequence)?);
             remaining = rest;
             start += take;
         }
-        logits.ok_or_else(|| EngineError::InvalidRequest("the prompt is empty".into()))
+        let logits =
+            logits.ok_or_else(|| EngineError::InvalidRequest("the prompt is empty".into()))?;
+        read_logits(logits)
     }
 
     /// One forward pass over `tokens` appended to the sequence; last position's logits.
     pub fn step(&self, tokens: &[u32], sequence: &mut Sequence) -> Result<Vec<f32>> {
-        let plan = StepPlan::new(&self.layout(), &[tokens.len() as i32]);
-        let logits = self.transformer.forward(
+        read_logits(self.forward(tokens.into(), sequence)?)
+    }
+
+    /// Greedy decode of `n` tokens after `first` (the prompt's next token), as a chat
+    /// streams on the pipelined scheduler: each token is picked on the device and fed to
+    /// the next step before it is read, so one step is built while the last one runs.
+    pub fn decode_greedy(&self, first: u32, n: usize, sequence: &mut Sequence) -> Result<Vec<u32>> {
+        let mut drawn = Array::from_slice(&[first], &[1]);
+        let mut tokens = Vec::with_capacity(n);
+        for _ in 0..n {
+            let input = StepTokens {
+                host: &[0],
+                drawn: Some((&drawn, &[Some(0)])),
+            };
+            let logits = self.forward(input, sequence)?;
+            let next = argmax_axis(logits.reshape(&[1, -1])?, -1, false)?;
+            async_eval([&next])?;
+            drawn.eval()?;
+            tokens.push(drawn.as_slice::<u32>()[0]);
+            drawn = next;
+        }
+        Ok(tokens)
+    }
+
+    /// The lazy graph of one forward pass over `tokens` appended to the sequence, up to the
+    /// last position's logits.
+    fn forward(&self, tokens: StepTokens, sequence: &mut Sequence) -> Result<Array> {
+        let plan = StepPlan::new(&self.layout(), &[tokens.host.len() as i32]);
+        self.transformer.forward(
             tokens,
             &plan,
             &mut [&mut sequence.caches],
             &mut sequence.pool,
             Logits::Last,
-        )?;
-        logits.eval()?;
-        Ok(logits.as_slice::<f32>().to_vec())
+        )
     }
+}
+
+/// Evaluate one row's logits and copy them to the host.
+fn read_logits(logits: Array) -> Result<Vec<f32>> {
+    logits.eval()?;
+    Ok(logits.as_slice::<f32>().to_vec())
 }

@@ -2,8 +2,9 @@
 //! buffers that grow in fixed blocks, so writes land in place instead of re-concatenating,
 //! or, for models on the packed CPU path, [`HostKv`] in host memory.
 //! [`KvPool`]: decoding rows' KV at capacity, many rows to a buffer, so one step writes a
-//! layer's new positions with one scatter and attends `SLOTS_PER_CALL` rows per call,
-//! whatever the number of rows (the layout `step_plan::AttentionLayout::Capacity` uses).
+//! layer's new positions with one scatter and attends a fixed number of slots per call
+//! ([`KvPool::call_slots`], a function of the capacity alone), whatever the number of rows
+//! (the layout `step_plan::AttentionLayout::Capacity` uses).
 //!
 //! A sliding-window layer's storage holds only the positions its next queries can still
 //! see, plus fixed slack ([`kept_from`]): memory is bounded by the window, not the context.
@@ -26,6 +27,7 @@ use mlx_rs::{
 use crate::{
     error::{EngineError, Result},
     generate::PREFILL_CHUNK,
+    step_plan::Uploads,
 };
 
 /// Positions added per growth step, and the step a windowed cache drops old ones by.
@@ -404,8 +406,14 @@ pub fn reusable_from(caches: &[KvCache]) -> i32 {
     caches.iter().map(KvCache::reusable_from).max().unwrap_or(0)
 }
 
-/// Slots one pooled attention call covers, and the step a pool class grows by.
-pub const SLOTS_PER_CALL: i32 = 8;
+/// The fewest slots one pooled attention call covers (and a class grows by); a pool's
+/// calls cover more where its layout allows ([`KvPool::call_slots`]).
+pub const MIN_CALL_SLOTS: i32 = 8;
+
+/// Positions (slots × capacity) above which a pool call halves its slots, down to
+/// [`MIN_CALL_SLOTS`]: wide calls for the short classes most rows sit in, without
+/// allocating wide classes of long rows.
+const CALL_POSITIONS: i32 = 32 * 1024;
 
 /// Where a decoding row's KV lives in a [`KvPool`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,9 +433,16 @@ pub struct PoolSlot {
 /// copied in; its own cache keeps that prompt part for prefix reuse), moves up a class
 /// when it outgrows one, and leaves with [`release`](Self::release). Decode KV is never
 /// reused by the prefix cache.
-#[derive(Default)]
 pub struct KvPool {
     classes: BTreeMap<i32, PoolClass>,
+    /// The most slots one attention call covers ([`call_slots`](Self::call_slots)).
+    max_call_slots: i32,
+}
+
+impl Default for KvPool {
+    fn default() -> Self {
+        KvPool::new(MIN_CALL_SLOTS)
+    }
 }
 
 struct PoolClass {
@@ -437,6 +452,28 @@ struct PoolClass {
 }
 
 impl KvPool {
+    /// An empty pool whose attention calls cover up to `max_call_slots` slots (the
+    /// layout's `pool_call_slots`; at least [`MIN_CALL_SLOTS`]).
+    pub fn new(max_call_slots: i32) -> Self {
+        KvPool {
+            classes: BTreeMap::new(),
+            max_call_slots: max_call_slots.max(MIN_CALL_SLOTS),
+        }
+    }
+
+    /// Slots one attention call of the class of `capacity` covers, and the step the class
+    /// grows by: the most the pool allows, halved while the call would hold more than
+    /// [`CALL_POSITIONS`] positions, never below [`MIN_CALL_SLOTS`]. A function of the
+    /// capacity alone (so of the row's own length): a row's call shape does not depend on
+    /// the batch.
+    pub fn call_slots(&self, capacity: i32) -> i32 {
+        let mut slots = self.max_call_slots;
+        while slots > MIN_CALL_SLOTS && slots * capacity > CALL_POSITIONS {
+            slots /= 2;
+        }
+        slots
+    }
+
     /// Make sure the row (its per-layer caches) has a slot with room for one more position,
     /// entering the pool or moving up a class as needed.
     pub fn place(&mut self, row: &mut [KvCache]) -> Result<()> {
@@ -504,13 +541,14 @@ impl KvPool {
 
     /// Write one new position for each of `rows` (their caches at this layer) in the class
     /// of `capacity`: `keys`/`values` are `[rows, kv_heads, 1, head_dim]`, in that order.
+    /// The scatter's index comes from `uploads` (layers alike share one).
     pub fn write(
         &mut self,
         layer: usize,
         capacity: i32,
         rows: &mut [&mut KvCache],
-        keys: &Array,
-        values: &Array,
+        (keys, values): (&Array, &Array),
+        uploads: &mut Uploads,
     ) -> Result<()> {
         let (k, v) = &mut self.classes.get_mut(&capacity).expect("placed").layers[layer];
         let shape = k.shape().to_vec();
@@ -523,11 +561,11 @@ impl KvPool {
             }
             p.len += 1;
         }
-        let index = Array::from_slice(&index, &[index.len() as i32]);
+        let index = uploads.get(&index);
         let n = index.shape()[0];
         let scatter = |buffer: &Array, new: &Array| -> Result<Array> {
             let flat = buffer.reshape(&[-1, head_dim])?;
-            let written = scatter_single(&flat, &index, new.reshape(&[n, 1, head_dim])?, 0)?;
+            let written = scatter_single(&flat, index, new.reshape(&[n, 1, head_dim])?, 0)?;
             Ok(written.reshape(&shape)?)
         };
         *k = scatter(k, keys)?;
@@ -535,15 +573,18 @@ impl KvPool {
         Ok(())
     }
 
-    /// Keys and values of the `SLOTS_PER_CALL` slots from `first` of a class at `layer`
-    /// (`[SLOTS_PER_CALL, kv_heads, ring, head_dim]`, the ring at most the class's capacity).
+    /// Keys and values of the [`call_slots`](Self::call_slots) slots from `first` of a
+    /// class at `layer` (`[slots, kv_heads, ring, head_dim]`, the ring at most the class's
+    /// capacity).
     pub fn call(&self, layer: usize, capacity: i32, first: i32) -> (Array, Array) {
         let (k, v) = &self.classes[&capacity].layers[layer];
-        let span = |a: &Array| a.index(first..first + SLOTS_PER_CALL);
+        let slots = self.call_slots(capacity);
+        let span = |a: &Array| a.index(first..first + slots);
         (span(k), span(v))
     }
 
     fn allocate(&mut self, capacity: i32, like: &[KvCache]) -> Result<i32> {
+        let call_slots = self.call_slots(capacity);
         let class = match self.classes.entry(capacity) {
             std::collections::btree_map::Entry::Occupied(c) => c.into_mut(),
             std::collections::btree_map::Entry::Vacant(slot) => slot.insert(PoolClass {
@@ -556,13 +597,13 @@ impl KvPool {
             return Ok(free as i32);
         }
         // Grow by a whole call's slots, shaped like the row's own buffers.
-        let grown = class.used.len() as i32 + SLOTS_PER_CALL;
+        let grown = class.used.len() as i32 + call_slots;
         let mut layers = Vec::with_capacity(like.len());
         for (layer, cache) in like.iter().enumerate() {
             let template = cache.keys.as_ref().expect("a decoding row has prefilled");
             let s = template.shape();
             let ring = ring_of(capacity, cache.window);
-            let extra = ops::zeros_dtype(&[SLOTS_PER_CALL, s[1], ring, s[3]], template.dtype())?;
+            let extra = ops::zeros_dtype(&[call_slots, s[1], ring, s[3]], template.dtype())?;
             layers.push(match class.layers.get(layer) {
                 Some((k, v)) => (
                     ops::concatenate(&[k, &extra], 0)?,
@@ -737,8 +778,14 @@ mod tests {
             let capacity = row[0].pooled().unwrap().capacity;
             for (layer, cache) in row.iter_mut().enumerate() {
                 let new = Array::from_slice(&[len as f32], &[1, 1, 1, 1]);
-                pool.write(layer, capacity, &mut [&mut *cache], &new, &new)
-                    .unwrap();
+                pool.write(
+                    layer,
+                    capacity,
+                    &mut [&mut *cache],
+                    (&new, &new),
+                    &mut Uploads::default(),
+                )
+                .unwrap();
                 let slot = cache.pooled().unwrap().slot;
                 let (keys, _) = pool.call(layer, capacity, 0);
                 let keys = keys.index(slot).contiguous().unwrap();

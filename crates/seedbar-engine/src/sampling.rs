@@ -1,14 +1,23 @@
 //! Choosing the next token from a row of logits. Randomness for token position `t` of a
 //! request comes only from `(seed, t)` through a counter-based hash: no global RNG, no
 //! dependence on other requests, call order or batch shape, and the same draws on every
-//! backend because the sampling runs on the host in plain Rust.
+//! backend.
 //!
-//! The draw is Gumbel-max: the token whose `logit / T + g` is largest, with keyed noise `g`
-//! per vocabulary entry. The noise does not depend on the logits, so a caller can compute
-//! it ([`fill_noise`]) while the device computes the logits, and draw with it
-//! ([`sample_with_noise`]): the same token as [`sample`], bit for bit.
+//! The draw is Gumbel-max: the token whose score `logit · (1/T) + g` is largest (the first
+//! on ties), with keyed noise `g` per vocabulary entry, computed on the host in `f64` and
+//! rounded to `f32`. The score is two correctly rounded `f32` operations, a product and a
+//! sum, so the host ([`sample_with_noise`]) and the device ([`draw_on_device`]: MLX's
+//! multiply, add and argmax, which also takes the first of equal maxima) pick the same
+//! token from the same logits, bit for bit. The noise does not depend on the logits, so a
+//! caller computes it ([`fill_noise`]) while the device computes the logits.
 
+use mlx_rs::{
+    ops::indexing::{argmax_axis, scatter_single},
+    Array,
+};
 use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
 
 /// A sampling value out of range, naming the parameter (OpenAI's names).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -57,6 +66,28 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// `1/T` as the score multiplies by it.
+    fn inverse_temperature(&self) -> f32 {
+        1.0 / self.temperature
+    }
+
+    /// Whether [`draw_on_device`] draws what the host would: no filter, no penalty (they
+    /// read the row's history or sort on the host), and biases on distinct tokens below
+    /// `vocab` (each entry is then one addition, as [`adjust`](Self::adjust) makes it).
+    pub fn draws_on_device(&self, vocab: usize) -> bool {
+        let mut biased: Vec<u32> = self.logit_bias.iter().map(|&(t, _)| t).collect();
+        biased.sort_unstable();
+        let distinct = biased.windows(2).all(|w| w[0] != w[1]);
+        self.top_k == 0
+            && self.top_p >= 1.0
+            && self.min_p <= 0.0
+            && self.repetition_penalty == 1.0
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
+            && distinct
+            && biased.last().is_none_or(|&t| (t as usize) < vocab)
+    }
+
     /// Check every value is in range; the error names the parameter at fault.
     pub fn validate(&self) -> Result<(), InvalidParam> {
         let fail = |param: &'static str, rule: &str, value: f32| {
@@ -171,15 +202,17 @@ pub fn argmax(values: &[f32]) -> u32 {
     best as u32
 }
 
-/// The Gumbel noise `-ln(-ln U)` of vocabulary entry `index` under `key`.
-fn gumbel(key: u64, index: u64) -> f64 {
-    -(-uniform(key, index).ln()).ln()
+/// The Gumbel noise `-ln(-ln U)` of vocabulary entry `index` under `key`, computed in `f64`
+/// and rounded to the `f32` the score adds.
+fn gumbel(key: u64, index: u64) -> f32 {
+    -(-uniform(key, index).ln()).ln() as f32
 }
 
 /// The noise of the draw at `position` of a request seeded with `seed`, for the vocabulary
 /// entries from `first` on: `noise[k]` is entry `first + k`'s. A whole row's
-/// (`first == 0`, vocabulary-sized) is what [`sample_with_noise`] reads.
-pub fn fill_noise(noise: &mut [f64], seed: u64, position: u64, first: usize) {
+/// (`first == 0`, vocabulary-sized) is what [`sample_with_noise`] and [`draw_on_device`]
+/// read.
+pub fn fill_noise(noise: &mut [f32], seed: u64, position: u64, first: usize) {
     let key = position_key(seed, position);
     for (k, g) in noise.iter_mut().enumerate() {
         *g = gumbel(key, (first + k) as u64);
@@ -195,27 +228,82 @@ pub fn sample(logits: &[f32], params: &SamplingParams, position: u64) -> u32 {
 /// [`sample`] with the row's noise already computed: `noise` is what [`fill_noise`] wrote
 /// for the draw's seed and position over the whole vocabulary (unread, and may be empty,
 /// when the draw is greedy). The same token as [`sample`] for the same logits.
-pub fn sample_with_noise(logits: &[f32], params: &SamplingParams, noise: &[f64]) -> u32 {
+pub fn sample_with_noise(logits: &[f32], params: &SamplingParams, noise: &[f32]) -> u32 {
     gumbel_max(logits, params, |i| noise[i as usize])
 }
 
-/// The draw itself: argmax of `l / T + noise(i)` over the candidates, the first on ties
+/// The draw itself: argmax of `l · (1/T) + noise(i)` over the candidates, the first on ties
 /// (argmax of the logits when greedy).
-fn gumbel_max(logits: &[f32], params: &SamplingParams, noise: impl Fn(u32) -> f64) -> u32 {
+fn gumbel_max(logits: &[f32], params: &SamplingParams, noise: impl Fn(u32) -> f32) -> u32 {
     if params.temperature == 0.0 {
         return argmax(logits);
     }
     let candidates = candidates(logits, params);
     // Gumbel-max: argmax(l/T + G) with G = -ln(-ln U) is a draw from softmax(l/T).
-    let inv_t = 1.0 / params.temperature as f64;
-    let mut best = (f64::NEG_INFINITY, candidates[0]);
+    let inv_t = params.inverse_temperature();
+    let mut best = (f32::NEG_INFINITY, candidates[0]);
     for &i in &candidates {
-        let score = logits[i as usize] as f64 * inv_t + noise(i);
+        // Two roundings, in this order, as the device's multiply and add make them.
+        let score = logits[i as usize] * inv_t + noise(i);
         if score > best.0 {
             best = (score, i);
         }
     }
     best.1
+}
+
+/// One row's draw on the device ([`draw_on_device`]): its sampling (biases and
+/// temperature; [`SamplingParams::draws_on_device`] holds) and its noise (empty when greedy).
+pub struct DeviceDraw<'a> {
+    pub params: &'a SamplingParams,
+    pub noise: &'a [f32],
+}
+
+/// Each row's token from `logits` (`[rows, V]` float32, lazy), on the device that computes
+/// them: the biases added, then [`gumbel_max`]'s score and argmax, op by op (a multiply,
+/// an add, an argmax; never fused, so never contracted into one rounding). The same tokens
+/// [`sample_with_noise`] picks from the same logits. Returns `[rows]` uint32, lazy.
+pub fn draw_on_device(logits: &Array, rows: &[DeviceDraw]) -> Result<Array> {
+    let vocab = logits.shape()[1];
+    let mut scores = logits.clone();
+    // `l + bias` for each biased entry, written back (the rows' entries are distinct).
+    let (mut at, mut bias) = (Vec::new(), Vec::new());
+    for (r, row) in rows.iter().enumerate() {
+        for &(token, b) in &row.params.logit_bias {
+            at.push(r as i32 * vocab + token as i32);
+            bias.push(b);
+        }
+    }
+    if !at.is_empty() {
+        let at = Array::from_slice(&at, &[at.len() as i32]);
+        let flat = scores.reshape(&[-1])?;
+        let biased = flat
+            .take_axis(&at, 0)?
+            .add(Array::from_slice(&bias, &[bias.len() as i32]))?;
+        let n = bias.len() as i32;
+        scores = scatter_single(&flat, &at, biased.reshape(&[n, 1])?, 0)?.reshape(&[-1, vocab])?;
+    }
+    if rows.iter().any(|r| r.params.temperature > 0.0) {
+        // A greedy row's score is its logit: times 1, plus 0, exactly.
+        let inv_t: Vec<f32> = rows
+            .iter()
+            .map(|r| match r.params.temperature {
+                0.0 => 1.0,
+                _ => r.params.inverse_temperature(),
+            })
+            .collect();
+        let mut noise = Vec::with_capacity(rows.len() * vocab as usize);
+        for row in rows {
+            match row.params.temperature {
+                0.0 => noise.resize(noise.len() + vocab as usize, 0.0),
+                _ => noise.extend_from_slice(row.noise),
+            }
+        }
+        let inv_t = Array::from_slice(&inv_t, &[rows.len() as i32, 1]);
+        let noise = Array::from_slice(&noise, &[rows.len() as i32, vocab]);
+        scores = scores.multiply(&inv_t)?.add(&noise)?;
+    }
+    Ok(argmax_axis(&scores, -1, false)?)
 }
 
 /// The tokens top-k, top-p and min-p leave in play, most likely first when filtered.
@@ -408,11 +496,11 @@ mod tests {
         }
         let candidates = candidates(logits, params);
         let key = position_key(params.seed, position);
-        let inv_t = 1.0 / params.temperature as f64;
-        let mut best = (f64::NEG_INFINITY, candidates[0]);
+        let inv_t = 1.0 / params.temperature;
+        let mut best = (f32::NEG_INFINITY, candidates[0]);
         for &i in &candidates {
-            let g = -(-uniform(key, i as u64).ln()).ln();
-            let score = logits[i as usize] as f64 * inv_t + g;
+            let g = -(-uniform(key, i as u64).ln()).ln() as f32;
+            let score = logits[i as usize] * inv_t + g;
             if score > best.0 {
                 best = (score, i);
             }
@@ -474,6 +562,86 @@ mod tests {
         }
         // The cases draw, not only take the argmax.
         assert!(differ_from_greedy > 50, "{differ_from_greedy}");
+    }
+
+    #[test]
+    fn the_device_draws_what_the_host_draws() {
+        let mut state = 5u64;
+        let mut next = || {
+            state = mix(state);
+            state
+        };
+        let mut differ_from_greedy = 0;
+        for case in 0..60 {
+            let vocab = [7usize, 100, 4096, 49152][case % 4];
+            let rows = 1 + case % 5;
+            let mut logits = Vec::with_capacity(rows * vocab);
+            let mut params = Vec::new();
+            for _ in 0..rows {
+                // Near-ties: values on a coarse grid.
+                logits.extend(
+                    (0..vocab).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 * 24.0).round() / 4.0),
+                );
+                let biased = (next() % vocab as u64) as u32;
+                let row = SamplingParams {
+                    temperature: [0.0f32, 0.3, 0.7, 1.0, 1.7][(next() % 5) as usize],
+                    seed: next(),
+                    logit_bias: vec![(biased, 2.5), ((biased + 1) % vocab as u32, -100.0)],
+                    ..SamplingParams::default()
+                };
+                assert!(row.draws_on_device(vocab));
+                params.push(row);
+            }
+            let position = next() % 10_000;
+            let noise: Vec<Vec<f32>> = params
+                .iter()
+                .map(|p| {
+                    let mut noise = vec![0.0; vocab];
+                    fill_noise(&mut noise, p.seed, position, 0);
+                    noise
+                })
+                .collect();
+            let on_host: Vec<u32> = logits
+                .chunks(vocab)
+                .zip(&params)
+                .zip(&noise)
+                .map(|((row, p), noise)| {
+                    let mut adjusted = row.to_vec();
+                    p.adjust(&mut adjusted, &[], &[]);
+                    differ_from_greedy += usize::from(
+                        sample_with_noise(&adjusted, p, noise) != argmax(&adjusted),
+                    );
+                    sample_with_noise(&adjusted, p, noise)
+                })
+                .collect();
+            let draws: Vec<DeviceDraw> = params
+                .iter()
+                .zip(&noise)
+                .map(|(params, noise)| DeviceDraw { params, noise })
+                .collect();
+            let all = Array::from_slice(&logits, &[rows as i32, vocab as i32]);
+            let on_device = draw_on_device(&all, &draws).unwrap();
+            on_device.eval().unwrap();
+            assert_eq!(on_device.as_slice::<u32>(), on_host, "case {case}");
+        }
+        assert!(differ_from_greedy > 20, "{differ_from_greedy}");
+    }
+
+    #[test]
+    fn filters_and_penalties_stay_on_the_host() {
+        let on_device = |p: SamplingParams| p.draws_on_device(100);
+        assert!(on_device(SamplingParams::default()));
+        assert!(!on_device(SamplingParams { top_p: 0.9, ..SamplingParams::default() }));
+        assert!(!on_device(SamplingParams { top_k: 40, ..SamplingParams::default() }));
+        assert!(!on_device(SamplingParams { repetition_penalty: 1.1, ..SamplingParams::default() }));
+        assert!(!on_device(SamplingParams {
+            logit_bias: vec![(3, 1.0), (3, 2.0)],
+            ..SamplingParams::default()
+        }));
+        assert!(!on_device(SamplingParams {
+            logit_bias: vec![(100, 1.0)],
+            ..SamplingParams::default()
+        }));
     }
 
     #[test]

@@ -11,7 +11,11 @@
 //! scheduler) is a matmul of its own, and attention runs at a capacity that is a function
 //! of the row's own length.
 
-use crate::runtime;
+use std::collections::HashMap;
+
+use mlx_rs::Array;
+
+use crate::{kv_cache::MIN_CALL_SLOTS, runtime};
 
 /// How attention runs over the rows of one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,9 +26,9 @@ pub enum AttentionLayout {
     /// Decode rows attend at their cache's capacity (a multiple of the KV block, a function
     /// of the row's own length; a sliding-window layer's stops at its window's ring) with the
     /// positions beyond their length (or outside the window) masked, from a
-    /// [`KvPool`](crate::kv_cache::KvPool) slot, in calls of exactly `SLOTS_PER_CALL` slots
-    /// of one capacity. The call's shape is fixed by the row, so it is invariant, and rows
-    /// batch. Prefill chunks attend per row.
+    /// [`KvPool`](crate::kv_cache::KvPool) slot, in calls of a fixed number of slots of one
+    /// capacity (`KvPool::call_slots`: a function of the capacity). The call's shape is
+    /// fixed by the row, so it is invariant, and rows batch. Prefill chunks attend per row.
     Capacity,
     /// Decode steps stack every row's cache, zero-padded to the longest, into one masked
     /// attention call: the usual batched layout, whose reductions depend on the batch. Kept
@@ -35,6 +39,10 @@ pub enum AttentionLayout {
 /// Measured invariant at 4, 8 and 16 (not 5 or 7); 8 is the CPU scheduler's row count, so
 /// a full step reads the weights once.
 const CPU_DECODE_WIDTH: usize = 8;
+
+/// Pool slots per decode-attention call on CUDA: the GPU scheduler's default row count, so
+/// a full step attends each layer in one call.
+const CUDA_CALL_SLOTS: i32 = 32;
 
 /// A backend's layout for every step of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +61,18 @@ pub struct Layout {
     /// within the prompt, so a hit prefills the rest in the chunks a miss would. Only the
     /// packed CPU path claims it: elsewhere decode groups are not prefill chunks.
     pub kv_independent_of_steps: bool,
+    /// The most pool slots one decode-attention call covers
+    /// ([`KvPool::new`](crate::kv_cache::KvPool::new)): with an array mask, MLX CUDA's
+    /// decode attention is its unfused fallback (several kernels a call, `gpu-invariance.md`
+    /// §2.3), so there one call covers the 32 rows a step decodes; on Metal the vector
+    /// kernel takes the mask, and a call stays at the pool's minimum.
+    pub pool_call_slots: i32,
+    /// Whether MLX's fused attention kernel takes the pooled calls' masks (Metal's vector
+    /// kernel, the CPU). CUDA's does not: MLX falls back to matmuls that broadcast the keys
+    /// to every query head (`gpu-invariance.md` §2.3), so there a call runs as two batched
+    /// matmuls of the query heads per KV head around a softmax (fixed shapes, so still
+    /// invariant) that read the keys once.
+    pub fused_masked_attention: bool,
 }
 
 /// The weights' format, as far as the layout cares.
@@ -71,6 +91,8 @@ impl Layout {
         decode_width: None,
         attention: AttentionLayout::Padded,
         kv_independent_of_steps: false,
+        pool_call_slots: MIN_CALL_SLOTS,
+        fused_masked_attention: true,
     };
 
     /// The invariant layout for this process's MLX backend and the model's weights.
@@ -91,6 +113,12 @@ impl Layout {
             decode_width: Some(decode_width),
             attention: AttentionLayout::Capacity,
             kv_independent_of_steps: false,
+            pool_call_slots: if backend == Backend::Cuda {
+                CUDA_CALL_SLOTS
+            } else {
+                MIN_CALL_SLOTS
+            },
+            fused_masked_attention: backend != Backend::Cuda,
         };
         match (backend, weights) {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
@@ -105,6 +133,8 @@ impl Layout {
                 decode_width: None,
                 attention: AttentionLayout::PerRow,
                 kv_independent_of_steps: true,
+                pool_call_slots: MIN_CALL_SLOTS,
+                fused_masked_attention: true,
             },
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.
@@ -112,6 +142,8 @@ impl Layout {
                 decode_width: Some(CPU_DECODE_WIDTH),
                 attention: AttentionLayout::PerRow,
                 kv_independent_of_steps: false,
+                pool_call_slots: MIN_CALL_SLOTS,
+                fused_masked_attention: true,
             },
             // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M: fix M. Still
             // bandwidth-bound at 32 rows on an H200 for 1B-class models.
@@ -158,6 +190,8 @@ pub struct StepPlan {
     /// Rows of each output-head group (one position per row of the step, in row order).
     pub head_widths: Vec<i32>,
     pub attention: AttentionLayout,
+    /// [`Layout::fused_masked_attention`].
+    pub fused_masked_attention: bool,
 }
 
 impl StepPlan {
@@ -169,6 +203,7 @@ impl StepPlan {
             slots: Vec::with_capacity(lens.len()),
             head_widths: Vec::new(),
             attention: layout.attention,
+            fused_masked_attention: layout.fused_masked_attention,
         };
         let Some(width) = layout.decode_width.map(|w| w as i32) else {
             let mut offset = 0;
@@ -224,6 +259,21 @@ impl StepPlan {
             .enumerate()
             .filter(move |(_, s)| s.group == group)
             .map(|(i, _)| i)
+    }
+}
+
+/// A step's small index arrays on the device, each uploaded once however many layers read
+/// it: every upload is a copy into device memory that the first kernel reading it waits
+/// for.
+#[derive(Default)]
+pub struct Uploads(HashMap<Vec<i32>, Array>);
+
+impl Uploads {
+    /// `values` as a `[n]` int32 array.
+    pub fn get(&mut self, values: &[i32]) -> &Array {
+        self.0
+            .entry(values.to_vec())
+            .or_insert_with(|| Array::from_slice(values, &[values.len() as i32]))
     }
 }
 

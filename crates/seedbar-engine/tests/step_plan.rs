@@ -36,7 +36,7 @@ fn decode(model: &Model, layout: &Layout, rows: &[(Vec<KvCache>, u32)]) -> Vec<V
     let logits = model
         .transformer
         .forward(
-            &tokens,
+            tokens.as_slice().into(),
             &plan,
             &mut picked,
             &mut KvPool::default(),
@@ -131,7 +131,7 @@ fn decode_steps(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) 
             let logits = model
                 .transformer
                 .forward(
-                    &[token],
+                    [token].as_slice().into(),
                     &plan,
                     &mut [&mut sequence.caches],
                     &mut pool,

@@ -20,13 +20,13 @@ use std::{
     time::Instant,
 };
 
-use mlx_rs::transforms::async_eval;
+use mlx_rs::{transforms::async_eval, Array};
 use seedbar_engine::{
     generate::PREFILL_CHUNK,
     kv_cache::{KvCache, KvPool},
-    models::Logits,
+    models::{Logits, StepTokens},
     runtime,
-    sampling::{self, log_softmax, SamplingParams},
+    sampling::{self, log_softmax, DeviceDraw, SamplingParams},
     step_plan::{Layout, StepPlan},
     tokenizer::StreamDecoder,
     FinishReason, Model,
@@ -64,6 +64,10 @@ pub struct SchedulerConfig {
     /// Another backend's invariant layout instead of this one's (tests run a GPU's pooled
     /// layout on the CPU with it); needs `batch_invariant`.
     pub layout: Option<Layout>,
+    /// Draw on the device and build each step before the previous one's tokens are read,
+    /// where every row's sampling allows it (`Worker::step`): a GPU's default, so the host
+    /// builds, reads and streams while the device runs. The tokens are the host draw's.
+    pub pipelined: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -83,6 +87,7 @@ impl Default for SchedulerConfig {
             prefix_cache_bytes: 512 << 20,
             batch_invariant: true,
             layout: None,
+            pipelined: runtime::default_device_is_gpu(),
         }
     }
 }
@@ -150,8 +155,9 @@ impl Scheduler {
             queue: VecDeque::new(),
             rows: Vec::new(),
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes, &layout),
-            pool: KvPool::default(),
+            pool: KvPool::new(layout.pool_call_slots),
             draw_threads: runtime::cpu_cores(),
+            in_flight: None,
         };
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())
@@ -304,10 +310,18 @@ struct Row {
     finished: bool,
     /// The Gumbel noise of the row's next draw (vocabulary-sized; empty while greedy),
     /// the same buffer step after step.
-    noise: Vec<f64>,
+    noise: Vec<f32>,
 }
 
 impl Row {
+    /// Whether the row's draws may run on the device: no output format, no log
+    /// probabilities, and sampling the device draws exactly as the host.
+    fn draws_on_device(&self, vocab: usize) -> bool {
+        self.request.constraint.is_none()
+            && self.request.logprobs.is_none()
+            && self.request.sampling.draws_on_device(vocab)
+    }
+
     fn prefilling(&self) -> bool {
         self.fed.len() < self.request.prompt.len()
     }
@@ -417,6 +431,34 @@ struct Worker {
     /// Threads the rows' draws may use (the machine's, read once: on Linux the call reads
     /// the cgroup quota files).
     draw_threads: usize,
+    /// The tokens the last step drew on the device, not read yet.
+    in_flight: Option<InFlight>,
+}
+
+/// Tokens a step drew on the device: the next step takes them as inputs before they are
+/// read.
+struct InFlight {
+    /// `[rows]` uint32, being evaluated.
+    tokens: Array,
+    /// The row each token is for (by id: rows may retire before it lands).
+    rows: Vec<u64>,
+}
+
+/// What a chosen row runs in a step.
+enum Input {
+    /// Tokens known on the host: a prefill chunk, or the last drawn token.
+    Host(Vec<u32>),
+    /// The token it drew last step, still on the device: its index in [`InFlight::tokens`].
+    Drawn(i32),
+}
+
+impl Input {
+    fn len(&self) -> usize {
+        match self {
+            Input::Host(tokens) => tokens.len(),
+            Input::Drawn(_) => 1,
+        }
+    }
 }
 
 impl Worker {
@@ -472,6 +514,7 @@ impl Worker {
             row.send(Event::Failed(reason.to_string()));
         }
         self.rows.clear();
+        self.in_flight = None;
         self.pool = KvPool::default();
         let submitted = self.commands.try_iter().filter_map(|c| match c {
             Command::Submit(p) => Some(*p),
@@ -536,17 +579,40 @@ impl Worker {
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);
     }
 
+    /// Run one step. Where every row draws on the device (and the scheduler pipelines),
+    /// the step's tokens are drawn there and not read now: the next step takes them as its
+    /// inputs, and they are read and streamed while that step runs ([`land`](Self::land)),
+    /// so the host's work overlaps the device's. Otherwise the tokens of an earlier step
+    /// are landed first and this step's logits are read and drawn on the host.
     fn step(&mut self) -> seedbar_engine::Result<()> {
-        let times = &self.stats.times;
+        let stats = self.stats.clone();
+        let times = &stats.times;
         let started = Instant::now();
+        // The output head's width (the loaders check it against the checkpoint's tensors).
+        let vocab = self.model.config().vocab_size as usize;
+        let on_device = self.config.pipelined && self.rows.iter().all(|r| r.draws_on_device(vocab));
+        if !on_device {
+            self.land()?;
+        }
         // Which rows run: every decode row, and prefill rows while the chunk budget lasts
         // (a whole aligned chunk, or what is left of the budget where KV does not depend
-        // on how steps split a row).
+        // on how steps split a row). A row whose token in flight is its last does not.
         let aligned = self.config.batch_invariant && !self.layout.kv_independent_of_steps;
         let budget = self.config.prefill_tokens_per_step;
+        let in_flight = |id: u64| {
+            self.in_flight
+                .as_ref()
+                .and_then(|f| f.rows.iter().position(|&r| r == id))
+        };
         let mut prefill_tokens = 0;
-        let mut chosen = Vec::new();
+        let mut chosen: Vec<(usize, Input)> = Vec::new();
         for (i, row) in self.rows.iter().enumerate() {
+            if let Some(j) = in_flight(row.id) {
+                if row.generated.len() + 1 < row.request.max_tokens {
+                    chosen.push((i, Input::Drawn(j as i32)));
+                }
+                continue;
+            }
             let input = row.next_input(aligned, budget.saturating_sub(prefill_tokens));
             if row.prefilling() {
                 if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
@@ -554,39 +620,64 @@ impl Worker {
                 }
                 prefill_tokens += input.len();
             }
-            chosen.push((i, input));
+            chosen.push((i, Input::Host(input)));
+        }
+        if chosen.is_empty() {
+            return self.land();
         }
         // Rows drawn this step: decode rows, and prefill rows whose chunk ends the prompt.
         let drawn_rows: Vec<usize> = chosen
             .iter()
-            .filter(|(i, input)| {
-                let row = &self.rows[*i];
-                row.fed.len() + input.len() >= row.request.prompt.len()
+            .filter(|(i, input)| match input {
+                Input::Drawn(_) => true,
+                Input::Host(tokens) => {
+                    let row = &self.rows[*i];
+                    row.fed.len() + tokens.len() >= row.request.prompt.len()
+                }
             })
             .map(|(i, _)| *i)
             .collect();
         // Their noise does not depend on the logits: other threads compute it while the
-        // step is built and run.
-        let mut noise: Vec<NoiseJob> = drawn_rows
+        // step is built. A row whose token is in flight draws the one after it.
+        let noise: Vec<NoiseJob> = drawn_rows
             .iter()
             .filter_map(|&i| {
+                let pending = usize::from(in_flight(self.rows[i].id).is_some());
                 let row = &mut self.rows[i];
                 (row.request.sampling.temperature > 0.0).then(|| NoiseJob {
                     row: i,
                     seed: row.request.sampling.seed,
-                    position: (row.request.prompt.len() + row.generated.len()) as u64,
+                    position: (row.request.prompt.len() + row.generated.len() + pending) as u64,
                     noise: std::mem::take(&mut row.noise),
                 })
             })
             .collect();
-        // The output head's width (the loaders check it against the checkpoint's tensors).
-        let vocab = self.model.config().vocab_size as usize;
         let threads = self.draw_threads;
-        let tokens: Vec<u32> = chosen.iter().flat_map(|(_, t)| t.iter().copied()).collect();
+        let mut tokens: Vec<u32> = Vec::new();
+        let mut from_drawn: Vec<Option<i32>> = Vec::new();
+        for (_, input) in &chosen {
+            match input {
+                Input::Host(t) => {
+                    tokens.extend_from_slice(t);
+                    from_drawn.extend(std::iter::repeat_n(None, t.len()));
+                }
+                Input::Drawn(j) => {
+                    tokens.push(0);
+                    from_drawn.push(Some(*j));
+                }
+            }
+        }
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
-        let (logits, masks, evaluated) = thread::scope(|scope| -> seedbar_engine::Result<_> {
+        let previous = self.in_flight.as_ref().map(|f| f.tokens.clone());
+        let drawn = previous.as_ref().map(|t| (t, from_drawn.as_slice()));
+        let (logits, masks, noise, evaluated) = thread::scope(|scope| -> seedbar_engine::Result<_> {
             // One core stays with this thread, which builds and launches the step meanwhile.
-            scope.spawn(|| fill_noise_all(&mut noise, vocab, threads - 1));
+            let filling = scope.spawn(move || {
+                let mut noise = noise;
+                fill_noise_all(&mut noise, vocab, threads - 1);
+                noise
+            });
+            let noise = || filling.join().expect("the noise threads do not panic");
             let mut picked: Vec<&mut [KvCache]> = Vec::with_capacity(chosen.len());
             let mut rest: &mut [Row] = &mut self.rows;
             let mut base = 0;
@@ -598,13 +689,28 @@ impl Worker {
                 base = i + 1;
             }
             let plan = StepPlan::new(&self.layout, &lens);
-            let logits = self.model.transformer.forward(
-                &tokens,
+            let step_tokens = StepTokens {
+                host: &tokens,
+                drawn,
+            };
+            let mut logits = self.model.transformer.forward(
+                step_tokens,
                 &plan,
                 &mut picked,
                 &mut self.pool,
                 Logits::Last,
             )?;
+            if on_device {
+                let noise = noise();
+                // A step of prefill chunks alone draws nothing; its KV is launched all the same.
+                if !drawn_rows.is_empty() {
+                    logits = draw_on_device(&self.rows, &logits, &chosen, &drawn_rows, &noise)?;
+                }
+                let built = times.lap(Phase::Build, started);
+                async_eval([&logits])?;
+                let launched = times.lap(Phase::Eval, built);
+                return Ok((logits, Vec::new(), noise, launched));
+            }
             let built = times.lap(Phase::Build, started);
             async_eval([&logits])?;
             let launched = times.lap(Phase::Eval, built);
@@ -616,10 +722,26 @@ impl Worker {
             let masked = times.lap(Phase::Mask, launched);
             logits.eval()?;
             let evaluated = times.lap(Phase::Eval, masked);
-            Ok((logits, masks, evaluated))
+            Ok((logits, masks, noise(), evaluated))
         })?;
         for job in noise {
             self.rows[job.row].noise = job.noise;
+        }
+        stats.steps.fetch_add(1, Ordering::Relaxed);
+        let mut fed_drawn = Vec::new();
+        for (i, input) in &chosen {
+            match input {
+                Input::Host(t) => self.rows[*i].fed.extend_from_slice(t),
+                Input::Drawn(_) => fed_drawn.push(self.rows[*i].id),
+            }
+        }
+        if on_device {
+            let launched = (!drawn_rows.is_empty()).then(|| InFlight {
+                tokens: logits,
+                rows: drawn_rows.iter().map(|&i| self.rows[i].id).collect(),
+            });
+            let landing = std::mem::replace(&mut self.in_flight, launched);
+            return self.land_tokens(landing, &fed_drawn, evaluated);
         }
         // The logits are read in place (where the device's memory is the host's, this read
         // is the copy), row by row on the draw's threads.
@@ -629,15 +751,12 @@ impl Worker {
             chosen.len() * vocab,
             "one logits row per chosen row"
         );
-        self.stats.steps.fetch_add(1, Ordering::Relaxed);
-        let mut sampled = Vec::with_capacity(chosen.len());
-        for (n, (i, input)) in chosen.into_iter().enumerate() {
-            let row = &mut self.rows[i];
-            row.fed.extend_from_slice(&input);
-            if !row.prefilling() {
-                sampled.push((i, &all[n * vocab..(n + 1) * vocab]));
-            }
-        }
+        let sampled: Vec<(usize, &[f32])> = chosen
+            .iter()
+            .enumerate()
+            .filter(|(_, (i, _))| drawn_rows.contains(i))
+            .map(|(n, (i, _))| (*i, &all[n * vocab..(n + 1) * vocab]))
+            .collect();
         let draws = draw_all(&self.rows, &sampled, &masks, threads);
         let drawn = times.lap(Phase::Draw, evaluated);
         for ((i, logits), token) in sampled.into_iter().zip(draws) {
@@ -653,6 +772,44 @@ impl Worker {
             self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
         }
         times.lap(Phase::Emit, drawn);
+        Ok(())
+    }
+
+    /// Land the tokens in flight, if any, where no step takes them as inputs.
+    fn land(&mut self) -> seedbar_engine::Result<()> {
+        let landing = self.in_flight.take();
+        self.land_tokens(landing, &[], Instant::now())
+    }
+
+    /// Read the tokens a step drew on the device (waiting for that step) and stream each to
+    /// its row, unless the row finished meanwhile. `fed` names the rows whose token the step
+    /// just launched took as its input: their `fed` gains it.
+    fn land_tokens(
+        &mut self,
+        landing: Option<InFlight>,
+        fed: &[u64],
+        since: Instant,
+    ) -> seedbar_engine::Result<()> {
+        let Some(landing) = landing else {
+            return Ok(());
+        };
+        let times = &self.stats.times;
+        landing.tokens.eval()?;
+        let waited = times.lap(Phase::Eval, since);
+        for (id, &token) in landing.rows.iter().zip(landing.tokens.as_slice::<u32>()) {
+            let Some(row) = self.rows.iter_mut().find(|r| r.id == *id) else {
+                continue;
+            };
+            if row.finished {
+                continue;
+            }
+            if fed.contains(id) {
+                row.fed.push(token);
+            }
+            emit(row, token, None, &self.model);
+            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        }
+        times.lap(Phase::Emit, waited);
         Ok(())
     }
 
@@ -683,6 +840,40 @@ impl Worker {
     }
 }
 
+/// The drawn rows' tokens from the step's logits (`[1, chosen, V]`), on the device:
+/// `[drawn rows]` uint32, lazy.
+fn draw_on_device(
+rows: &[Row],
+    logits: &Array,
+    chosen: &[(usize, Input)],
+    drawn_rows: &[usize],
+    noise: &[NoiseJob],
+) -> seedbar_engine::Result<Array> {
+    let vocab = logits.shape()[2];
+    let mut logits = logits.reshape(&[-1, vocab])?;
+    if drawn_rows.len() < chosen.len() {
+        let at: Vec<i32> = chosen
+            .iter()
+            .enumerate()
+            .filter(|(_, (i, _))| drawn_rows.contains(i))
+            .map(|(n, _)| n as i32)
+            .collect();
+        logits = logits.take_axis(Array::from_slice(&at, &[at.len() as i32]), 0)?;
+    }
+    let draws: Vec<DeviceDraw> = drawn_rows
+        .iter()
+        .map(|&i| DeviceDraw {
+            params: &rows[i].request.sampling,
+            noise: noise
+                .iter()
+                .find(|job| job.row == i)
+                .map_or(&[][..], |job| &job.noise),
+        })
+        .collect();
+    sampling::draw_on_device(&logits, &draws)
+}
+
+
 /// What one row's draw reads.
 struct Draw<'a> {
     sampling: &'a SamplingParams,
@@ -692,7 +883,7 @@ struct Draw<'a> {
     /// The tokens its output format allows, when it has one.
     allowed: Option<&'a TokenMask>,
     /// The noise of this draw ([`NoiseJob`]).
-    noise: &'a [f64],
+    noise: &'a [f32],
 }
 
 impl Draw<'_> {
@@ -713,7 +904,7 @@ struct NoiseJob {
     row: usize,
     seed: u64,
     position: u64,
-    noise: Vec<f64>,
+    noise: Vec<f32>,
 }
 
 /// Fill every job's noise over the whole vocabulary on up to `threads` threads, rows cut
@@ -721,7 +912,7 @@ struct NoiseJob {
 fn fill_noise_all(jobs: &mut [NoiseJob], vocab: usize, threads: usize) {
     let threads = threads.max(1);
     let piece = vocab.div_ceil(threads.div_ceil(jobs.len().max(1))).max(1);
-    let mut work: Vec<(&mut [f64], u64, u64, usize)> = Vec::new();
+    let mut work: Vec<(&mut [f32], u64, u64, usize)> = Vec::new();
     for job in jobs.iter_mut() {
         job.noise.resize(vocab, 0.0);
         for (k, part) in job.noise.chunks_mut(piece).enumerate() {

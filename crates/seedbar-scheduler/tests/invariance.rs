@@ -110,12 +110,55 @@ fn pooled_decode_attention_is_independent_too() {
     independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
-/// The GPU layout (decode groups of 16 rows, pooled attention), run on the CPU.
+/// The GPU layout (decode groups of 16 rows, pooled attention) and its pipelined steps
+/// (tokens drawn on the device and fed to the next step before they are read), run on the
+/// CPU.
 fn gpu_layout() -> SchedulerConfig {
     SchedulerConfig {
         layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
         max_rows: 32,
+        pipelined: true,
         ..SchedulerConfig::default()
+    }
+}
+
+/// Pipelined steps draw on the device what the host draws: a seeded reply (its
+/// end-of-sequence biased away, so the device adds biases too) and a greedy one are the
+/// same token for token with and without pipelining, alone and among pipelined siblings,
+/// and a sibling that asks for log probabilities (drawn on the host) switches the steps
+/// back without changing them.
+#[test]
+fn pipelined_steps_draw_the_host_draws_tokens() {
+    let (model, mut seeded, siblings) = chat_case(PROMPTS[2]);
+    seeded.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
+    let mut greedy = request(&model, PROMPTS[5], 0, 48);
+    greedy.sampling.temperature = 0.0;
+    let host = Scheduler::start(
+        model,
+        SchedulerConfig {
+            pipelined: false,
+            ..gpu_layout()
+        },
+    );
+    let expected: Vec<Reply> = [&seeded, &greedy]
+        .map(|r| alone(&host, r.clone()))
+        .into_iter()
+        .collect();
+    drop(host);
+    let pipelined = Scheduler::start(self::model(), gpu_layout());
+    for (target, expected) in [&seeded, &greedy].into_iter().zip(&expected) {
+        assert_eq!(alone(&pipelined, target.clone()).tokens, expected.tokens);
+        let mut with_logprobs = siblings[0].clone();
+        with_logprobs.logprobs = Some(2);
+        let others: Vec<RequestStream> = siblings[1..4]
+            .iter()
+            .cloned()
+            .chain([with_logprobs])
+            .map(|s| pipelined.submit(s).unwrap())
+            .collect();
+        assert_eq!(alone(&pipelined, target.clone()).tokens, expected.tokens);
+        let replies: Vec<Reply> = others.into_iter().map(collect).collect();
+        assert!(replies.iter().all(|r| !r.tokens.is_empty()));
     }
 }
 

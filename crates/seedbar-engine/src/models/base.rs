@@ -10,11 +10,17 @@
 //! exact); attention here reads the keys a query sees, by absolute position, in position
 //! order, whatever the cache dropped.
 
-use std::collections::{hash_map::Entry, BTreeMap, HashMap};
+use std::{
+    cell::RefCell,
+    collections::{hash_map::Entry, BTreeMap, HashMap},
+    result::Result as StdResult,
+};
 
 use mlx_rs::{
+    error::Exception,
     fast::{self, ScaledDotProductAttentionMask},
     ops::{self, indexing::IndexOp},
+    transforms::compile::compile,
     Array, Dtype,
 };
 use rayon::prelude::*;
@@ -23,9 +29,9 @@ use super::{host, moe::SparseMoe};
 use crate::{
     config::ModelConfig,
     error::Result,
-    kv_cache::{HostKv, KvCache, KvPool, SLOTS_PER_CALL},
+    kv_cache::{HostKv, KvCache, KvPool},
     runtime,
-    step_plan::{AttentionLayout, Slot, StepPlan, WeightKind},
+    step_plan::{AttentionLayout, Slot, StepPlan, Uploads, WeightKind},
     weights::{Embedding, Linear, Matrix, Projections, WeightMap},
 };
 
@@ -57,7 +63,7 @@ pub struct Variant {
 }
 
 /// The MLP gate's activation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Activation {
     /// `x * sigmoid(x)` (SwiGLU).
     #[default]
@@ -300,6 +306,29 @@ impl Attention {
             .reshape(&[b, self.heads, len, self.head_dim])?)
     }
 
+    /// One query per slot (`q`: `[S, H, 1, hd]`) against the slots' keys and values
+    /// (`[S, kv_heads, T, hd]`) under `mask` (`[S, 1, 1, T]`), as two batched matmuls of
+    /// each KV head's query heads (`[S, kv_heads, H / kv_heads, hd]`) around a softmax: the
+    /// keys are read once, where MLX's unfused fallback broadcasts them to every query
+    /// head. Soft-capped scores take [`attend`](Self::attend).
+    fn attend_by_matmuls(&self, q: &Array, k: &Array, v: &Array, mask: &Array) -> Result<Array> {
+        if self.softcap.is_some() {
+            let mask = ScaledDotProductAttentionMask::Array(mask);
+            return self.attend(q.clone(), k.clone(), v.clone(), Some(mask));
+        }
+        let slots = q.shape()[0];
+        let repeats = self.heads / self.kv_heads;
+        let scale = Array::from_f32(self.scale).as_dtype(q.dtype())?;
+        let q = q
+            .reshape(&[slots, self.kv_heads, repeats, self.head_dim])?
+            .multiply(&scale)?;
+        let scores = q.matmul(k.swap_axes(-1, -2)?)?.add(mask)?;
+        let weights = ops::softmax_axis(&scores, -1, true)?;
+        Ok(weights
+            .matmul(v)?
+            .reshape(&[slots, self.heads, 1, self.head_dim])?)
+    }
+
     /// `[B, H, L, hd]` from `[B, L, H*hd]`, normed per head when the variant asks.
     fn split_heads(&self, x: Array, heads: i32, norm: &Option<RmsNorm>) -> Result<Array> {
         let shape = x.shape();
@@ -361,7 +390,7 @@ impl Attention {
                 for &i in &members {
                     positions[plan.slots[i].offset as usize] = caches[i].len();
                 }
-                let positions = Array::from_slice(&positions, &[width]);
+                let positions = decode_kv.uploads.get(&positions).clone();
                 let heads = |x: &Array, n: i32, norm: &Option<RmsNorm>| -> Result<Array> {
                     self.split_heads(x.reshape(&[width, 1, n * self.head_dim])?, n, norm)
                 };
@@ -612,9 +641,11 @@ impl Attention {
 
     /// The decode groups (`groups[g]`: group `g`'s rotated `[W, ., 1, hd]` queries, keys and
     /// values) attended in the pool: each class's new keys and values are written with one
-    /// scatter, then every `SLOTS_PER_CALL` slots holding a row of this step are one call at
-    /// the class's capacity, positions past each row's length masked (slots of no row here
-    /// attend zeros). Returns each decode group's `[W, H, 1, hd]` output.
+    /// scatter, then every [`KvPool::call_slots`] slots holding a row of this step are one
+    /// call at the class's capacity, positions past each row's length masked (a slot of no
+    /// row here attends zeros with any query, its output dropped). Rows are picked by
+    /// slicing where they lie in order (the usual case), so a step adds few ops per layer.
+    /// Returns each decode group's `[W, H, 1, hd]` output.
     fn pooled_decode(
         &self,
         groups: &[Option<(Array, Array, Array)>],
@@ -628,29 +659,18 @@ impl Attention {
         // The decode groups end to end; `at[i]` is row `i`'s place in them.
         let mut at: Vec<Option<i32>> = vec![None; plan.slots.len()];
         let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
-        let mut base = 0;
+        let mut places = 0;
         for (g, group) in groups.iter().enumerate() {
             let Some((q, k, v)) = group else { continue };
             for i in plan.rows_of(g) {
-                at[i] = Some(base + plan.slots[i].offset);
+                at[i] = Some(places + plan.slots[i].offset);
             }
-            base += plan.widths[g];
+            places += plan.widths[g];
             qs.push(q);
             ks.push(k);
             vs.push(v);
         }
-        let (stacked_q, k, v) = (join_rows(&qs)?, join_rows(&ks)?, join_rows(&vs)?);
-        // A zero query after the last row, for the slots no row of this step holds.
-        let filler = base;
-        let mut zero_shape = stacked_q.shape().to_vec();
-        zero_shape[0] = 1;
-        let q = ops::concatenate(
-            &[
-                &stacked_q,
-                &ops::zeros_dtype(&zero_shape, stacked_q.dtype())?,
-            ],
-            0,
-        )?;
+        let (q, k, v) = (join_rows(&qs)?, join_rows(&ks)?, join_rows(&vs)?);
         let mut by_class: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
         for (i, place) in at.iter().enumerate() {
             if place.is_some() {
@@ -660,13 +680,15 @@ impl Attention {
         }
         let layer = decode_kv.layer;
         let mut outs = Vec::new();
-        let mut out_of: Vec<i32> = vec![0; base as usize];
+        // Where each place's output lies among the calls' outputs end to end (`None`: a
+        // padding place no call computed; any output serves it).
+        let mut out_of: Vec<Option<i32>> = vec![None; places as usize];
+        let mut computed = 0;
         for (capacity, members) in by_class {
-            let places: Vec<i32> = members
+            let rows: Vec<i32> = members
                 .iter()
                 .map(|&i| at[i].expect("a decode row"))
                 .collect();
-            let places = Array::from_slice(&places, &[places.len() as i32]);
             let mut picked: Vec<&mut KvCache> = caches
                 .iter_mut()
                 .enumerate()
@@ -677,43 +699,57 @@ impl Attention {
                 layer,
                 capacity,
                 &mut picked,
-                &k.take_axis(&places, 0)?,
-                &v.take_axis(&places, 0)?,
+                (
+                    &pick_rows(&k, &rows, &mut decode_kv.uploads)?,
+                    &pick_rows(&v, &rows, &mut decode_kv.uploads)?,
+                ),
+                &mut decode_kv.uploads,
             )?;
-            // Each call: the slot's row (its query and length), or the filler.
-            let mut calls: BTreeMap<i32, (Vec<i32>, Vec<i32>)> = BTreeMap::new();
+            // Each call: its slots' rows, as (place, length).
+            let slots = decode_kv.pool.call_slots(capacity);
+            let mut calls: BTreeMap<i32, Vec<Option<(i32, i32)>>> = BTreeMap::new();
             for &i in &members {
                 let p = caches[i].pooled().expect("placed");
-                let first = p.slot / SLOTS_PER_CALL * SLOTS_PER_CALL;
-                let (queries, lens) = calls.entry(first).or_insert_with(|| {
-                    let slots = SLOTS_PER_CALL as usize;
-                    (vec![filler; slots], vec![capacity; slots])
-                });
-                let j = (p.slot - first) as usize;
-                queries[j] = at[i].expect("a decode row");
-                lens[j] = p.len;
+                let first = p.slot / slots * slots;
+                let call = calls
+                    .entry(first)
+                    .or_insert_with(|| vec![None; slots as usize]);
+                call[(p.slot - first) as usize] = Some((at[i].expect("a decode row"), p.len));
             }
-            for (first, (queries, lens)) in calls {
-                // Row outputs come back from this call's place among all calls.
+            for (first, call) in calls {
+                let queries = call_queries(&call, places);
+                // A padding place that served as a filler takes that output (so a group's
+                // outputs stay in order); a row's place always takes its own.
                 for (j, &place) in queries.iter().enumerate() {
-                    if place != filler {
-                        out_of[place as usize] = outs.len() as i32 * SLOTS_PER_CALL + j as i32;
+                    let own = call[j].is_some();
+                    let entry = &mut out_of[place as usize];
+                    if own || entry.is_none() {
+                        *entry = Some(computed + j as i32);
                     }
                 }
-                let queries = q.take_axis(Array::from_slice(&queries, &[SLOTS_PER_CALL]), 0)?;
+                let lens: Vec<i32> = call
+                    .iter()
+                    .map(|c| c.map_or(capacity, |(_, len)| len))
+                    .collect();
+                let queries = pick_rows(&q, &queries, &mut decode_kv.uploads)?;
                 let (keys, values) = decode_kv.pool.call(layer, capacity, first);
                 let (ring, window) = (keys.shape()[2], self.positions.window);
                 let mask = decode_kv.masks.get(ring, window, lens, queries.dtype())?;
-                outs.push(self.attend(
-                    queries,
-                    keys,
-                    values,
-                    Some(ScaledDotProductAttentionMask::Array(mask)),
-                )?);
+                outs.push(if plan.fused_masked_attention {
+                    self.attend(
+                        queries,
+                        keys,
+                        values,
+                        Some(ScaledDotProductAttentionMask::Array(mask)),
+                    )?
+                } else {
+                    self.attend_by_matmuls(&queries, &keys, &values, mask)?
+                });
+                computed += slots;
             }
         }
         let all = join_rows(&outs.iter().collect::<Vec<_>>())?;
-        let mut base = 0;
+        let mut place = 0;
         groups
             .iter()
             .enumerate()
@@ -722,9 +758,12 @@ impl Attention {
                     return Ok(None);
                 }
                 let w = plan.widths[g];
-                let picks = Array::from_slice(&out_of[base as usize..(base + w) as usize], &[w]);
-                base += w;
-                Ok(Some(all.take_axis(&picks, 0)?))
+                let picks: Vec<i32> = out_of[place as usize..(place + w) as usize]
+                    .iter()
+                    .map(|o| o.unwrap_or(0))
+                    .collect();
+                place += w;
+                Ok(Some(pick_rows(&all, &picks, &mut decode_kv.uploads)?))
             })
             .collect()
     }
@@ -791,11 +830,13 @@ fn host_residual(x: &mut [f32], r: Vec<f32>, norm: &Option<RmsNorm>) -> Result<(
     Ok(())
 }
 
-/// What a step's pooled decode attention carries from layer to layer.
+/// What a step's decode rows carry from layer to layer.
 struct DecodeKv<'a> {
     pool: &'a mut KvPool,
     /// The calls' masks, built once: every layer holds the same lengths.
     masks: Masks,
+    /// The rows' positions and the pool's write indices, alike in every layer.
+    uploads: Uploads,
     layer: usize,
 }
 
@@ -815,6 +856,7 @@ impl<'a> DecodeKv<'a> {
         Ok(DecodeKv {
             pool,
             masks: Masks::default(),
+            uploads: Uploads::default(),
             layer: 0,
         })
     }
@@ -826,6 +868,96 @@ fn join_rows(parts: &[&Array]) -> Result<Array> {
         [one] => (*one).clone(),
         _ => ops::concatenate(parts, 0)?,
     })
+}
+
+/// Where one position of a matmul group takes its token id from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdSource {
+    /// No row's (any id serves).
+    Padding,
+    Host,
+    /// The drawn tokens' entry.
+    Drawn(i32),
+}
+
+/// One group's token ids (`[W]` uint32) where some are drawn on the device: `ids[k]` from
+/// the host or `drawn[j]`, as `from[k]` says. Padding takes whatever keeps the picks
+/// consecutive, so a group of drawn tokens alone is a slice of them.
+fn group_ids(drawn: &Array, ids: &[u32], from: &[IdSource]) -> Result<Array> {
+    let n = drawn.shape()[0];
+    if !from.contains(&IdSource::Host) {
+        let start = from
+            .iter()
+            .enumerate()
+            .find_map(|(k, f)| match f {
+                IdSource::Drawn(j) => Some(j - k as i32),
+                _ => None,
+            })
+            .unwrap_or(0);
+        let picks: Vec<i32> = from
+            .iter()
+            .enumerate()
+            .map(|(k, f)| match f {
+                IdSource::Drawn(j) => *j,
+                _ => (start + k as i32).clamp(0, n - 1),
+            })
+            .collect();
+        return pick_rows(drawn, &picks, &mut Uploads::default());
+    }
+    // The host's ids after the drawn ones, each position picking its own.
+    let picks: Vec<i32> = from
+        .iter()
+        .enumerate()
+        .map(|(k, f)| match f {
+            IdSource::Drawn(j) => *j,
+            _ => n + k as i32,
+        })
+        .collect();
+    let all = ops::concatenate(&[drawn, &Array::from_slice(ids, &[ids.len() as i32])], 0)?;
+    Ok(all.take_axis(Array::from_slice(&picks, &[picks.len() as i32]), 0)?)
+}
+
+/// Rows `rows` of `a` (on the first axis), in that order: a slice where they are
+/// consecutive (no op, or a view), else a gather (its index from `uploads`).
+fn pick_rows(a: &Array, rows: &[i32], uploads: &mut Uploads) -> Result<Array> {
+    let first = rows[0];
+    let consecutive = rows.iter().zip(first..).all(|(&r, want)| r == want);
+    if !consecutive {
+        return Ok(a.take_axis(uploads.get(rows), 0)?);
+    }
+    let end = first + rows.len() as i32;
+    Ok(if first == 0 && end == a.shape()[0] {
+        a.clone()
+    } else {
+        a.index(first..end)
+    })
+}
+
+/// The query place of each slot of one pooled call (`call[j]`: the place and length of
+/// slot `j`'s row, if it runs here) among `places` stacked queries. A slot of no row takes
+/// the place that keeps the call's queries consecutive when the rows' places allow it (so
+/// [`pick_rows`] slices), else the first row's.
+fn call_queries(call: &[Option<(i32, i32)>], places: i32) -> Vec<i32> {
+    let (j, (place, _)) = call
+        .iter()
+        .enumerate()
+        .find_map(|(j, c)| c.map(|c| (j as i32, c)))
+        .expect("a call holds a row");
+    let start = place - j;
+    let in_order = start >= 0
+        && start + call.len() as i32 <= places
+        && call
+            .iter()
+            .zip(start..)
+            .all(|(c, want)| c.is_none_or(|(p, _)| p == want));
+    call.iter()
+        .zip(start..)
+        .map(|(c, consecutive)| match c {
+            Some((p, _)) => *p,
+            None if in_order => consecutive,
+            None => place,
+        })
+        .collect()
 }
 
 /// The masks of a step's batched decode-attention calls, by the calls' key capacity (a
@@ -924,8 +1056,8 @@ impl Mlp {
 
     fn forward(&self, x: &Array) -> Result<Array> {
         let [gate, up] = self.gate_up.forward(x)?;
-        let activated = activate(self.activation, &gate)?;
-        self.down_proj.forward(&activated.multiply(up)?)
+        self.down_proj
+            .forward(&gated(self.activation, &gate, &up)?)
     }
 
     /// [`forward`](Self::forward) of `m` rows of host floats (packed weights only).
@@ -936,12 +1068,41 @@ impl Mlp {
     }
 }
 
-/// The gate's activation applied to `gate`.
-pub(super) fn activate(activation: Activation, gate: &Array) -> Result<Array> {
-    Ok(match activation {
-        Activation::Silu => gate.multiply(ops::sigmoid(gate)?)?,
-        Activation::GeluTanh => mlx_rs::nn::gelu_approximate(gate)?,
+/// `activation(gate) * up`: on a GPU one fused kernel (MLX's `compile`, shapeless, as
+/// mlx-lm's `swiglu`), where each op is otherwise a kernel launch of its own; elementwise
+/// either way, so a row's numbers stay its own. The CPU runs the ops (MLX would compile C++
+/// at run time there).
+pub(super) fn gated(activation: Activation, gate: &Array, up: &Array) -> Result<Array> {
+    let ops = match activation {
+        Activation::Silu => silu_gated,
+        Activation::GeluTanh => gelu_gated,
+    };
+    if !runtime::default_device_is_gpu() {
+        return Ok(ops((gate, up))?);
+    }
+    FUSED.with_borrow_mut(|fused| {
+        let f = fused
+            .entry(activation)
+            .or_insert_with(|| Box::new(compile(ops, Some(true))));
+        Ok(f((gate, up))?)
     })
+}
+
+/// A compiled `gate, up -> activation(gate) * up`.
+type FusedGate = Box<dyn for<'a> FnMut((&'a Array, &'a Array)) -> StdResult<Array, Exception>>;
+
+thread_local! {
+    /// Each activation's fused kernel, compiled once per thread that runs models (MLX keeps
+    /// a compiled function only while its handle lives).
+    static FUSED: RefCell<HashMap<Activation, FusedGate>> = RefCell::new(HashMap::new());
+}
+
+fn silu_gated((gate, up): (&Array, &Array)) -> StdResult<Array, Exception> {
+    gate.multiply(ops::sigmoid(gate)?)?.multiply(up)
+}
+
+fn gelu_gated((gate, up): (&Array, &Array)) -> StdResult<Array, Exception> {
+    mlx_rs::nn::gelu_approximate(gate)?.multiply(up)
 }
 
 /// A layer's feed-forward sublayer: the dense gated MLP, or a mixture of experts.
@@ -1069,6 +1230,41 @@ pub enum Logits {
     All,
 }
 
+/// A step's input tokens, in the plan's row order: known on the host, or drawn by the
+/// previous step and still on the device (the scheduler feeds a drawn token back before
+/// reading it, so building a step does not wait for the one before).
+#[derive(Debug, Clone, Copy)]
+pub struct StepTokens<'a> {
+    /// Every input token; a placeholder where `drawn` supplies it.
+    pub host: &'a [u32],
+    /// Tokens drawn on the device (`[n]` uint32, lazy) and, per input token, its index
+    /// there when it is one of them.
+    pub drawn: Option<(&'a Array, &'a [Option<i32>])>,
+}
+
+impl<'a> From<&'a [u32]> for StepTokens<'a> {
+    fn from(host: &'a [u32]) -> Self {
+        StepTokens { host, drawn: None }
+    }
+}
+
+impl StepTokens<'_> {
+    /// Every token on the host (reading the drawn ones: this waits for them).
+    fn to_host(self) -> Result<Vec<u32>> {
+        let Some((drawn, from)) = self.drawn else {
+            return Ok(self.host.to_vec());
+        };
+        drawn.eval()?;
+        let drawn = drawn.as_slice::<u32>();
+        Ok(self
+            .host
+            .iter()
+            .zip(from)
+            .map(|(&t, from)| from.map_or(t, |j| drawn[j as usize]))
+            .collect())
+    }
+}
+
 /// A loaded decoder-only transformer.
 pub struct Transformer {
     pub config: ModelConfig,
@@ -1182,7 +1378,7 @@ impl Transformer {
     /// each row's last position, or `[1, N, V]` for every position.
     pub fn forward(
         &self,
-        tokens: &[u32],
+        tokens: StepTokens,
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
         pool: &mut KvPool,
@@ -1190,7 +1386,7 @@ impl Transformer {
     ) -> Result<Array> {
         if self.weight_kind == WeightKind::Packed && plan.attention == AttentionLayout::PerRow {
             runtime::set_blas_threads(1);
-            return self.forward_on_host(tokens, plan, caches, logits);
+            return self.forward_on_host(&tokens.to_host()?, plan, caches, logits);
         }
         runtime::set_blas_threads(runtime::cpu_cores());
         let mut h = self.embed(tokens, plan)?;
@@ -1276,7 +1472,7 @@ impl Transformer {
         logits: Logits,
     ) -> Result<Array> {
         let d = self.config.hidden_size as usize;
-        let embedded = self.embed(tokens, plan)?;
+        let embedded = self.embed(tokens.into(), plan)?;
         let mut h = embedded
             .iter()
             .map(|x| Ok(x.try_as_slice::<f32>()?.to_vec()))
@@ -1328,21 +1524,40 @@ impl Transformer {
         ))
     }
 
-    /// Each matmul group's embedded tokens (`[1, W, D]`); padding rows embed token 0 (their
-    /// outputs are unused).
-    fn embed(&self, tokens: &[u32], plan: &StepPlan) -> Result<Vec<Array>> {
-        let mut ids: Vec<Vec<i32>> = plan.widths.iter().map(|&w| vec![0; w as usize]).collect();
+    /// Each matmul group's embedded tokens (`[1, W, D]`); padding rows embed any token
+    /// (their outputs are unused). A group's ids are uploaded from the host, or picked from
+    /// the drawn tokens on the device where it holds some.
+    fn embed(&self, tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>> {
+        let mut ids: Vec<Vec<u32>> = plan.widths.iter().map(|&w| vec![0; w as usize]).collect();
+        let mut from: Vec<Vec<IdSource>> = plan
+            .widths
+            .iter()
+            .map(|&w| vec![IdSource::Padding; w as usize])
+            .collect();
         let mut start = 0;
         for slot in &plan.slots {
             let at = slot.offset as usize;
-            for (k, &t) in tokens[start..start + slot.len as usize].iter().enumerate() {
-                ids[slot.group][at + k] = t as i32;
+            for k in 0..slot.len as usize {
+                let t = start + k;
+                ids[slot.group][at + k] = tokens.host[t];
+                from[slot.group][at + k] = match tokens.drawn {
+                    Some((_, drawn_from)) => drawn_from[t].map_or(IdSource::Host, IdSource::Drawn),
+                    None => IdSource::Host,
+                };
             }
             start += slot.len as usize;
         }
         ids.iter()
-            .map(|ids| {
-                let input = Array::from_slice(ids, &[1, ids.len() as i32]);
+            .zip(&from)
+            .map(|(ids, from)| {
+                let width = ids.len() as i32;
+                let input = match tokens.drawn {
+                    Some((drawn, _)) if from.iter().any(|f| matches!(f, IdSource::Drawn(_))) => {
+                        group_ids(drawn, ids, from)?
+                    }
+                    _ => Array::from_slice(ids, &[width]),
+                }
+                .reshape(&[1, width])?;
                 let h = self.embed_tokens.forward(&input, self.dtype)?;
                 match self.embedding_scale {
                     Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),

@@ -13,7 +13,7 @@ mod qwen3;
 mod qwen3_moe;
 mod smollm3;
 
-pub use base::{Logits, Transformer};
+pub use base::{Logits, StepTokens, Transformer};
 
 use crate::{
     config::{Architecture, ModelConfig},

@@ -11,7 +11,7 @@
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
-use super::base::{activate, Activation};
+use super::base::{gated, Activation};
 use crate::{
     error::Result,
     weights::{ExpertMatrices, Linear, WeightMap},
@@ -115,7 +115,7 @@ impl SparseMoe {
         let x = x.reshape(&[1, w, 1, 1, d])?;
         let gate = self.gate_proj.gather(&x, &indices)?;
         let up = self.up_proj.gather(&x, &indices)?;
-        let hidden = activate(Activation::Silu, &gate)?.multiply(up)?;
+        let hidden = gated(Activation::Silu, &gate, &up)?;
         let out = self
             .down_proj
             .gather(&hidden, &indices)?
