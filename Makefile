@@ -9,6 +9,18 @@ SEEDBAR := target/debug/seedbar
 APP := target/debug/seedbar-app
 PORT ?= 7337
 PROMPT ?= What is the capital of France?
+# BACKEND=cuda (Linux x86_64 with an NVIDIA driver): set-up adds MLX's CUDA build
+# (scripts/setup.sh --cuda, a 1.4 GB download once) and `make run` and `make ask` run the same
+# binaries on it (scripts/cuda-env.sh). The default, cpu, needs neither.
+BACKEND ?= cpu
+SETUP := scripts/setup.sh
+ifeq ($(BACKEND),cuda)
+SETUP := scripts/setup.sh --cuda
+SEEDBAR := scripts/cuda-env.sh $(SEEDBAR)
+APP := scripts/cuda-env.sh $(APP)
+else ifneq ($(BACKEND),cpu)
+$(error BACKEND is cpu (the default) or cuda, not $(BACKEND))
+endif
 
 .PHONY: run ask test lint check-macos bench build setup ui app bundle default-model test-app soak
 
@@ -81,7 +93,7 @@ soak:
 	  -k test_a_pydantic_schema_is_obeyed_by_every_seeded_sample
 
 setup:
-	scripts/setup.sh
+	$(SETUP)
 
 # The app bundles ui/dist, so the UI is built first.
 build: ui

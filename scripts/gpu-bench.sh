@@ -4,8 +4,15 @@
 # and 32 seeded streams, prefill and batch-1 decode. Usage:
 #   scripts/gpu-bench.sh MODEL_DIR [MIXES] [STREAMS]
 # SEEDBAR (the binary, default target/debug/seedbar) and SEEDBAR_HOME are read from the
-# environment. mlx-lm's figures on the same weights come from its own script beside it.
+# environment; on Linux the binary runs on MLX's CUDA build (scripts/setup.sh --cuda, see
+# scripts/cuda-env.sh) unless LD_LIBRARY_PATH already starts with a libmlx's folder (one staged
+# by hand). mlx-lm's figures on the same weights come from its own script beside it.
 set -euo pipefail
+lib_path=${LD_LIBRARY_PATH:-}
+if [[ "$(uname -s)" == Linux && ! -e "${lib_path%%:*}/libmlx.so" ]]; then
+  cuda_env="$("$(dirname "$0")/cuda-env.sh")"
+  eval "$cuda_env"
+fi
 model=$1 mixes=${2:-24} streams=${3:-1,8,16,32}
 seedbar=${SEEDBAR:-target/debug/seedbar}
 export SEEDBAR_HOME=${SEEDBAR_HOME:-$(mktemp -d)}

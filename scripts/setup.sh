@@ -6,6 +6,9 @@
 #   scripts/setup.sh --bench  the same as --tests, plus llama-server (the CPU peer of `make bench`)
 #   scripts/setup.sh --macos-check  the same as plain, plus (Linux) Debian's Rust with its std
 #                             source for the macOS compile check (`make check-macos`)
+#   scripts/setup.sh --cuda   the same as plain, plus (Linux x86_64 with an NVIDIA driver) MLX's
+#                             CUDA build and NVIDIA's runtime for the same binary, in
+#                             $CACHE/cuda-$MLX_VERSION (`make run BACKEND=cuda`; 1.4 GB download)
 # On macOS it first checks what it does not install itself (Xcode with the Metal toolchain,
 # CMake, Rust, Node.js, Python >= 3.10), names everything missing at once with the command
 # that installs it, and stops; then it writes .cargo/config.toml for mlx-sys's build of MLX
@@ -18,10 +21,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=versions.env
 source "$ROOT/scripts/versions.env"
 CACHE="${SEEDBAR_DEV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/seedbar-dev}"
-WITH_TESTS=0 WITH_BENCH=0 WITH_MACOS_CHECK=0
+WITH_TESTS=0 WITH_BENCH=0 WITH_MACOS_CHECK=0 WITH_CUDA=0
 [[ "${1:-}" == "--tests" ]] && WITH_TESTS=1
 [[ "${1:-}" == "--bench" ]] && WITH_TESTS=1 WITH_BENCH=1
 [[ "${1:-}" == "--macos-check" ]] && WITH_MACOS_CHECK=1
+[[ "${1:-}" == "--cuda" ]] && WITH_CUDA=1
 mkdir -p "$CACHE"
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 as_root() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
@@ -185,6 +189,47 @@ point_blas_at_openblas() {
   local libs="$1" openblas=/usr/lib/x86_64-linux-gnu/libopenblas.so.0
   [[ -e "$openblas" ]] || { echo "OpenBLAS not found at $openblas" >&2; exit 1; }
   for f in "$libs"/libblas-*.so* "$libs"/liblapack-*.so*; do ln -sf "$openblas" "$f"; done
+}
+
+# --cuda, checked before any work: MLX's CUDA build is for Linux x86_64 and needs NVIDIA's
+# driver with a GPU; without them set-up stops with the reason (the CPU build needs neither).
+cuda_prerequisites() {
+  ((WITH_CUDA)) || return 0
+  local why=""
+  if ! mlx_from_the_wheel; then
+    why="MLX's CUDA build is for Linux x86_64 only, this is $(uname -s) $(uname -m)"
+  elif ! command -v nvidia-smi >/dev/null; then
+    why="no NVIDIA driver here (nvidia-smi not found)"
+  elif ! nvidia-smi -L >/dev/null 2>&1; then
+    why="the NVIDIA driver finds no GPU (nvidia-smi -L fails)"
+  fi
+  [[ -z "$why" ]] && return 0
+  echo "setup.sh --cuda: $why. The CPU build works without it: scripts/setup.sh, make run." >&2
+  exit 1
+}
+
+# --cuda: MLX's CUDA build (the pinned mlx-cuda wheel of MLX_VERSION) and the NVIDIA runtime
+# wheels it requires, every one pinned by sha256, installed by pip into one folder: libmlx's
+# RPATH ($ORIGIN/../../nvidia/...) finds NVIDIA's libraries there and mlx/include (the CCCL
+# headers its run-time kernel compiles need) sits beside mlx/lib. Built aside and renamed when
+# complete; .ready holds the requirements it was installed from, so a new pin reinstalls.
+CUDA_DIR="$CACHE/cuda-$MLX_VERSION"
+cuda_mlx() {
+  local reqs new="$CUDA_DIR.new"
+  reqs="$(printf '%s==%s --hash=sha256:%s\n%s' "$MLX_CUDA_PACKAGE" "$MLX_VERSION" "$MLX_CUDA_SHA256" "$MLX_CUDA_NVIDIA")"
+  [[ -f "$CUDA_DIR/.ready" && "$(cat "$CUDA_DIR/.ready")" == "$reqs" ]] && return 0
+  log "MLX CUDA: installing $MLX_CUDA_PACKAGE==$MLX_VERSION and NVIDIA's runtime (1.4 GB download)"
+  rm -rf "$CUDA_DIR" "$new" && mkdir -p "$new"
+  printf '%s\n' "$reqs" >"$new/.requirements"
+  if ! "$PYTHON" -m pip install -q --no-cache-dir --no-compile --require-hashes \
+    --target "$new" -r "$new/.requirements"; then
+    rm -rf "$new"
+    echo "MLX CUDA: pip install failed (see above)" >&2
+    exit 1
+  fi
+  point_blas_at_openblas "$new/${MLX_CUDA_PACKAGE//-/_}.libs"
+  mv "$new/.requirements" "$new/.ready"
+  mv "$new" "$CUDA_DIR"
 }
 
 # bindgen-cli, built once into the cache (it loads libclang when it runs, not when built).
@@ -400,6 +445,7 @@ tauri_cli() {
 }
 
 darwin_prerequisites
+cuda_prerequisites
 if [[ "${SEEDBAR_SETUP_CHECK_ONLY:-}" == 1 ]]; then
   log "prerequisites: ok (SEEDBAR_SETUP_CHECK_ONLY=1: stopping before any work)"
   exit 0
@@ -436,4 +482,5 @@ prepare_mlx_darwin
 ((WITH_TESTS)) && test_tools
 ((WITH_MACOS_CHECK)) && macos_check_tools
 ((WITH_BENCH)) && llama_server
+((WITH_CUDA)) && cuda_mlx
 log "ready"

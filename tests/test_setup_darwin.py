@@ -4,7 +4,9 @@ at once with the command that installs it and stops before any work; SEEDBAR_SET
 runs Homebrew; sha256 checks use `shasum -a 256 -c` on a file (never sha256sum, never a pipe);
 the chosen Python is the first python3.x >= 3.10; .cargo/config.toml gets mlx-sys's settings.
 On Linux, `--macos-check` installs (once) the Debian Rust of the macOS compile check and writes
-its cargo config; `--tests` does not.
+its cargo config; `--tests` does not. `--cuda` stops before any work, with the reason, without
+Linux x86_64 or an NVIDIA driver with a GPU; with them it installs (once) the sha256-pinned
+mlx-cuda and NVIDIA wheels into one folder, whose libmlx scripts/cuda-env.sh puts first.
 
 The script runs from a copy of the repository's scripts in a temporary root (ROOT comes from
 the script's own path, so nothing of the real checkout or cache is touched), with a PATH of
@@ -12,6 +14,7 @@ stub executables (each records its call) and links to a few basic tools only."""
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -320,3 +323,82 @@ def test_linux_test_setup_skips_the_macos_compile_check(tmp_path):
     assert not box.called("apt-get")
     assert not [c for c in box.called("dpkg-query") if c.endswith(" rustc-web")]
     assert not (box.cache / "macos-check.toml").exists()
+
+
+# `setup.sh --cuda` (Linux + NVIDIA, opt-in): the stubbed nvidia-smi of a machine with a GPU.
+NVIDIA_SMI = 'echo "GPU 0: NVIDIA H200 (UUID: GPU-0)"'
+# pip as the CUDA install calls it: records the requirements file, lays out the wheels' folders.
+PIP_TARGET = ('while [ $# -gt 0 ]; do case "$1" in --target) t=$2 ;; -r) r=$2 ;; esac; shift; done\n'
+              'cat "$r" >"$STUB_LOG.requirements"\n'
+              'mkdir -p "$t/mlx/lib" "$t/mlx/include" "$t/mlx_cuda_13.libs"\n'
+              'touch "$t/mlx/lib/libmlx.so" "$t/mlx_cuda_13.libs/libblas-0.so.3"')
+
+
+def cuda_dirs(box: Sandbox):
+    return sorted(p.name for p in box.cache.glob("cuda*"))
+
+
+def test_cuda_without_an_nvidia_driver_stops_before_any_work(tmp_path):
+    box = linux_sandbox(tmp_path)
+    for env in ({}, {"SEEDBAR_SETUP_CHECK_ONLY": "1"}):
+        proc = box.run("--cuda", **env)
+        assert proc.returncode != 0, proc.stderr
+        assert ("setup.sh --cuda: no NVIDIA driver here (nvidia-smi not found). "
+                "The CPU build works without it: scripts/setup.sh, make run.") in proc.stderr
+        assert "ready" not in proc.stderr and "prerequisites: ok" not in proc.stderr
+        assert not box.called("dpkg-query") and not box.called("python3")
+        assert cuda_dirs(box) == []
+        assert not (box.root / ".cargo").exists()
+
+
+def test_cuda_needs_linux_x86_64_and_a_gpu(tmp_path):
+    cases = [
+        ('case "$1" in -m) echo aarch64 ;; *) echo Linux ;; esac', NVIDIA_SMI,
+         "MLX's CUDA build is for Linux x86_64 only, this is Linux aarch64"),
+        ('case "$1" in -m) echo x86_64 ;; *) echo Linux ;; esac',
+         'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."; exit 9',
+         "the NVIDIA driver finds no GPU (nvidia-smi -L fails)"),
+    ]
+    for i, (uname, nvidia_smi, why) in enumerate(cases):
+        box = Sandbox(tmp_path / str(i), {"uname": uname, "nvidia-smi": nvidia_smi})
+        proc = box.run("--cuda", SEEDBAR_SETUP_CHECK_ONLY="1")
+        assert proc.returncode != 0, proc.stderr
+        assert f"setup.sh --cuda: {why}. The CPU build works without it" in proc.stderr
+        assert cuda_dirs(box) == []
+
+
+def test_cuda_installs_the_pinned_wheels_once(tmp_path):
+    box = linux_sandbox(tmp_path)
+    box.stub("nvidia-smi", NVIDIA_SMI)
+    box.stub("python3", PIP_TARGET)
+    shutil.copy2(ROOT / "scripts/cuda-env.sh", box.root / "scripts/cuda-env.sh")
+    proc = box.run("--cuda", SEEDBAR_SETUP_CHECK_ONLY="1")
+    assert proc.returncode == 0 and "prerequisites: ok" in proc.stderr, proc.stderr
+    assert box.called("nvidia-smi") == ["nvidia-smi -L"] and not box.called("python3")
+    proc = box.run("--cuda")
+    assert proc.returncode == 0, proc.stderr
+    cuda = box.cache / f"cuda-{box.pins['MLX_VERSION']}"
+    assert cuda_dirs(box) == [cuda.name]
+    # Every wheel pinned to a version and the sha256 of its wheel; pip refuses any other, and
+    # any requirement of theirs left unpinned.
+    [pip] = box.called("python3")
+    assert pip == (f"python3 -m pip install -q --no-cache-dir --no-compile --require-hashes "
+                   f"--target {cuda}.new -r {cuda}.new/.requirements")
+    requirements = [r for r in Path(f"{box.log}.requirements").read_text().splitlines() if r]
+    names = {r.split("==")[0] for r in requirements}
+    assert requirements[0] == (f"mlx-cuda-13=={box.pins['MLX_VERSION']} "
+                               f"--hash=sha256:{box.pins['MLX_CUDA_SHA256']}")
+    assert names == {"mlx-cuda-13", "nvidia-cublas", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime",
+                     "nvidia-cudnn-cu13", "nvidia-cufft", "nvidia-nccl-cu13", "nvidia-nvjitlink"}
+    assert all(re.fullmatch(r"[a-z0-9-]+==[0-9.]+ --hash=sha256:[0-9a-f]{64}", r) for r in requirements)
+    assert (cuda / ".ready").exists() and (cuda / "mlx/include").is_dir()
+    assert os.readlink(cuda / "mlx_cuda_13.libs/libblas-0.so.3").endswith("libopenblas.so.0")
+    # The same binaries run with the CUDA libmlx first on LD_LIBRARY_PATH.
+    env = subprocess.run([str(box.root / "scripts/cuda-env.sh")], capture_output=True, text=True,
+                         env={"PATH": str(box.tools), "SEEDBAR_DEV_CACHE": str(box.cache)})
+    assert env.stdout == f"export LD_LIBRARY_PATH={cuda}/mlx/lib\n", env.stderr
+    # Again: installed, nothing fetched.
+    box.log.unlink()
+    proc = box.run("--cuda")
+    assert proc.returncode == 0, proc.stderr
+    assert not box.called("python3")
