@@ -158,6 +158,7 @@ impl Scheduler {
             pool: KvPool::new(layout.pool_call_slots),
             draw_threads: runtime::cpu_cores(),
             in_flight: None,
+            noise_ahead: None,
         };
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())
@@ -308,9 +309,6 @@ struct Row {
     decoder: StreamDecoder,
     stop: StopMatcher,
     finished: bool,
-    /// The Gumbel noise of the row's next draw (vocabulary-sized; empty while greedy),
-    /// the same buffer step after step.
-    noise: Vec<f32>,
 }
 
 impl Row {
@@ -433,6 +431,8 @@ struct Worker {
     draw_threads: usize,
     /// The tokens the last step drew on the device, not read yet.
     in_flight: Option<InFlight>,
+    /// The noise of the next step's draws, computed ahead on other threads.
+    noise_ahead: Option<thread::JoinHandle<Vec<NoiseJob>>>,
 }
 
 /// Tokens a step drew on the device: the next step takes them as inputs before they are
@@ -573,7 +573,6 @@ impl Worker {
                 decoder: StreamDecoder::default(),
                 stop,
                 finished: false,
-                noise: Vec::new(),
             });
         }
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);
@@ -637,21 +636,25 @@ impl Worker {
             })
             .map(|(i, _)| *i)
             .collect();
-        // Their noise does not depend on the logits: other threads compute it while the
-        // step is built. A row whose token is in flight draws the one after it.
+        // Their noise does not depend on the logits: computed ahead during the last step
+        // (`spawn_noise_ahead`), or now on other threads while the step is built. A row whose
+        // token is in flight draws the one after it.
         let noise: Vec<NoiseJob> = drawn_rows
             .iter()
             .filter_map(|&i| {
                 let pending = usize::from(in_flight(self.rows[i].id).is_some());
-                let row = &mut self.rows[i];
+                let row = &self.rows[i];
                 (row.request.sampling.temperature > 0.0).then(|| NoiseJob {
                     row: i,
+                    id: row.id,
                     seed: row.request.sampling.seed,
                     position: (row.request.prompt.len() + row.generated.len() + pending) as u64,
-                    noise: std::mem::take(&mut row.noise),
+                    noise: Vec::new(),
+                    filled: false,
                 })
             })
             .collect();
+        let ahead = self.noise_ahead.take();
         let threads = self.draw_threads;
         let mut tokens: Vec<u32> = Vec::new();
         let mut from_drawn: Vec<Option<i32>> = Vec::new();
@@ -674,6 +677,20 @@ impl Worker {
             // One core stays with this thread, which builds and launches the step meanwhile.
             let filling = scope.spawn(move || {
                 let mut noise = noise;
+                if let Some(ahead) = ahead {
+                    let ready = ahead.join().expect("the noise threads do not panic");
+                    for computed in ready {
+                        if let Some(job) = noise
+                            .iter_mut()
+                            .find(|j| (j.id, j.position) == (computed.id, computed.position))
+                        {
+                            *job = NoiseJob {
+                                row: job.row,
+                                ..computed
+                            };
+                        }
+                    }
+                }
                 fill_noise_all(&mut noise, vocab, threads - 1);
                 noise
             });
@@ -724,9 +741,6 @@ impl Worker {
             let evaluated = times.lap(Phase::Eval, masked);
             Ok((logits, masks, noise(), evaluated))
         })?;
-        for job in noise {
-            self.rows[job.row].noise = job.noise;
-        }
         stats.steps.fetch_add(1, Ordering::Relaxed);
         let mut fed_drawn = Vec::new();
         for (i, input) in &chosen {
@@ -736,6 +750,7 @@ impl Worker {
             }
         }
         if on_device {
+            self.spawn_noise_ahead(noise, vocab);
             let launched = (!drawn_rows.is_empty()).then(|| InFlight {
                 tokens: logits,
                 rows: drawn_rows.iter().map(|&i| self.rows[i].id).collect(),
@@ -757,8 +772,9 @@ impl Worker {
             .filter(|(_, (i, _))| drawn_rows.contains(i))
             .map(|(n, (i, _))| (*i, &all[n * vocab..(n + 1) * vocab]))
             .collect();
-        let draws = draw_all(&self.rows, &sampled, &masks, threads);
+        let draws = draw_all(&self.rows, &sampled, &masks, &noise, threads);
         let drawn = times.lap(Phase::Draw, evaluated);
+        self.spawn_noise_ahead(noise, vocab);
         for ((i, logits), token) in sampled.into_iter().zip(draws) {
             let row = &mut self.rows[i];
             if row.finished || !row.follows_constraint(token) {
@@ -773,6 +789,28 @@ impl Worker {
         }
         times.lap(Phase::Emit, drawn);
         Ok(())
+    }
+
+    /// Start computing the noise of the drawn rows' next draws (`drawn`: this step's, whose
+    /// buffers it reuses) on other threads, while the host lands, streams and builds the
+    /// next step.
+    fn spawn_noise_ahead(&mut self, drawn: Vec<NoiseJob>, vocab: usize) {
+        let next: Vec<NoiseJob> = drawn
+            .into_iter()
+            .map(|job| NoiseJob {
+                position: job.position + 1,
+                filled: false,
+                ..job
+            })
+            .collect();
+        let threads = self.draw_threads;
+        self.noise_ahead = (!next.is_empty()).then(|| {
+            thread::spawn(move || {
+                let mut next = next;
+                fill_noise_all(&mut next, vocab, threads - 1);
+                next
+            })
+        });
     }
 
     /// Land the tokens in flight, if any, where no step takes them as inputs.
@@ -864,10 +902,7 @@ rows: &[Row],
         .iter()
         .map(|&i| DeviceDraw {
             params: &rows[i].request.sampling,
-            noise: noise
-                .iter()
-                .find(|job| job.row == i)
-                .map_or(&[][..], |job| &job.noise),
+            noise: noise_of(noise, i),
         })
         .collect();
     sampling::draw_on_device(&logits, &draws)
@@ -898,22 +933,26 @@ impl Draw<'_> {
     }
 }
 
-/// The noise of one row's draw this step, computed on other threads while the device runs
-/// the step: `noise` is the row's buffer, lent for the step.
+/// The noise of one row's draw (at `position` of the row with `id`, the `row`-th this
+/// step), computed on other threads while the step is built or ahead of it.
 struct NoiseJob {
     row: usize,
+    id: u64,
     seed: u64,
     position: u64,
     noise: Vec<f32>,
+    filled: bool,
 }
 
-/// Fill every job's noise over the whole vocabulary on up to `threads` threads, rows cut
-/// in pieces when there are fewer rows than threads.
+/// Fill every job's noise not filled yet over the whole vocabulary on up to `threads`
+/// threads, rows cut in pieces when there are fewer rows than threads.
 fn fill_noise_all(jobs: &mut [NoiseJob], vocab: usize, threads: usize) {
     let threads = threads.max(1);
-    let piece = vocab.div_ceil(threads.div_ceil(jobs.len().max(1))).max(1);
     let mut work: Vec<(&mut [f32], u64, u64, usize)> = Vec::new();
-    for job in jobs.iter_mut() {
+    let todo: Vec<&mut NoiseJob> = jobs.iter_mut().filter(|j| !j.filled).collect();
+    let piece = vocab.div_ceil(threads.div_ceil(todo.len().max(1))).max(1);
+    for job in todo {
+        job.filled = true;
         job.noise.resize(vocab, 0.0);
         for (k, part) in job.noise.chunks_mut(piece).enumerate() {
             work.push((part, job.seed, job.position, k * piece));
@@ -931,6 +970,13 @@ fn fill_noise_all(jobs: &mut [NoiseJob], vocab: usize, threads: usize) {
     });
 }
 
+/// The noise of the `row`-th row's draw this step (empty when it draws greedily).
+fn noise_of(jobs: &[NoiseJob], row: usize) -> &[f32] {
+    jobs.iter()
+        .find(|job| job.row == row)
+        .map_or(&[], |job| &job.noise)
+}
+
 /// Each row's next token from its logits (`rows[i]` with `logits`). Rows are independent,
 /// so they are drawn on up to `threads` threads (a draw reads the whole vocabulary, and the
 /// device waits for all of them).
@@ -938,6 +984,7 @@ fn draw_all(
     rows: &[Row],
     sampled: &[(usize, &[f32])],
     masks: &[Option<TokenMask>],
+    noise: &[NoiseJob],
     threads: usize,
 ) -> Vec<u32> {
     let draws: Vec<Draw> = sampled
@@ -949,7 +996,7 @@ fn draw_all(
             generated: &rows[i].generated,
             logits,
             allowed: allowed.as_ref(),
-            noise: &rows[i].noise,
+            noise: noise_of(noise, i),
         })
         .collect();
     if draws.len() < 2 || threads < 2 {
