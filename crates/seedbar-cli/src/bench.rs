@@ -179,12 +179,7 @@ fn run_together(scheduler: &Scheduler, requests: Vec<Request>) -> Result<(Vec<Ou
     Ok((outcomes, started.elapsed()))
 }
 
-fn throughput(
-    model: Model,
-    streams: &[usize],
-    tokens: usize,
-    batch_invariant: bool,
-) -> Result<()> {
+fn throughput(model: Model, streams: &[usize], tokens: usize, batch_invariant: bool) -> Result<()> {
     let prompts = prompts();
     let requests = |n: usize, model: &Model| -> Result<Vec<Request>> {
         (0..n)

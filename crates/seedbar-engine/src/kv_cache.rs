@@ -764,6 +764,16 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_call_covers_a_number_of_slots_set_by_the_capacity_alone() {
+        let cuda = KvPool::new(32);
+        let calls: Vec<i32> = [256, 1024, 1280, 2048, 4096, 8192]
+            .map(|capacity| cuda.call_slots(capacity))
+            .to_vec();
+        assert_eq!(calls, [32, 32, 16, 16, 8, 8]);
+        assert_eq!(KvPool::default().call_slots(256), MIN_CALL_SLOTS);
+    }
+
+    #[test]
     fn a_windowed_layer_decodes_in_a_ring_of_its_pool_slot() {
         // A windowed layer and a full one, prefilled to 250 and decoded to 600: the row
         // moves from the 256 class to 512 and 768, its windowed layer's ring stays 256.

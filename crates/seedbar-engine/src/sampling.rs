@@ -580,7 +580,9 @@ mod tests {
             for _ in 0..rows {
                 // Near-ties: values on a coarse grid.
                 logits.extend(
-                    (0..vocab).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32 * 24.0).round() / 4.0),
+                    (0..vocab).map(|_| {
+                        ((next() >> 40) as f32 / (1u64 << 24) as f32 * 24.0).round() / 4.0
+                    }),
                 );
                 let biased = (next() % vocab as u64) as u32;
                 let row = SamplingParams {
@@ -608,9 +610,8 @@ mod tests {
                 .map(|((row, p), noise)| {
                     let mut adjusted = row.to_vec();
                     p.adjust(&mut adjusted, &[], &[]);
-                    differ_from_greedy += usize::from(
-                        sample_with_noise(&adjusted, p, noise) != argmax(&adjusted),
-                    );
+                    differ_from_greedy +=
+                        usize::from(sample_with_noise(&adjusted, p, noise) != argmax(&adjusted));
                     sample_with_noise(&adjusted, p, noise)
                 })
                 .collect();
@@ -631,9 +632,18 @@ mod tests {
     fn filters_and_penalties_stay_on_the_host() {
         let on_device = |p: SamplingParams| p.draws_on_device(100);
         assert!(on_device(SamplingParams::default()));
-        assert!(!on_device(SamplingParams { top_p: 0.9, ..SamplingParams::default() }));
-        assert!(!on_device(SamplingParams { top_k: 40, ..SamplingParams::default() }));
-        assert!(!on_device(SamplingParams { repetition_penalty: 1.1, ..SamplingParams::default() }));
+        assert!(!on_device(SamplingParams {
+            top_p: 0.9,
+            ..SamplingParams::default()
+        }));
+        assert!(!on_device(SamplingParams {
+            top_k: 40,
+            ..SamplingParams::default()
+        }));
+        assert!(!on_device(SamplingParams {
+            repetition_penalty: 1.1,
+            ..SamplingParams::default()
+        }));
         assert!(!on_device(SamplingParams {
             logit_bias: vec![(3, 1.0), (3, 2.0)],
             ..SamplingParams::default()

@@ -62,6 +62,7 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
         decode_width: None,
         attention: AttentionLayout::PerRow,
         kv_independent_of_steps: true,
+        ..Layout::REFERENCE
     };
     let reference = decode(&model, &plain, &rows[..1]).remove(0);
     let here = model.layout();
@@ -119,11 +120,11 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
 }
 
 /// Decode `forced` tokens one step at a time after `prompt` under `layout`, keeping the
-/// caches and the pool between steps: each step's logits.
+/// caches and the layout's pool between steps: each step's logits.
 fn decode_steps(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
     let mut sequence = model.sequence();
     model.prefill(prompt, &mut sequence).unwrap();
-    let mut pool = KvPool::default();
+    let mut pool = KvPool::new(layout.pool_call_slots);
     forced
         .iter()
         .map(|&token| {
@@ -156,10 +157,13 @@ fn pooled_decode_keeps_computing_the_model_across_a_kv_block() {
         decode_width: None,
         attention: AttentionLayout::PerRow,
         kv_independent_of_steps: true,
+        ..Layout::REFERENCE
     };
     let reference = decode_steps(&model, &plain, prompt, forced);
+    // CUDA's: 32 slots a call, attended by batched matmuls.
     let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
     assert_eq!(pooled.attention, AttentionLayout::Capacity);
+    assert!(!pooled.fused_masked_attention);
     for (step, (a, b)) in decode_steps(&model, &pooled, prompt, forced)
         .iter()
         .zip(&reference)

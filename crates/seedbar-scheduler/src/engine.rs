@@ -673,74 +673,75 @@ impl Worker {
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let previous = self.in_flight.as_ref().map(|f| f.tokens.clone());
         let drawn = previous.as_ref().map(|t| (t, from_drawn.as_slice()));
-        let (logits, masks, noise, evaluated) = thread::scope(|scope| -> seedbar_engine::Result<_> {
-            // One core stays with this thread, which builds and launches the step meanwhile.
-            let filling = scope.spawn(move || {
-                let mut noise = noise;
-                if let Some(ahead) = ahead {
-                    let ready = ahead.join().expect("the noise threads do not panic");
-                    for computed in ready {
-                        if let Some(job) = noise
-                            .iter_mut()
-                            .find(|j| (j.id, j.position) == (computed.id, computed.position))
-                        {
-                            *job = NoiseJob {
-                                row: job.row,
-                                ..computed
-                            };
+        let (logits, masks, noise, evaluated) =
+            thread::scope(|scope| -> seedbar_engine::Result<_> {
+                // One core stays with this thread, which builds and launches the step meanwhile.
+                let filling = scope.spawn(move || {
+                    let mut noise = noise;
+                    if let Some(ahead) = ahead {
+                        let ready = ahead.join().expect("the noise threads do not panic");
+                        for computed in ready {
+                            if let Some(job) = noise
+                                .iter_mut()
+                                .find(|j| (j.id, j.position) == (computed.id, computed.position))
+                            {
+                                *job = NoiseJob {
+                                    row: job.row,
+                                    ..computed
+                                };
+                            }
                         }
                     }
+                    fill_noise_all(&mut noise, vocab, threads - 1);
+                    noise
+                });
+                let noise = || filling.join().expect("the noise threads do not panic");
+                let mut picked: Vec<&mut [KvCache]> = Vec::with_capacity(chosen.len());
+                let mut rest: &mut [Row] = &mut self.rows;
+                let mut base = 0;
+                for (i, _) in &chosen {
+                    let (_, tail) = rest.split_at_mut(i - base);
+                    let (row, after) = tail.split_first_mut().expect("chosen rows exist");
+                    picked.push(&mut row.caches);
+                    rest = after;
+                    base = i + 1;
                 }
-                fill_noise_all(&mut noise, vocab, threads - 1);
-                noise
-            });
-            let noise = || filling.join().expect("the noise threads do not panic");
-            let mut picked: Vec<&mut [KvCache]> = Vec::with_capacity(chosen.len());
-            let mut rest: &mut [Row] = &mut self.rows;
-            let mut base = 0;
-            for (i, _) in &chosen {
-                let (_, tail) = rest.split_at_mut(i - base);
-                let (row, after) = tail.split_first_mut().expect("chosen rows exist");
-                picked.push(&mut row.caches);
-                rest = after;
-                base = i + 1;
-            }
-            let plan = StepPlan::new(&self.layout, &lens);
-            let step_tokens = StepTokens {
-                host: &tokens,
-                drawn,
-            };
-            let mut logits = self.model.transformer.forward(
-                step_tokens,
-                &plan,
-                &mut picked,
-                &mut self.pool,
-                Logits::Last,
-            )?;
-            if on_device {
-                let noise = noise();
-                // A step of prefill chunks alone draws nothing; its KV is launched all the same.
-                if !drawn_rows.is_empty() {
-                    logits = draw_on_device(&self.rows, &logits, &chosen, &drawn_rows, &noise)?;
+                let plan = StepPlan::new(&self.layout, &lens);
+                let step_tokens = StepTokens {
+                    host: &tokens,
+                    drawn,
+                };
+                let mut logits = self.model.transformer.forward(
+                    step_tokens,
+                    &plan,
+                    &mut picked,
+                    &mut self.pool,
+                    Logits::Last,
+                )?;
+                if on_device {
+                    let noise = noise();
+                    // A step of prefill chunks alone draws nothing; its KV is launched all the same.
+                    if !drawn_rows.is_empty() {
+                        logits = draw_on_device(&self.rows, &logits, &chosen, &drawn_rows, &noise)?;
+                    }
+                    let built = times.lap(Phase::Build, started);
+                    async_eval([&logits])?;
+                    let launched = times.lap(Phase::Eval, built);
+                    return Ok((logits, Vec::new(), noise, launched));
                 }
                 let built = times.lap(Phase::Build, started);
                 async_eval([&logits])?;
                 let launched = times.lap(Phase::Eval, built);
-                return Ok((logits, Vec::new(), noise, launched));
-            }
-            let built = times.lap(Phase::Build, started);
-            async_eval([&logits])?;
-            let launched = times.lap(Phase::Eval, built);
-            // The output formats' masks do not depend on the logits either.
-            let masks: Vec<Option<TokenMask>> = drawn_rows
-                .iter()
-                .map(|&i| self.rows[i].allowed_next())
-                .collect();
-            let masked = times.lap(Phase::Mask, launched);
-            logits.eval()?;
-            let evaluated = times.lap(Phase::Eval, masked);
-            Ok((logits, masks, noise(), evaluated))
-        })?;
+                // The output formats' masks do not depend on the logits either.
+                let masks: Vec<Option<TokenMask>> = drawn_rows
+                    .iter()
+                    .map(|&i| self.rows[i].allowed_next())
+                    .collect();
+                let masked = times.lap(Phase::Mask, launched);
+                logits.eval()?;
+                let evaluated = times.lap(Phase::Eval, masked);
+                Ok((logits, masks, noise(), evaluated))
+            })?;
         stats.steps.fetch_add(1, Ordering::Relaxed);
         let mut fed_drawn = Vec::new();
         for (i, input) in &chosen {
@@ -881,7 +882,7 @@ impl Worker {
 /// The drawn rows' tokens from the step's logits (`[1, chosen, V]`), on the device:
 /// `[drawn rows]` uint32, lazy.
 fn draw_on_device(
-rows: &[Row],
+    rows: &[Row],
     logits: &Array,
     chosen: &[(usize, Input)],
     drawn_rows: &[usize],
@@ -907,7 +908,6 @@ rows: &[Row],
         .collect();
     sampling::draw_on_device(&logits, &draws)
 }
-
 
 /// What one row's draw reads.
 struct Draw<'a> {

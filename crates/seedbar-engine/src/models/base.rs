@@ -1056,8 +1056,7 @@ impl Mlp {
 
     fn forward(&self, x: &Array) -> Result<Array> {
         let [gate, up] = self.gate_up.forward(x)?;
-        self.down_proj
-            .forward(&gated(self.activation, &gate, &up)?)
+        self.down_proj.forward(&gated(self.activation, &gate, &up)?)
     }
 
     /// [`forward`](Self::forward) of `m` rows of host floats (packed weights only).
