@@ -508,13 +508,17 @@ mod tests {
         best.1
     }
 
-    #[test]
-    fn noise_computed_ahead_draws_the_same_tokens() {
-        let mut state = 11u64;
-        let mut next = || {
+    /// Mixed 64-bit values from `seed`, one per call: the tests' inputs.
+    fn values(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
             state = mix(state);
             state
-        };
+        }
+    }
+
+    #[test]
+    fn noise_computed_ahead_draws_the_same_tokens() {
+        let mut next = values(11);
         let mut noise = Vec::new();
         let mut differ_from_greedy = 0;
         for case in 0..600 {
@@ -566,11 +570,7 @@ mod tests {
 
     #[test]
     fn the_device_draws_what_the_host_draws() {
-        let mut state = 5u64;
-        let mut next = || {
-            state = mix(state);
-            state
-        };
+        let mut next = values(5);
         let mut differ_from_greedy = 0;
         for case in 0..60 {
             let vocab = [7usize, 100, 4096, 49152][case % 4];
