@@ -404,23 +404,60 @@ fn byte_alphabet() -> std::collections::HashMap<char, u8> {
 }
 
 /// Turns a growing list of token ids into text deltas whose concatenation equals
-/// `decode(all ids)`. A delta is held back while it ends in an incomplete character.
+/// `decode(all ids)`. A delta is held back while it ends in an incomplete character. Each
+/// push decodes only a short window of recent ids (the `tokenizers` crate's stream
+/// decoding: the window's text less what it already handed out), so a token costs the same
+/// at any reply length; decoding every id each time made a long reply's tokens ever dearer.
 /// The caller keeps the ids (a reply already has them) and passes them all each time.
 #[derive(Debug, Default)]
 pub struct StreamDecoder {
-    /// Bytes of the decoded text already handed out.
+    /// Recent ids, the window the next delta is decoded from.
+    window: Vec<u32>,
+    /// The window's text already handed out, and the window ids it spans.
+    prefix: String,
+    prefix_ids: usize,
+    /// Bytes of the decoded text handed out so far.
     emitted: usize,
 }
+
+/// Ids a window restarts from after a decoder's text was not stable over it.
+const WINDOW_RESTART: usize = 4;
 
 impl StreamDecoder {
     /// The new text once `ids` (every token so far) gained one; empty while a character
     /// is incomplete.
     pub fn push(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
-        let text = tokenizer.decode(ids)?;
-        if text.ends_with('\u{FFFD}') || !text.is_char_boundary(self.emitted.min(text.len())) {
+        let Some(&id) = ids.last() else {
             return Ok(String::new());
+        };
+        let step = tokenizers::tokenizer::step_decode_stream(
+            &tokenizer.inner,
+            vec![id],
+            true,
+            &mut self.window,
+            &mut self.prefix,
+            &mut self.prefix_ids,
+        );
+        match step {
+            Ok(delta) => {
+                let delta = delta.unwrap_or_default();
+                self.emitted += delta.len();
+                Ok(delta)
+            }
+            // A decoder whose text over the window is not the earlier text continued: take
+            // the delta from the whole text (once its last character is whole), and restart
+            // the window from the last few ids.
+            Err(_) => {
+                let text = tokenizer.decode(ids)?;
+                if text.ends_with('\u{FFFD}') {
+                    return Ok(String::new());
+                }
+                self.window = ids[ids.len().saturating_sub(WINDOW_RESTART)..].to_vec();
+                self.prefix.clear();
+                self.prefix_ids = 0;
+                Ok(self.take_from(text))
+            }
         }
-        Ok(self.take_from(text))
     }
 
     /// Everything not yet handed out (call once the stream ends).

@@ -6,6 +6,11 @@
 //! (`seedbar_engine::step_plan`) gives every matmul and attention call a shape fixed by the
 //! row alone, prefill chunks start at multiples of `PREFILL_CHUNK` whatever else runs, and
 //! sampling keys come from (seed, position).
+//!
+//! Pipelining (a GPU's default): where every row's sampling lets the device draw what the
+//! host would, a step's tokens are drawn on the device and fed to the next step before they
+//! are read; the host reads and streams them while that step runs, and computes the next
+//! draws' noise on other threads meanwhile.
 
 use std::{
     any::Any,
@@ -593,34 +598,7 @@ impl Worker {
         if !on_device {
             self.land()?;
         }
-        // Which rows run: every decode row, and prefill rows while the chunk budget lasts
-        // (a whole aligned chunk, or what is left of the budget where KV does not depend
-        // on how steps split a row). A row whose token in flight is its last does not.
-        let aligned = self.config.batch_invariant && !self.layout.kv_independent_of_steps;
-        let budget = self.config.prefill_tokens_per_step;
-        let in_flight = |id: u64| {
-            self.in_flight
-                .as_ref()
-                .and_then(|f| f.rows.iter().position(|&r| r == id))
-        };
-        let mut prefill_tokens = 0;
-        let mut chosen: Vec<(usize, Input)> = Vec::new();
-        for (i, row) in self.rows.iter().enumerate() {
-            if let Some(j) = in_flight(row.id) {
-                if row.generated.len() + 1 < row.request.max_tokens {
-                    chosen.push((i, Input::Drawn(j as i32)));
-                }
-                continue;
-            }
-            let input = row.next_input(aligned, budget.saturating_sub(prefill_tokens));
-            if row.prefilling() {
-                if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
-                    continue;
-                }
-                prefill_tokens += input.len();
-            }
-            chosen.push((i, Input::Host(input)));
-        }
+        let chosen = self.choose();
         if chosen.is_empty() {
             return self.land();
         }
@@ -637,39 +615,11 @@ impl Worker {
             .map(|(i, _)| *i)
             .collect();
         // Their noise does not depend on the logits: computed ahead during the last step
-        // (`spawn_noise_ahead`), or now on other threads while the step is built. A row whose
-        // token is in flight draws the one after it.
-        let noise: Vec<NoiseJob> = drawn_rows
-            .iter()
-            .filter_map(|&i| {
-                let pending = usize::from(in_flight(self.rows[i].id).is_some());
-                let row = &self.rows[i];
-                (row.request.sampling.temperature > 0.0).then(|| NoiseJob {
-                    row: i,
-                    id: row.id,
-                    seed: row.request.sampling.seed,
-                    position: (row.request.prompt.len() + row.generated.len() + pending) as u64,
-                    noise: Vec::new(),
-                    filled: false,
-                })
-            })
-            .collect();
+        // (`spawn_noise_ahead`), or now on other threads while the step is built.
+        let noise = self.noise_jobs(&drawn_rows);
         let ahead = self.noise_ahead.take();
         let threads = self.draw_threads;
-        let mut tokens: Vec<u32> = Vec::new();
-        let mut from_drawn: Vec<Option<i32>> = Vec::new();
-        for (_, input) in &chosen {
-            match input {
-                Input::Host(t) => {
-                    tokens.extend_from_slice(t);
-                    from_drawn.extend(std::iter::repeat_n(None, t.len()));
-                }
-                Input::Drawn(j) => {
-                    tokens.push(0);
-                    from_drawn.push(Some(*j));
-                }
-            }
-        }
+        let (tokens, from_drawn) = step_tokens(&chosen);
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let previous = self.in_flight.as_ref().map(|f| f.tokens.clone());
         let drawn = previous.as_ref().map(|t| (t, from_drawn.as_slice()));
@@ -680,17 +630,7 @@ impl Worker {
                     let mut noise = noise;
                     if let Some(ahead) = ahead {
                         let ready = ahead.join().expect("the noise threads do not panic");
-                        for computed in ready {
-                            if let Some(job) = noise
-                                .iter_mut()
-                                .find(|j| (j.id, j.position) == (computed.id, computed.position))
-                            {
-                                *job = NoiseJob {
-                                    row: job.row,
-                                    ..computed
-                                };
-                            }
-                        }
+                        take_computed(&mut noise, ready);
                     }
                     fill_noise_all(&mut noise, vocab, threads - 1);
                     noise
@@ -790,6 +730,62 @@ impl Worker {
         }
         times.lap(Phase::Emit, drawn);
         Ok(())
+    }
+
+    /// The rows that run this step, with their inputs: every decode row, and prefill rows
+    /// while the chunk budget lasts (a whole aligned chunk, or what is left of the budget
+    /// where KV does not depend on how steps split a row). A row whose token is in flight
+    /// feeds it back, unless it is the row's last.
+    fn choose(&self) -> Vec<(usize, Input)> {
+        let aligned = self.config.batch_invariant && !self.layout.kv_independent_of_steps;
+        let budget = self.config.prefill_tokens_per_step;
+        let mut prefill_tokens = 0;
+        let mut chosen = Vec::new();
+        for (i, row) in self.rows.iter().enumerate() {
+            if let Some(j) = self.in_flight_index(row.id) {
+                if row.generated.len() + 1 < row.request.max_tokens {
+                    chosen.push((i, Input::Drawn(j as i32)));
+                }
+                continue;
+            }
+            let input = row.next_input(aligned, budget.saturating_sub(prefill_tokens));
+            if row.prefilling() {
+                if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
+                    continue;
+                }
+                prefill_tokens += input.len();
+            }
+            chosen.push((i, Input::Host(input)));
+        }
+        chosen
+    }
+
+    /// Where the row's token is among the tokens in flight, if it is.
+    fn in_flight_index(&self, id: u64) -> Option<usize> {
+        self.in_flight
+            .as_ref()
+            .and_then(|f| f.rows.iter().position(|&r| r == id))
+    }
+
+    /// The noise each of `drawn_rows` (indices into `rows`) draws with this step, not
+    /// computed yet (none for a greedy row). A row whose token is in flight draws the one
+    /// after it.
+    fn noise_jobs(&self, drawn_rows: &[usize]) -> Vec<NoiseJob> {
+        drawn_rows
+            .iter()
+            .filter_map(|&i| {
+                let row = &self.rows[i];
+                let pending = usize::from(self.in_flight_index(row.id).is_some());
+                (row.request.sampling.temperature > 0.0).then(|| NoiseJob {
+                    row: i,
+                    id: row.id,
+                    seed: row.request.sampling.seed,
+                    position: (row.request.prompt.len() + row.generated.len() + pending) as u64,
+                    noise: Vec::new(),
+                    filled: false,
+                })
+            })
+            .collect()
     }
 
     /// Start computing the noise of the drawn rows' next draws (`drawn`: this step's, whose
@@ -942,6 +938,41 @@ struct NoiseJob {
     position: u64,
     noise: Vec<f32>,
     filled: bool,
+}
+
+/// The step's input tokens in row order, and for each whether it is the in-flight token at
+/// that index (then its host entry is a placeholder).
+fn step_tokens(chosen: &[(usize, Input)]) -> (Vec<u32>, Vec<Option<i32>>) {
+    let mut tokens = Vec::new();
+    let mut from_drawn = Vec::new();
+    for (_, input) in chosen {
+        match input {
+            Input::Host(t) => {
+                tokens.extend_from_slice(t);
+                from_drawn.extend(std::iter::repeat_n(None, t.len()));
+            }
+            Input::Drawn(j) => {
+                tokens.push(0);
+                from_drawn.push(Some(*j));
+            }
+        }
+    }
+    (tokens, from_drawn)
+}
+
+/// Give `jobs` the noise computed ahead (`ready`) for the same row and position.
+fn take_computed(jobs: &mut [NoiseJob], ready: Vec<NoiseJob>) {
+    for computed in ready {
+        if let Some(job) = jobs
+            .iter_mut()
+            .find(|j| (j.id, j.position) == (computed.id, computed.position))
+        {
+            *job = NoiseJob {
+                row: job.row,
+                ..computed
+            };
+        }
+    }
 }
 
 /// Fill every job's noise not filled yet over the whole vocabulary on up to `threads`
