@@ -100,8 +100,9 @@ fn seeded_reply_is_independent_of_siblings_arrival_and_prefix_cache() {
 }
 
 /// The GPU layout's pooled decode attention (KV slots by capacity class, one scatter and a
-/// call per 8 slots), run here: the target's prompt is long enough that its reply moves up
-/// a capacity class mid-stream, and siblings take and free slots around it.
+/// call per 32 slots as CUDA runs it, by batched matmuls), pipelined, run here: the target's
+/// prompt is long enough that its reply moves up a capacity class mid-stream, and siblings
+/// take and free slots around it.
 #[test]
 fn pooled_decode_attention_is_independent_too() {
     let config = gpu_layout();
