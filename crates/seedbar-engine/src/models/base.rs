@@ -1592,3 +1592,40 @@ impl Rope {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_of_rows_in_order_takes_its_queries_by_slicing() {
+        // Slots 0 and 2 of a 4-slot call hold the rows at places 5 and 7 of 12 stacked
+        // queries: the empty slots take places 6 and 8, so the call reads places 5..9.
+        let call = [Some((5, 30)), None, Some((7, 40)), None];
+        assert_eq!(call_queries(&call, 12), [5, 6, 7, 8]);
+        // Too few stacked queries to continue the run, or rows out of order: the empty
+        // slots take the first row's place, and the call gathers.
+        assert_eq!(call_queries(&call, 8), [5, 5, 7, 5]);
+        let shuffled = [Some((3, 30)), Some((1, 40)), None, None];
+        assert_eq!(call_queries(&shuffled, 12), [3, 1, 3, 3]);
+        let picks = |rows: &[i32]| {
+            let a = ops::arange::<_, f32>(0.0, 12.0, None).unwrap();
+            let picked = pick_rows(&a, rows, &mut Uploads::default()).unwrap();
+            picked.as_slice::<f32>().to_vec()
+        };
+        assert_eq!(picks(&[5, 6, 7, 8]), [5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(picks(&[3, 1, 3]), [3.0, 1.0, 3.0]);
+    }
+
+    #[test]
+    fn a_group_of_drawn_tokens_and_padding_is_a_slice_of_them() {
+        let drawn = Array::from_slice(&[10u32, 11, 12], &[3]);
+        let ids = |from: &[IdSource], host: &[u32]| {
+            let ids = group_ids(&drawn, host, from).unwrap();
+            ids.as_slice::<u32>().to_vec()
+        };
+        use IdSource::{Drawn, Host, Padding};
+        assert_eq!(ids(&[Drawn(1), Drawn(2), Padding], &[0; 3]), [11, 12, 12]);
+        assert_eq!(ids(&[Drawn(0), Host, Padding], &[0, 7, 0]), [10, 7, 0]);
+    }
+}
