@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import cpu_peer
+import mlx_lm_peer
 from mlx_lm import batch_generate, stream_generate
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import load
@@ -36,15 +37,7 @@ def seedbar_bench(gguf: Path) -> dict:
 
 def mlx_lm_bench(model_dir: Path) -> dict:
     model, tokenizer = load(str(model_dir))
-    prompt = tokenizer.encode("The quick brown fox jumps over the lazy dog. " * PROMPT_TOKENS)[:PROMPT_TOKENS]
-    best = {"prefill_tok_s": 0.0, "decode_tok_s": 0.0}
-    for _ in range(REPEAT):
-        last = None
-        for last in stream_generate(model, tokenizer, prompt, max_tokens=DECODE_TOKENS, sampler=make_sampler(0.0)):
-            pass
-        best["prefill_tok_s"] = max(best["prefill_tok_s"], last.prompt_tps)
-        best["decode_tok_s"] = max(best["decode_tok_s"], last.generation_tps)
-    return best
+    return mlx_lm_peer.speed(model, tokenizer, PROMPT_TOKENS, DECODE_TOKENS, REPEAT)
 
 
 STREAMS, TOKENS = [1, 2, 4, 8], 64

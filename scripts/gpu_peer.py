@@ -20,6 +20,8 @@ import mlx.core as mx
 from mlx_lm import batch_generate, load, stream_generate
 from mlx_lm.sample_utils import make_sampler
 
+import mlx_lm_peer
+
 PROMPTS = json.loads((Path(__file__).parent / "bench-prompts.json").read_text())
 PREFILL_TOKENS, DECODE_TOKENS, TEMPERATURE = 512, 128, 0.8
 
@@ -60,19 +62,6 @@ def seeded_serial_tok_s(model, tokenizer, n: int, tokens: int) -> float:
     return total / (time.perf_counter() - started)
 
 
-def speed(model, tokenizer) -> dict:
-    """Prefill of a 512-token prompt and greedy batch-1 decode, the best of three runs."""
-    prompt = tokenizer.encode("The quick brown fox jumps over the lazy dog. " * PREFILL_TOKENS)[:PREFILL_TOKENS]
-    best = {"prefill_tok_s": 0.0, "decode_tok_s": 0.0}
-    for _ in range(3):  # the first warms the shapes
-        last = None
-        for last in stream_generate(model, tokenizer, prompt, max_tokens=DECODE_TOKENS, sampler=make_sampler(0.0)):
-            pass
-        best["prefill_tok_s"] = max(best["prefill_tok_s"], last.prompt_tps)
-        best["decode_tok_s"] = max(best["decode_tok_s"], last.generation_tps)
-    return best
-
-
 def main() -> None:
     model_dir = sys.argv[1]
     streams = [int(s) for s in (sys.argv[2] if len(sys.argv) > 2 else "1,8,16,32").split(",")]
@@ -89,7 +78,7 @@ def main() -> None:
                           "mlx_lm_seeded_serial_tok_s": serial, "vs_batch_generate": ours[n] / batched,
                           "vs_seeded_serial": ours[n] / serial}), flush=True)
     (ours_speed,) = seedbar("speed", "--model", model_dir, "--repeat", "2")
-    peer = speed(model, tokenizer)
+    peer = mlx_lm_peer.speed(model, tokenizer, PREFILL_TOKENS, DECODE_TOKENS, repeat=3)
     print(json.dumps({"seedbar": ours_speed, "mlx_lm": peer,
                       "prefill_ratio": ours_speed["prefill_tok_s"] / peer["prefill_tok_s"],
                       "decode_ratio": ours_speed["decode_tok_s"] / peer["decode_tok_s"]}), flush=True)
