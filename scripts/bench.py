@@ -11,13 +11,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import bench_common
 import cpu_peer
-import mlx_lm_peer
-from mlx_lm import batch_generate, stream_generate
-from mlx_lm.sample_utils import make_sampler
 from mlx_lm.utils import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,39 +34,22 @@ def seedbar_bench(gguf: Path) -> dict:
 
 def mlx_lm_bench(model_dir: Path) -> dict:
     model, tokenizer = load(str(model_dir))
-    return mlx_lm_peer.speed(model, tokenizer, PROMPT_TOKENS, DECODE_TOKENS, REPEAT)
+    return bench_common.speed(model, tokenizer, PROMPT_TOKENS, DECODE_TOKENS, REPEAT)
 
 
 STREAMS, TOKENS = [1, 2, 4, 8], 64
-PROMPTS = json.loads((ROOT / "scripts" / "bench-prompts.json").read_text())
+PROMPTS = bench_common.PROMPTS
 
 
 def seedbar_json_lines(*args) -> list:
-    out = subprocess.run([SEEDBAR, "bench", *map(str, args)], check=True, capture_output=True, text=True).stdout
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return bench_common.seedbar_json_lines(SEEDBAR, *args)
 
 
 def mlx_lm_throughput(model_dir: Path) -> dict:
     """Per stream count: batched (unseeded) and one-at-a-time (how mlx_lm.server serves seeded
     requests) aggregate tok/s, with the last stream's time to first token."""
     model, tokenizer = load(str(model_dir))
-    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True) for p in PROMPTS]
-    sampler = make_sampler(0.8)
-    results = {}
-    for n in STREAMS:
-        batch = [prompts[i % len(prompts)] for i in range(n)]
-        start = time.perf_counter()
-        response = batch_generate(model, tokenizer, batch, max_tokens=TOKENS, sampler=sampler, return_token_ids=True)
-        batched = sum(len(ids) for ids in response.token_ids) / (time.perf_counter() - start)
-        start, total, last_first = time.perf_counter(), 0, 0.0
-        for prompt in batch:
-            for i, r in enumerate(stream_generate(model, tokenizer, prompt, max_tokens=TOKENS, sampler=sampler)):
-                if i == 0:
-                    last_first = time.perf_counter() - start
-                total += 1
-        serial = total / (time.perf_counter() - start)
-        results[n] = {"batched_tok_s": batched, "serial_tok_s": serial, "serial_last_ttft_s": last_first}
-    return results
+    return {n: bench_common.throughput(model, tokenizer, n, TOKENS, warm=False) for n in STREAMS}
 
 
 def main() -> None:
