@@ -647,12 +647,12 @@ impl Worker {
                     base = i + 1;
                 }
                 let plan = StepPlan::new(&self.layout, &lens);
-                let step_tokens = StepTokens {
+                let input = StepTokens {
                     host: &tokens,
                     drawn,
                 };
                 let mut logits = self.model.transformer.forward(
-                    step_tokens,
+                    input,
                     &plan,
                     &mut picked,
                     &mut self.pool,
