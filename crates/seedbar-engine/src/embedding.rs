@@ -31,6 +31,7 @@ use serde_json::Value;
 use crate::{
     error::{EngineError, Result},
     model::{read_json, read_safetensors},
+    step_plan::Products,
     tokenizer::Tokenizer,
     weights::{Embedding, Linear, LoadOptions, WeightMap},
 };
@@ -433,7 +434,7 @@ impl Layer {
         let head_dim = d / heads;
         let split = |proj: &Linear| -> Result<Array> {
             Ok(proj
-                .forward(x)?
+                .forward(x, Products::Matmul)?
                 .reshape(&[b, l, heads, head_dim])?
                 .transpose_axes(&[0, 2, 1, 3])?)
         };
@@ -444,10 +445,11 @@ impl Layer {
             .reshape(&[b, l, d])?;
         let x = self
             .attention_norm
-            .forward(&x.add(self.attention_out.forward(&attended)?)?)?;
-        let mlp = self
-            .output
-            .forward(&gelu(&self.intermediate.forward(&x)?)?)?;
+            .forward(&x.add(self.attention_out.forward(&attended, Products::Matmul)?)?)?;
+        let mlp = self.output.forward(
+            &gelu(&self.intermediate.forward(&x, Products::Matmul)?)?,
+            Products::Matmul,
+        )?;
         self.output_norm.forward(&x.add(mlp)?)
     }
 }

@@ -14,6 +14,7 @@ pub mod inventory;
 pub mod kv_cache;
 pub mod model;
 pub mod models;
+pub mod row_products;
 pub mod runtime;
 pub mod sampling;
 pub mod step_plan;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use mlx_rs::Array;
 
-use crate::{kv_cache::MIN_CALL_SLOTS, runtime};
+use crate::{kv_cache::MIN_CALL_SLOTS, row_products, runtime};
 
 /// How attention runs over the rows of one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +43,19 @@ const CPU_DECODE_WIDTH: usize = 8;
 /// Pool slots per decode-attention call on CUDA: the GPU scheduler's default row count, so
 /// a full step attends each layer in one call.
 const CUDA_CALL_SLOTS: i32 = 32;
+
+/// How a step's dense matmuls run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Products {
+    /// MLX's matmul (BLAS, cuBLAS, Metal's kernels), which picks its algorithm by the row
+    /// count: decode groups are padded to exactly `decode_width` rows.
+    Matmul,
+    /// Products of at most [`row_products::MAX_ROWS`] rows through
+    /// [`row_products`](crate::row_products), whose rows get the same bits at any row count:
+    /// decode groups of up to `decode_width` rows and the output head's groups run unpadded
+    /// (longer prefill chunks keep MLX's matmul, each a matmul of its own).
+    RowWise,
+}
 
 /// A backend's layout for every step of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +86,7 @@ pub struct Layout {
     /// matmuls of the query heads per KV head around a softmax (fixed shapes, so still
     /// invariant) that read the keys once.
     pub fused_masked_attention: bool,
+    pub products: Products,
 }
 
 /// The weights' format, as far as the layout cares.
@@ -93,6 +107,7 @@ impl Layout {
         kv_independent_of_steps: false,
         pool_call_slots: MIN_CALL_SLOTS,
         fused_masked_attention: true,
+        products: Products::Matmul,
     };
 
     /// The invariant layout for this process's MLX backend and the model's weights.
@@ -119,6 +134,7 @@ impl Layout {
                 MIN_CALL_SLOTS
             },
             fused_masked_attention: backend != Backend::Cuda,
+            products: Products::Matmul,
         };
         match (backend, weights) {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
@@ -135,6 +151,7 @@ impl Layout {
                 kv_independent_of_steps: true,
                 pool_call_slots: MIN_CALL_SLOTS,
                 fused_masked_attention: true,
+                products: Products::Matmul,
             },
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.
@@ -144,10 +161,16 @@ impl Layout {
                 kv_independent_of_steps: false,
                 pool_call_slots: MIN_CALL_SLOTS,
                 fused_masked_attention: true,
+                products: Products::Matmul,
             },
-            // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M: fix M. Still
-            // bandwidth-bound at 32 rows on an H200 for 1B-class models.
-            (Backend::Cuda, WeightKind::Dense) => gpu(32),
+            // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M, and each call
+            // costs more to launch than a decode step's work at a few rows: Seedbar's row
+            // kernel instead, whose rows are independent of M, in unpadded groups of up to
+            // 32 rows (the GPU scheduler's row count, so a full step reads each weight once).
+            (Backend::Cuda, WeightKind::Dense) => Layout {
+                products: Products::RowWise,
+                ..gpu(row_products::MAX_ROWS as usize)
+            },
             // qmv for M < 8 (a per-row grid), qmm_sm80 above with tile_m from M: 16 is
             // qmm_sm80's smallest tile.
             // (Packed weights exist on the CPU backend only.)
@@ -192,6 +215,8 @@ pub struct StepPlan {
     pub attention: AttentionLayout,
     /// [`Layout::fused_masked_attention`].
     pub fused_masked_attention: bool,
+    /// [`Layout::products`].
+    pub products: Products,
 }
 
 impl StepPlan {
@@ -204,6 +229,7 @@ impl StepPlan {
             head_widths: Vec::new(),
             attention: layout.attention,
             fused_masked_attention: layout.fused_masked_attention,
+            products: layout.products,
         };
         let Some(width) = layout.decode_width.map(|w| w as i32) else {
             let mut offset = 0;
@@ -244,6 +270,12 @@ impl StepPlan {
         }
         let rows = lens.len() as i32;
         plan.head_widths = vec![width; (rows as usize).div_ceil(width as usize)];
+        if layout.products == Products::RowWise {
+            plan.widths.clone_from(&plan.filled);
+            if let Some(last) = plan.head_widths.last_mut() {
+                *last = rows - width * ((rows - 1) / width);
+            }
+        }
         plan
     }
 
@@ -361,5 +393,19 @@ mod tests {
         // A row alone gets the same shapes as in a crowd.
         let alone = StepPlan::new(&cuda, &[1]);
         assert_eq!((alone.widths, alone.head_widths), (vec![16], vec![16]));
+    }
+
+    #[test]
+    fn row_wise_products_leave_decode_and_head_groups_unpadded() {
+        let cuda = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
+        assert_eq!(cuda.products, Products::RowWise);
+        let mut lens = vec![1; 40];
+        lens.insert(3, 128);
+        let plan = StepPlan::new(&cuda, &lens);
+        assert_eq!(plan.widths, [32, 128, 8]);
+        assert_eq!(plan.filled, plan.widths);
+        assert_eq!(plan.head_widths, [32, 9]);
+        let alone = StepPlan::new(&cuda, &[1]);
+        assert_eq!((alone.widths, alone.head_widths), (vec![1], vec![1]));
     }
 }

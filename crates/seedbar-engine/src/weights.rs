@@ -15,7 +15,11 @@ use mlx_rs::{
 use seedbar_qmatmul::{QuantizedMatrix, Unsupported};
 use serde_json::Value;
 
-use crate::error::{EngineError, Result};
+use crate::{
+    error::{EngineError, Result},
+    row_products,
+    step_plan::Products,
+};
 
 /// The shard files the `weight_map` of `index` (a parsed `model.safetensors.index.json` in
 /// the model folder `dir`) names. Each must be a relative path of plain names, so an index
@@ -367,9 +371,16 @@ impl Matrix {
         })
     }
 
-    /// `x @ self.T`
-    fn matmul_transposed(&self, x: &Array) -> Result<Array> {
+    /// `x @ self.T`, a dense product of few rows through the row kernel where `products`
+    /// asks.
+    fn matmul_transposed(&self, x: &Array, products: Products) -> Result<Array> {
         Ok(match self {
+            Matrix::Dense(w)
+                if products == Products::RowWise
+                    && x.size() as i32 / w.shape()[1] <= row_products::MAX_ROWS =>
+            {
+                row_products::product(x, w)?
+            }
             Matrix::Dense(w) => x.matmul(w.t())?,
             Matrix::Packed(p) => {
                 // The kernel runs now, on the host: the input is evaluated here.
@@ -473,8 +484,8 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn forward(&self, x: &Array) -> Result<Array> {
-        let y = self.weight.matmul_transposed(x)?;
+    pub fn forward(&self, x: &Array, products: Products) -> Result<Array> {
+        let y = self.weight.matmul_transposed(x, products)?;
         Ok(match &self.bias {
             Some(b) => y.add(b)?,
             None => y,
@@ -557,11 +568,11 @@ impl<const N: usize> Projections<N> {
     }
 
     /// Each projection of `x` (`[..., cols]`).
-    pub fn forward(&self, x: &Array) -> Result<[Array; N]> {
+    pub fn forward(&self, x: &Array, products: Products) -> Result<[Array; N]> {
         let outputs = match self {
             Projections::Each(parts) => parts
                 .iter()
-                .map(|l| l.forward(x))
+                .map(|l| l.forward(x, products))
                 .collect::<Result<Vec<_>>>()?,
             Projections::Stacked { whole, widths } => {
                 let ends: Vec<i32> = widths[..N - 1]
@@ -571,7 +582,7 @@ impl<const N: usize> Projections<N> {
                         Some(*end)
                     })
                     .collect();
-                whole.forward(x)?.split_at_indices(&ends, -1)?
+                whole.forward(x, products)?.split_at_indices(&ends, -1)?
             }
         };
         Ok(outputs.try_into().expect("one output per projection"))

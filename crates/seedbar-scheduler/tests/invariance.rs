@@ -683,6 +683,19 @@ fn sliding_window_pooled_decode_is_independent_too() {
     independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
+/// CUDA's layout for dense weights, run here: decode rows in unpadded groups (and output
+/// head groups) whose products run row by row (Seedbar's row kernel there, a product per
+/// row here), with pooled attention and pipelined steps.
+#[test]
+fn row_wise_products_keep_replies_independent_too() {
+    let (model, target, siblings) = sliding_window_case(Weights::Float32);
+    let config = SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Dense)),
+        ..gpu_layout()
+    };
+    independent_of_siblings_and_arrival(model, config, target, siblings);
+}
+
 /// The pooled layout's windowed rings and masks select what the per-row layout's sliced
 /// keys do, past the ring's wrap and the caches' dropping: greedy replies agree.
 #[test]

@@ -31,7 +31,7 @@ use crate::{
     error::Result,
     kv_cache::{HostKv, KvCache, KvPool},
     runtime,
-    step_plan::{AttentionLayout, Slot, StepPlan, Uploads, WeightKind},
+    step_plan::{AttentionLayout, Products, Slot, StepPlan, Uploads, WeightKind},
     weights::{Embedding, Linear, Matrix, Projections, WeightMap},
 };
 
@@ -352,12 +352,12 @@ impl Attention {
     ) -> Result<Vec<Array>> {
         let mut projected = QueriesKeysValues::default();
         for x in xs {
-            let [q, k, v] = self.qkv.forward(x)?;
+            let [q, k, v] = self.qkv.forward(x, plan.products)?;
             projected.push(q, k, v);
         }
         self.attend_groups(projected, plan, caches, decode_kv)?
             .iter()
-            .map(|out| self.o_proj.forward(out))
+            .map(|out| self.o_proj.forward(out, plan.products))
             .collect()
     }
 
@@ -1054,9 +1054,10 @@ impl Mlp {
         })
     }
 
-    fn forward(&self, x: &Array) -> Result<Array> {
-        let [gate, up] = self.gate_up.forward(x)?;
-        self.down_proj.forward(&gated(self.activation, &gate, &up)?)
+    fn forward(&self, x: &Array, products: Products) -> Result<Array> {
+        let [gate, up] = self.gate_up.forward(x, products)?;
+        self.down_proj
+            .forward(&gated(self.activation, &gate, &up)?, products)
     }
 
     /// [`forward`](Self::forward) of `m` rows of host floats (packed weights only).
@@ -1111,10 +1112,10 @@ enum FeedForward {
 }
 
 impl FeedForward {
-    fn forward(&self, x: &Array) -> Result<Array> {
+    fn forward(&self, x: &Array, products: Products) -> Result<Array> {
         match self {
-            FeedForward::Dense(mlp) => mlp.forward(x),
-            FeedForward::Sparse(moe) => moe.forward(x),
+            FeedForward::Dense(mlp) => mlp.forward(x, products),
+            FeedForward::Sparse(moe) => moe.forward(x, products),
         }
     }
 }
@@ -1404,7 +1405,9 @@ impl Transformer {
                     .forward(&normed, plan, &mut layer_caches, &mut decode_kv)?;
             for (x, r) in h.iter_mut().zip(attended) {
                 let x1 = residual(x, r, &block.attn_out)?;
-                let r = block.mlp.forward(&block.mlp_in.forward(&x1)?)?;
+                let r = block
+                    .mlp
+                    .forward(&block.mlp_in.forward(&x1)?, plan.products)?;
                 *x = residual(&x1, r, &block.mlp_out)?;
             }
         }
@@ -1412,7 +1415,9 @@ impl Transformer {
             h[slot.group].index((.., slot.offset + from..slot.offset + slot.len, ..))
         };
         let head = |x: &Array| -> Result<Array> {
-            let logits = self.lm_head.forward(&self.norm.forward(x)?)?;
+            let logits = self
+                .lm_head
+                .forward(&self.norm.forward(x)?, plan.products)?;
             match self.logit_softcap {
                 Some(cap) => softcap(&logits, cap),
                 None => Ok(logits),

@@ -14,6 +14,7 @@ use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use super::base::{gated, Activation};
 use crate::{
     error::Result,
+    step_plan::Products,
     weights::{ExpertMatrices, Linear, WeightMap},
 };
 
@@ -87,10 +88,10 @@ impl SparseMoe {
     }
 
     /// `x` is one step group's `[1, W, D]` activations.
-    pub fn forward(&self, x: &Array) -> Result<Array> {
+    pub fn forward(&self, x: &Array, products: Products) -> Result<Array> {
         let (w, d) = (x.shape()[1], x.shape()[2]);
         let (k, experts) = (self.shape.top_k, self.shape.experts as i32);
-        let logits = self.router.forward(x)?;
+        let logits = self.router.forward(x, products)?;
         let (indices, weights) = match self.shape.routing {
             Routing::SoftmaxThenTopK { normalize } => {
                 let probs = ops::softmax_axis(&logits, -1, true)?;
