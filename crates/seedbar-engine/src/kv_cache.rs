@@ -35,7 +35,9 @@ pub const KV_BLOCK: i32 = 256;
 
 /// Positions a windowed cache keeps beyond what its next query sees, so the prefix cache
 /// can cut an entry back to the last prefill-chunk boundary before its end (where a hit on
-/// the next turn resumes) and still hold every key the window there sees.
+/// the next turn resumes) and still hold every key the window there sees. Sized for the
+/// CPU's chunk: on a GPU layout (512-token chunks) a boundary further back than this is
+/// served only where the keys are still held (`reusable_from`), else the turn is a miss.
 const REUSE_SLACK: i32 = PREFILL_CHUNK as i32;
 
 /// The first position a cache whose queries see `window` positions keeps once it holds

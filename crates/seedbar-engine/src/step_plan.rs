@@ -15,7 +15,11 @@ use std::collections::HashMap;
 
 use mlx_rs::Array;
 
-use crate::{kv_cache::MIN_CALL_SLOTS, row_products, runtime};
+use crate::{
+    generate::{GPU_PREFILL_CHUNK, PREFILL_CHUNK},
+    kv_cache::MIN_CALL_SLOTS,
+    row_products, runtime,
+};
 
 /// How attention runs over the rows of one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +74,7 @@ pub struct Layout {
     /// row's tokens were split into steps: prefill chunks of any length at any offset, or
     /// one decoded token at a time. Then prefill chunks need no alignment, and the prefix
     /// cache reuses KV up to any position, decoded positions included. Otherwise chunks
-    /// end at absolute multiples of `PREFILL_CHUNK`, and reuse stops at such a boundary
+    /// end at absolute multiples of `prefill_chunk`, and reuse stops at such a boundary
     /// within the prompt, so a hit prefills the rest in the chunks a miss would. Only the
     /// packed CPU path claims it: elsewhere decode groups are not prefill chunks.
     pub kv_independent_of_steps: bool,
@@ -87,6 +91,9 @@ pub struct Layout {
     /// invariant) that read the keys once.
     pub fused_masked_attention: bool,
     pub products: Products,
+    /// Aligned prefill chunks end at multiples of this absolute position
+    /// ([`PREFILL_CHUNK`] on the CPU, [`GPU_PREFILL_CHUNK`] on GPUs).
+    pub prefill_chunk: usize,
 }
 
 /// The weights' format, as far as the layout cares.
@@ -108,6 +115,7 @@ impl Layout {
         pool_call_slots: MIN_CALL_SLOTS,
         fused_masked_attention: true,
         products: Products::Matmul,
+        prefill_chunk: PREFILL_CHUNK,
     };
 
     /// The invariant layout for this process's MLX backend and the model's weights.
@@ -135,6 +143,7 @@ impl Layout {
             },
             fused_masked_attention: backend != Backend::Cuda,
             products: Products::Matmul,
+            prefill_chunk: GPU_PREFILL_CHUNK,
         };
         match (backend, weights) {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
@@ -152,6 +161,7 @@ impl Layout {
                 pool_call_slots: MIN_CALL_SLOTS,
                 fused_masked_attention: true,
                 products: Products::Matmul,
+                prefill_chunk: PREFILL_CHUNK,
             },
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.
@@ -162,6 +172,7 @@ impl Layout {
                 pool_call_slots: MIN_CALL_SLOTS,
                 fused_masked_attention: true,
                 products: Products::Matmul,
+                prefill_chunk: PREFILL_CHUNK,
             },
             // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M, and each call
             // costs more to launch than a decode step's work at a few rows: Seedbar's row
@@ -407,5 +418,19 @@ mod tests {
         assert_eq!(plan.head_widths, [32, 9]);
         let alone = StepPlan::new(&cuda, &[1]);
         assert_eq!((alone.widths, alone.head_widths), (vec![1], vec![1]));
+    }
+
+    #[test]
+    fn gpus_prefill_in_longer_chunks_than_the_cpu() {
+        for weights in [WeightKind::Dense, WeightKind::Quantized] {
+            for backend in [Backend::Cuda, Backend::Metal] {
+                let layout = Layout::for_backend(backend, weights);
+                assert_eq!(layout.prefill_chunk, GPU_PREFILL_CHUNK);
+            }
+            assert_eq!(
+                Layout::for_backend(Backend::Cpu, weights).prefill_chunk,
+                PREFILL_CHUNK
+            );
+        }
     }
 }

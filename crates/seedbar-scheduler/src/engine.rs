@@ -4,7 +4,7 @@
 //!
 //! Batch invariance: a row's numbers never depend on its neighbours. The model's layout
 //! (`seedbar_engine::step_plan`) gives every matmul and attention call a shape fixed by the
-//! row alone, prefill chunks start at multiples of `PREFILL_CHUNK` whatever else runs, and
+//! row alone, prefill chunks start at multiples of the layout's chunk whatever else runs, and
 //! sampling keys come from (seed, position).
 //!
 //! Pipelining (a GPU's default): where every row's sampling lets the device draw what the
@@ -88,6 +88,8 @@ impl Default for SchedulerConfig {
             },
             max_queue: 64,
             max_context: 8192,
+            // Two chunks: a whole GPU chunk runs alone at this budget (at least one always
+            // runs), in a step of about 10 ms for a 1B model on an H200.
             prefill_tokens_per_step: 2 * PREFILL_CHUNK,
             prefix_cache_bytes: 512 << 20,
             batch_invariant: true,
@@ -330,13 +332,13 @@ impl Row {
     }
 
     /// The tokens this row runs next step: its last sampled token, or a prefill chunk: up
-    /// to the next multiple of `PREFILL_CHUNK` when chunks are `aligned`, else up to
+    /// to the next multiple of `chunk` when chunks are aligned (`Some`), else up to
     /// `budget` tokens.
-    fn next_input(&self, aligned: bool, budget: usize) -> Vec<u32> {
+    fn next_input(&self, aligned: Option<usize>, budget: usize) -> Vec<u32> {
         if self.prefilling() {
             let start = self.fed.len();
-            let end = if aligned {
-                (start / PREFILL_CHUNK + 1) * PREFILL_CHUNK
+            let end = if let Some(chunk) = aligned {
+                (start / chunk + 1) * chunk
             } else {
                 start + budget.max(1)
             }
@@ -737,7 +739,8 @@ impl Worker {
     /// where KV does not depend on how steps split a row). A row whose token is in flight
     /// feeds it back, unless it is the row's last.
     fn choose(&self) -> Vec<(usize, Input)> {
-        let aligned = self.config.batch_invariant && !self.layout.kv_independent_of_steps;
+        let aligned = (self.config.batch_invariant && !self.layout.kv_independent_of_steps)
+            .then_some(self.layout.prefill_chunk);
         let budget = self.config.prefill_tokens_per_step;
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();

@@ -1,13 +1,12 @@
 //! KV of recent sequences, reused when a new request starts with the same tokens (the next
 //! turn of a conversation, the same prompt again). Reuse stops at a multiple of the
-//! layout's granularity: `PREFILL_CHUNK` where KV depends on how a row was split into
+//! layout's granularity: its prefill chunk where KV depends on how a row was split into
 //! steps, so the positions after it are prefilled in exactly the chunks a cold start would
 //! use; any position where it does not (`Layout::kv_independent_of_steps`). Either way a
 //! hit equals a miss. An entry whose sliding-window layers let old positions go serves
 //! only the lengths where that is exact (`kv_cache::reusable_from`).
 
 use seedbar_engine::{
-    generate::PREFILL_CHUNK,
     kv_cache::{self, KvCache},
     step_plan::Layout,
 };
@@ -41,7 +40,7 @@ impl PrefixCache {
             granularity: if layout.kv_independent_of_steps {
                 1
             } else {
-                PREFILL_CHUNK
+                layout.prefill_chunk
             },
             clock: 0,
         }
