@@ -6,7 +6,10 @@
 //! On CUDA this is Seedbar's own kernel (`row_products.cu`, compiled by MLX at run time):
 //! one warp per output column (or two), summing each row over its own elements in a fixed
 //! order. Elsewhere (tests that run CUDA's layout on the CPU, a backend without the kernel)
-//! each row is a product of its own, which is row-invariant too, and slow.
+//! each row is a product of its own, which is row-invariant too, and slow. So are rows
+//! whose length is not a multiple of 8 on CUDA (no model Seedbar loads has one); there a
+//! row's 1-row product could also differ with its alignment in the batch (MLX's gemv picks
+//! its loads by pointer alignment).
 //!
 //! ```no_run
 //! use mlx_rs::Array;

@@ -7,7 +7,8 @@
 //! reduces a row over its own data only, and picks its algorithm from the matmul's shape.
 //! So a row's numbers cannot depend on its neighbours when every matmul it takes part in
 //! has a shape fixed by that row alone: a decode row always sits in a zero-padded group of
-//! exactly `decode_width` rows, a prefill chunk (aligned to absolute positions by the
+//! exactly `decode_width` rows (or, where products run row-wise, on a kernel that sums each
+//! row the same way at any row count), a prefill chunk (aligned to absolute positions by the
 //! scheduler) is a matmul of its own, and attention runs at a capacity that is a function
 //! of the row's own length.
 
@@ -64,7 +65,8 @@ pub enum Products {
 /// A backend's layout for every step of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
-    /// Rows of every decode matmul group (zero rows pad the last one); `None` puts all of
+    /// Rows of every decode matmul group (zero rows pad the last one, unless `products` is
+    /// [`Products::RowWise`]); `None` puts all of
     /// a step's tokens into one matmul: invariant only on matmuls whose rows are independent
     /// at any row count (the CPU kernels); elsewhere the reference layout, where a row's
     /// numbers follow the step's row count.
