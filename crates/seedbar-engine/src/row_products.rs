@@ -85,7 +85,6 @@ impl RowKernel {
         let name =
             CString::new(format!("seedbar_row_products_{:016x}", fnv1a(SOURCE))).expect("no NUL");
         let source = CString::new(SOURCE).expect("no NUL");
-        let header = CString::new("").expect("no NUL");
         let inputs = strings(&["x", "w"]);
         let outputs = strings(&["y"]);
         // SAFETY: every argument is a live handle or NUL-terminated string for the call.
@@ -95,7 +94,7 @@ impl RowKernel {
                 inputs,
                 outputs,
                 source.as_ptr(),
-                header.as_ptr(),
+                c"".as_ptr(),
                 true,
                 0,
             );
@@ -118,16 +117,12 @@ impl RowKernel {
         };
         let warps = (outputs + cols - 1) / cols;
         let x = x.as_dtype(w.dtype())?;
-        let failed = |what: &str| EngineError::Mlx(format!("the row-product kernel: {what}"));
         let stream = Stream::thread_local_or_default();
         // SAFETY: the kernel reads x and w within their shapes and writes each element of
         // y once ([rows, outputs], guarded by `first + c < outputs` and `m < rows`); the
         // handles passed live through each call and are freed after it.
         unsafe {
             let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
-            let y_name = CString::new("T").expect("no NUL");
-            let max_name = CString::new("MAX_ROWS").expect("no NUL");
-            let cols_name = CString::new("COLS").expect("no NUL");
             let shape = [rows, outputs];
             let status =
                 mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
@@ -139,17 +134,17 @@ impl RowKernel {
                     | mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, THREADS, 1, 1)
                     | mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
                         config,
-                        y_name.as_ptr(),
+                        c"T".as_ptr(),
                         w.dtype().into(),
                     )
                     | mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
                         config,
-                        max_name.as_ptr(),
+                        c"MAX_ROWS".as_ptr(),
                         max_rows,
                     )
                     | mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
                         config,
-                        cols_name.as_ptr(),
+                        c"COLS".as_ptr(),
                         cols,
                     );
             let inputs = mlx_sys::mlx_vector_array_new();
@@ -178,7 +173,9 @@ impl RowKernel {
             if got {
                 Ok(y)
             } else {
-                Err(failed("MLX refused the launch"))
+                Err(EngineError::Mlx(
+                    "MLX refused the row-product kernel's launch".to_string(),
+                ))
             }
         }
     }
