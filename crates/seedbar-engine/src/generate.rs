@@ -73,12 +73,12 @@ impl Model {
     /// The chunks are one graph, evaluated once: only the last chunk's logits are read, and
     /// the earlier chunks' KV is what the next chunk's graph takes.
     pub fn prefill(&self, tokens: &[u32], sequence: &mut Sequence) -> Result<Vec<f32>> {
-        let chunk = self.layout().prefill_chunk;
+        let chunk_len = self.layout().prefill_chunk;
         let mut start = sequence.caches.first().map_or(0, |c| c.len() as usize);
         let mut remaining = tokens;
         let mut logits = None;
         while !remaining.is_empty() {
-            let take = (chunk - start % chunk).min(remaining.len());
+            let take = (chunk_len - start % chunk_len).min(remaining.len());
             let (chunk, rest) = remaining.split_at(take);
             logits = Some(self.forward(chunk.into(), sequence)?);
             remaining = rest;

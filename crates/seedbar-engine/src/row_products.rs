@@ -19,13 +19,13 @@
 //! # Ok::<(), seedbar_engine::EngineError>(())
 //! ```
 
-use std::{cell::RefCell, ffi::CString, sync::OnceLock};
+use std::{cell::RefCell, ffi::CString};
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype, Stream};
 
 use crate::{
     error::{EngineError, Result},
-    runtime,
+    step_plan::Backend,
 };
 
 /// The most rows one product takes (the kernel's largest row capacity).
@@ -62,10 +62,9 @@ pub fn product(x: &Array, w: &Array) -> Result<Array> {
 /// Whether the CUDA kernel runs this product: on MLX's CUDA backend, for float weights
 /// whose rows split into 16-byte loads.
 fn cuda_kernel_applies(dtype: Dtype, depth: i32) -> bool {
-    static ON_CUDA: OnceLock<bool> = OnceLock::new();
     matches!(dtype, Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
         && depth % 8 == 0
-        && *ON_CUDA.get_or_init(|| !cfg!(target_os = "macos") && runtime::default_device_is_gpu())
+        && Backend::current() == Backend::Cuda
 }
 
 thread_local! {

@@ -187,11 +187,15 @@ pub mod openblas_core {
 }
 
 /// True when MLX's default device is a GPU (Metal on macOS, CUDA with the CUDA libmlx).
+/// The libmlx the process loaded decides it, so it is asked once (steps ask it per layer).
 pub fn default_device_is_gpu() -> bool {
-    Device::try_default()
-        .and_then(|d| d.get_type())
-        .map(|t| matches!(t, DeviceType::Gpu))
-        .unwrap_or(false)
+    static ON_GPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON_GPU.get_or_init(|| {
+        Device::try_default()
+            .and_then(|d| d.get_type())
+            .map(|t| matches!(t, DeviceType::Gpu))
+            .unwrap_or(false)
+    })
 }
 
 #[cfg(test)]

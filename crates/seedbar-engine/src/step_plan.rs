@@ -122,14 +122,7 @@ impl Layout {
 
     /// The invariant layout for this process's MLX backend and the model's weights.
     pub fn invariant(weights: WeightKind) -> Layout {
-        let backend = if !runtime::default_device_is_gpu() {
-            Backend::Cpu
-        } else if cfg!(target_os = "macos") {
-            Backend::Metal
-        } else {
-            Backend::Cuda
-        };
-        Layout::for_backend(backend, weights)
+        Layout::for_backend(Backend::current(), weights)
     }
 
     /// The invariant layout of `backend` for `weights` (tests run a GPU's layout on the CPU).
@@ -147,6 +140,16 @@ impl Layout {
             products: Products::Matmul,
             prefill_chunk: GPU_PREFILL_CHUNK,
         };
+        // Per-row attention on each row's own cache, MLX's matmuls, 128-token chunks.
+        let cpu = |decode_width, kv_independent_of_steps| Layout {
+            decode_width,
+            attention: AttentionLayout::PerRow,
+            kv_independent_of_steps,
+            pool_call_slots: MIN_CALL_SLOTS,
+            fused_masked_attention: true,
+            products: Products::Matmul,
+            prefill_chunk: PREFILL_CHUNK,
+        };
         match (backend, weights) {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
             // every other op of a step (norms, RoPE, per-row attention) is per row: a step's
@@ -156,26 +159,10 @@ impl Layout {
             // so KV does not depend on how steps split a row, and the prefix cache may reuse
             // it at any position (`prefix_cache_hit_equals_miss` crosses decoded positions
             // here, `a_prefix_hit_reuses_every_common_position` ends mid-chunk).
-            (Backend::Cpu, WeightKind::Packed) => Layout {
-                decode_width: None,
-                attention: AttentionLayout::PerRow,
-                kv_independent_of_steps: true,
-                pool_call_slots: MIN_CALL_SLOTS,
-                fused_masked_attention: true,
-                products: Products::Matmul,
-                prefill_chunk: PREFILL_CHUNK,
-            },
+            (Backend::Cpu, WeightKind::Packed) => cpu(None, true),
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.
-            (Backend::Cpu, _) => Layout {
-                decode_width: Some(CPU_DECODE_WIDTH),
-                attention: AttentionLayout::PerRow,
-                kv_independent_of_steps: false,
-                pool_call_slots: MIN_CALL_SLOTS,
-                fused_masked_attention: true,
-                products: Products::Matmul,
-                prefill_chunk: PREFILL_CHUNK,
-            },
+            (Backend::Cpu, _) => cpu(Some(CPU_DECODE_WIDTH), false),
             // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M, and each call
             // costs more to launch than a decode step's work at a few rows: Seedbar's row
             // kernel instead, whose rows are independent of M, in unpadded groups of up to
@@ -203,6 +190,19 @@ pub enum Backend {
     Cpu,
     Cuda,
     Metal,
+}
+
+impl Backend {
+    /// This process's: a GPU is Metal on macOS and CUDA elsewhere.
+    pub fn current() -> Backend {
+        if !runtime::default_device_is_gpu() {
+            Backend::Cpu
+        } else if cfg!(target_os = "macos") {
+            Backend::Metal
+        } else {
+            Backend::Cuda
+        }
+    }
 }
 
 /// Where one row's tokens sit in the step's matmul groups.

@@ -914,7 +914,7 @@ fn group_ids(drawn: &Array, ids: &[u32], from: &[IdSource]) -> Result<Array> {
         })
         .collect();
     let all = ops::concatenate(&[drawn, &Array::from_slice(ids, &[ids.len() as i32])], 0)?;
-    Ok(all.take_axis(Array::from_slice(&picks, &[picks.len() as i32]), 0)?)
+    pick_rows(&all, &picks, &mut Uploads::default())
 }
 
 /// Rows `rows` of `a` (on the first axis), in that order: a slice where they are
