@@ -633,6 +633,21 @@ fn mixture_of_experts_pooled_decode_is_independent_too() {
     independent_of_siblings_and_arrival(model, config, target, siblings);
 }
 
+/// Reuse stops at a multiple of the layout's prefill chunk, where a cold start's chunks end
+/// too (512 tokens on GPUs, 128 on the CPU): a 700-token prompt seen before is reused up to
+/// 512 tokens under the GPU layout and 640 under the CPU's, and the reply is the first's.
+#[test]
+fn prefix_reuse_stops_at_the_layouts_prefill_chunk() {
+    let prompt = seeded(token_ids(9, 700), 5, 8);
+    for (config, reused) in [(gpu_layout(), 512), (SchedulerConfig::default(), 640)] {
+        let warm = Scheduler::start(mixture_of_experts_model(), config);
+        let first = alone(&warm, prompt.clone());
+        let again = alone(&warm, prompt.clone());
+        assert_eq!((first.cached, again.cached), (0, reused));
+        assert_eq!(again.tokens, first.tokens);
+    }
+}
+
 /// `len` token ids from `seed` (a fixed pseudo-random walk over the vocabulary).
 fn token_ids(seed: u32, len: usize) -> Vec<u32> {
     (0..len as u32)
