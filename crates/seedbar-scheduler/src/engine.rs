@@ -556,6 +556,9 @@ impl Worker {
             let Some(p) = self.queue.pop_front() else {
                 break;
             };
+            // Counted as running before it stops counting as queued: `submit` reads the
+            // two apart, and must never see a request in neither.
+            self.stats.running.fetch_add(1, Ordering::SeqCst);
             self.stats.queued.fetch_sub(1, Ordering::SeqCst);
             let (cached, mut caches) = self
                 .prefix_cache
