@@ -231,13 +231,6 @@ impl Scheduler {
                 limit: self.config.max_context,
             });
         }
-        // Capacity is every row plus the queue: a burst fills free rows before it counts
-        // as waiting.
-        let queued = self.stats.queued.load(Ordering::SeqCst);
-        let running = self.stats.running.load(Ordering::SeqCst);
-        if queued + running >= self.config.max_queue + self.config.max_rows {
-            return Err(SubmitError::QueueFull(queued));
-        }
         let seed = request.seed.unwrap_or_else(draw_seed);
         request.seed = Some(seed);
         request.sampling.seed = seed;
@@ -249,7 +242,18 @@ impl Scheduler {
         if !self.is_running() {
             return Err(SubmitError::Stopped);
         }
-        self.stats.queued.fetch_add(1, Ordering::SeqCst);
+        // Capacity is every row plus the queue: a burst fills free rows before it counts
+        // as waiting. The place is taken in the same atomic step as the check, so
+        // concurrent submits cannot both take the last one; `running` is read after
+        // `queued`, which `admit` leaves only once a request counts as running.
+        let capacity = self.config.max_queue + self.config.max_rows;
+        self.stats
+            .queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
+                let running = self.stats.running.load(Ordering::SeqCst);
+                (queued + running < capacity).then_some(queued + 1)
+            })
+            .map_err(SubmitError::QueueFull)?;
         // Sent while the engine runs, the request's stream tells how it ends: `Failed` if
         // the engine fails before or while running it.
         let submitted = self.commands.send(Command::Submit(Box::new(Pending {
@@ -557,7 +561,7 @@ impl Worker {
                 break;
             };
             // Counted as running before it stops counting as queued: `submit` reads the
-            // two apart, and must never see a request in neither.
+            // two apart (`queued` first), and must never see a request in neither.
             self.stats.running.fetch_add(1, Ordering::SeqCst);
             self.stats.queued.fetch_sub(1, Ordering::SeqCst);
             let (cached, mut caches) = self
