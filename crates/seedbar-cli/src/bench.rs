@@ -3,14 +3,15 @@
 //! - `speed`: prefill of a long prompt and batch-1 decode.
 //! - `throughput`: aggregate decode rate and time to first token at several concurrencies.
 //! - `determinism`: random mixes of concurrent seeded requests; how often a request's reply
-//!   equals its reply alone.
+//!   equals its reply alone (with `--trace`, also whether its numbers did, and where they
+//!   first parted: the step and layer).
 
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use seedbar_engine::{sampling, ChatMessage, Model, SamplingParams};
-use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig};
+use seedbar_engine::{row_trace, sampling, ChatMessage, Model, SamplingParams};
+use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, TraceRecord};
 use serde_json::json;
 
 use crate::ModelArg;
@@ -49,6 +50,18 @@ pub enum BenchCommand {
         mixes: usize,
         #[arg(long, default_value_t = 32)]
         tokens: usize,
+        /// Run only these mixes (by index; the others are still drawn, so a mix keeps its
+        /// make-up).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<usize>,
+        /// Trace each target's numbers through every step, and print for each mix whose
+        /// target parts from its run alone, in tokens or in numbers, the first step and
+        /// layer that differ.
+        #[arg(long)]
+        trace: bool,
+        /// Skip the non-invariant reference layout's run of the same mixes.
+        #[arg(long)]
+        no_reference: bool,
     },
 }
 
@@ -76,10 +89,20 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             model,
             mixes,
             tokens,
+            only,
+            trace,
+            no_reference,
         } => {
-            let invariant = load(&model)?;
-            let padded = load(&model)?;
-            determinism([invariant, padded], mixes, tokens)
+            let mut layouts = vec![(load(&model)?, true)];
+            if !no_reference {
+                layouts.push((load(&model)?, false));
+            }
+            let runs = MixRuns {
+                count: mixes,
+                only,
+                trace,
+            };
+            determinism(layouts, &runs, tokens)
         }
     }
 }
@@ -234,15 +257,25 @@ struct Mix {
     alone_first: bool,
 }
 
-/// Same mixes on the batch-invariant scheduler and on the fastest non-invariant one.
-fn determinism(models: [Model; 2], mixes: usize, tokens: usize) -> Result<()> {
+/// Which determinism mixes run, and whether their targets are traced.
+struct MixRuns {
+    count: usize,
+    /// Only these indices (all when empty).
+    only: Vec<usize>,
+    trace: bool,
+}
+
+/// Same mixes on the batch-invariant scheduler and (where `models` holds one marked
+/// `false`) on the fastest non-invariant one.
+fn determinism(models: Vec<(Model, bool)>, runs: &MixRuns, tokens: usize) -> Result<()> {
+    let mixes = runs.count;
     let prompts = prompts();
     let mut rng = SmallRng::seed_from_u64(2026);
     // Up to the scheduler's rows (32 on a GPU, 8 on the CPU), so mixes fill a step.
     let rows = SchedulerConfig::default().max_rows;
     let random_request = |rng: &mut SmallRng, tokens: usize| {
         let prompt = &prompts[rng.random_range(0..prompts.len())];
-        seeded(&models[0], prompt, rng.random(), tokens)
+        seeded(&models[0].0, prompt, rng.random(), tokens)
     };
     // Half the targets are long enough (several prompts, over one prefill chunk) for the
     // prefix cache to keep their prompt: their second run is a hit.
@@ -254,12 +287,13 @@ fn determinism(models: [Model; 2], mixes: usize, tokens: usize) -> Result<()> {
     };
     let mut plans = Vec::new();
     for _ in 0..mixes {
-        let target = if rng.random() {
+        let mut target = if rng.random() {
             let prompt = long_prompt(&mut rng);
-            seeded(&models[0], &prompt, rng.random(), tokens)?
+            seeded(&models[0].0, &prompt, rng.random(), tokens)?
         } else {
             random_request(&mut rng, tokens)?
         };
+        target.trace = runs.trace;
         let siblings = (0..rng.random_range(1..rows))
             .map(|_| {
                 let n = rng.random_range(8..2 * tokens);
@@ -281,43 +315,52 @@ fn determinism(models: [Model; 2], mixes: usize, tokens: usize) -> Result<()> {
         });
     }
     let mut results = Vec::new();
-    for (model, batch_invariant) in models.into_iter().zip([true, false]) {
+    for (model, batch_invariant) in models {
         let config = SchedulerConfig {
             batch_invariant,
             ..SchedulerConfig::default()
         };
         let scheduler = Scheduler::start(model, config);
-        let (identical, tok_s) = run_mixes(&scheduler, &plans)?;
+        let (identical, ran, tok_s) = run_mixes(&scheduler, &plans, &runs.only)?;
         results.push(
             json!({"batch_invariant": batch_invariant, "identical": identical,
-                            "identity_rate": identical as f64 / mixes.max(1) as f64,
+                            "identity_rate": identical as f64 / ran.max(1) as f64,
                             "batched_aggregate_tok_s": tok_s}),
         );
     }
-    let cost = 1.0
-        - results[0]["batched_aggregate_tok_s"]
-            .as_f64()
-            .unwrap_or(0.0)
-            / results[1]["batched_aggregate_tok_s"]
-                .as_f64()
-                .unwrap_or(f64::NAN);
+    let rate = |r: &serde_json::Value| r["batched_aggregate_tok_s"].as_f64();
+    let cost = match &results[..] {
+        [invariant, reference] => rate(invariant)
+            .zip(rate(reference))
+            .map(|(i, r)| 1.0 - i / r),
+        _ => None,
+    };
     println!(
         "{}",
-        json!({"mixes": mixes, "invariant": results[0], "non_invariant": results[1],
+        json!({"mixes": mixes, "invariant": results[0], "non_invariant": results.get(1),
                "invariance_cost": cost})
     );
     Ok(())
 }
 
-/// Each mix: the target alone and batched with its siblings, in the mix's order. Returns
-/// how many targets matched their alone reply, and the aggregate tokens/s of the batched
-/// runs. A mix whose reply differs is described on stderr (where the replies part, and
-/// what each run took from the prefix cache), so a failure can be chased.
-fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
+/// Each mix (of `only`, or all): the target alone and batched with its siblings, in the
+/// mix's order. Returns how many targets matched their alone reply, how many mixes ran, and
+/// the aggregate tokens/s of the batched runs. A mix whose reply differs is described on
+/// stderr (where the replies part, and what each run took from the prefix cache), so a
+/// failure can be chased; with traced targets, so is a mix whose numbers differ.
+fn run_mixes(scheduler: &Scheduler, plans: &[Mix], only: &[usize]) -> Result<(usize, usize, f64)> {
     let (mut identical, mut total_tokens, mut batched_time) = (0, 0usize, Duration::ZERO);
+    let traces = || std::mem::take(&mut *scheduler.stats().traces.lock().expect("traces"));
+    let mut ran = 0;
     for (index, mix) in plans.iter().enumerate() {
-        let alone = || -> Result<Outcome> {
-            Ok(drain(scheduler.submit(mix.target.clone())?, Instant::now()))
+        if !only.is_empty() && !only.contains(&index) {
+            continue;
+        }
+        ran += 1;
+        let alone = || -> Result<(Outcome, Vec<TraceRecord>)> {
+            traces();
+            let outcome = drain(scheduler.submit(mix.target.clone())?, Instant::now());
+            Ok((outcome, traces()))
         };
         let first = if mix.alone_first {
             Some(alone()?)
@@ -337,6 +380,7 @@ fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
                 first.blocking_next();
             }
         }
+        traces();
         let target_stream = scheduler.submit(mix.target.clone())?;
         for late in &mix.late {
             streams.push(scheduler.submit(late.clone())?);
@@ -356,11 +400,22 @@ fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
             )
         });
         batched_time += started.elapsed();
+        let batched_traces = traces();
         total_tokens += batched.tokens.len() + others.iter().map(|o| o.tokens.len()).sum::<usize>();
-        let alone = match first {
+        let (alone, alone_traces) = match first {
             Some(outcome) => outcome,
             None => alone()?,
         };
+        if !alone_traces.is_empty() {
+            let parted = first_difference(&alone_traces, &batched_traces);
+            let invariant = scheduler.config().batch_invariant;
+            eprintln!(
+                "{}",
+                json!({"mix": index, "batch_invariant": invariant,
+                       "tokens_identical": batched.tokens == alone.tokens,
+                       "numbers_differ_at": parted})
+            );
+        }
         if batched.tokens == alone.tokens {
             identical += 1;
         } else {
@@ -380,5 +435,30 @@ fn run_mixes(scheduler: &Scheduler, plans: &[Mix]) -> Result<(usize, f64)> {
             );
         }
     }
-    Ok((identical, total_tokens as f64 / batched_time.as_secs_f64()))
+    Ok((
+        identical,
+        ran,
+        total_tokens as f64 / batched_time.as_secs_f64(),
+    ))
+}
+
+/// The first step at which a traced target's numbers batched differ from its numbers
+/// alone (steps matched by the position they start at): which position, which layer and
+/// part (attention, MLP or the logits), and both steps' make-up.
+fn first_difference(alone: &[TraceRecord], batched: &[TraceRecord]) -> Option<serde_json::Value> {
+    alone.iter().find_map(|a| {
+        let b = batched.iter().find(|b| b.position == a.position)?;
+        let k = a.hashes.iter().zip(&b.hashes).position(|(x, y)| x != y)?;
+        let layers = a.hashes.len() / row_trace::PER_LAYER;
+        let part = if k / row_trace::PER_LAYER >= layers {
+            "logits".to_string()
+        } else {
+            let what = ["attention", "mlp"][k % row_trace::PER_LAYER];
+            format!("layer {} {what}", k / row_trace::PER_LAYER)
+        };
+        Some(
+            json!({"position": a.position, "tokens": [a.tokens, b.tokens], "where": part,
+                    "alone_step": a.step, "batched_step": b.step}),
+        )
+    })
 }

@@ -65,6 +65,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
                 &mut [&mut caches],
                 &mut KvPool::default(),
                 Logits::All,
+                None,
             )?;
             Array::save_safetensors([("logits", &logits)], None, path)?;
         }

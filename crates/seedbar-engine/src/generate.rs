@@ -125,6 +125,7 @@ impl Model {
             &mut [&mut sequence.caches],
             &mut sequence.pool,
             Logits::Last,
+            None,
         )
     }
 }

@@ -15,6 +15,7 @@ pub mod kv_cache;
 pub mod model;
 pub mod models;
 pub mod row_products;
+pub mod row_trace;
 pub mod runtime;
 pub mod sampling;
 pub mod step_plan;

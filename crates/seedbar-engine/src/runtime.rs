@@ -9,13 +9,20 @@ use mlx_rs::{Device, DeviceType};
 ///   lifetime and throw once the count passes twice their capacity, which a long-running
 ///   server with ever-new step shapes reaches: that check is turned off (unless set), so a
 ///   full cache evicts instead.
+/// - MLX's CUDA backend records a step's kernels into CUDA graphs, whose independent nodes
+///   run at once: a step's matmul groups are such branches, and with graphs on, a row's
+///   numbers differed from its numbers alone in 7 of 48 mixes on an 8B 4-bit checkpoint
+///   (an H100; always in a step of two or more groups, in some layer's MLP), against none
+///   with them off. Graphs are off (unless set), so a step's kernels run in stream order
+///   (docs/batch-layout.md).
 /// - On Linux, an OpenBLAS older than the CPU runs its generic kernels (see
 ///   [`openblas_core`]); the process then runs itself again with the right ones.
 /// - On macOS, MLX is pointed at the app bundle's `mlx.metallib` (see [`bundled_metallib`]).
 pub fn prepare() {
-    const THRASHING_CHECK: &str = "MLX_ENABLE_CACHE_THRASHING_CHECK";
-    if std::env::var_os(THRASHING_CHECK).is_none() {
-        std::env::set_var(THRASHING_CHECK, "0");
+    for (name, value) in [(THRASHING_CHECK, "0"), (CUDA_GRAPHS, "0")] {
+        if std::env::var_os(name).is_none() {
+            std::env::set_var(name, value);
+        }
     }
     #[cfg(target_os = "linux")]
     openblas_core::reexec_with_native_kernels();
@@ -60,6 +67,11 @@ fn use_bundled_metallib() {
         eprintln!("could not point MLX at {path}: {error}");
     }
 }
+
+/// MLX's switch for its CUDA caches' miss count check (see [`prepare`]).
+const THRASHING_CHECK: &str = "MLX_ENABLE_CACHE_THRASHING_CHECK";
+/// MLX's switch for recording CUDA kernels into graphs (see [`prepare`]).
+const CUDA_GRAPHS: &str = "MLX_USE_CUDA_GRAPHS";
 
 /// The CPU BLAS kernel set in use, where the BLAS can say (OpenBLAS's core name).
 pub fn blas_kernels() -> Option<String> {

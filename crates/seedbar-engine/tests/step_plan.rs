@@ -41,6 +41,7 @@ fn decode(model: &Model, layout: &Layout, rows: &[(Vec<KvCache>, u32)]) -> Vec<V
             &mut picked,
             &mut KvPool::default(),
             Logits::Last,
+            None,
         )
         .unwrap();
     logits.eval().unwrap();
@@ -137,6 +138,7 @@ fn decode_steps(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) 
                     &mut [&mut sequence.caches],
                     &mut pool,
                     Logits::Last,
+                    None,
                 )
                 .unwrap();
             logits.eval().unwrap();
@@ -176,4 +178,14 @@ fn pooled_decode_keeps_computing_the_model_across_a_kv_block() {
             .fold(0.0f32, f32::max);
         assert!(drift < 1e-3, "step {step}: logits differ by {drift}");
     }
+}
+
+/// `prepare` turns MLX's CUDA graphs off unless the environment set them: their concurrent
+/// branches let a row's numbers depend on its neighbours (`runtime::prepare`).
+#[test]
+fn cuda_graphs_are_off_unless_asked_for() {
+    let asked = std::env::var_os("MLX_USE_CUDA_GRAPHS");
+    seedbar_engine::runtime::prepare();
+    let expected = asked.unwrap_or_else(|| "0".into());
+    assert_eq!(std::env::var_os("MLX_USE_CUDA_GRAPHS"), Some(expected));
 }

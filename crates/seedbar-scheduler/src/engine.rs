@@ -19,7 +19,7 @@ use std::{
     panic::{self, AssertUnwindSafe},
     sync::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-        mpsc, Arc,
+        mpsc, Arc, Mutex,
     },
     thread,
     time::Instant,
@@ -30,6 +30,7 @@ use seedbar_engine::{
     generate::PREFILL_CHUNK,
     kv_cache::{KvCache, KvPool},
     models::{Logits, StepTokens},
+    row_trace::RowTrace,
     runtime,
     sampling::{self, log_softmax, DeviceDraw, SamplingParams},
     step_plan::{Layout, StepPlan},
@@ -116,6 +117,22 @@ pub struct SchedulerStats {
     pub stopped: AtomicBool,
     /// Where the steps' time went.
     pub times: StepTimes,
+    /// One record per step that ran a row whose request asked for a trace.
+    pub traces: Mutex<Vec<TraceRecord>>,
+}
+
+/// A traced row's numbers through one step ([`Request::trace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// The row's first position this step (the KV it held before it).
+    pub position: usize,
+    /// Its tokens this step.
+    pub tokens: usize,
+    /// Hashes of its positions after each layer's attention and MLP, then of its logits
+    /// ([`RowTrace::hashes`]).
+    pub hashes: Vec<u64>,
+    /// The step around it: every row's token count, the matmul groups, the row's place.
+    pub step: String,
 }
 
 enum Command {
@@ -628,6 +645,7 @@ impl Worker {
         let noise = self.noise_jobs(&drawn_rows);
         let ahead = self.noise_ahead.take();
         let threads = self.draw_threads;
+        let traced = chosen.iter().position(|(i, _)| self.rows[*i].request.trace);
         let (tokens, from_drawn) = step_tokens(&chosen);
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let previous = self.in_flight.as_ref().map(|f| f.tokens.clone());
@@ -660,13 +678,31 @@ impl Worker {
                     host: &tokens,
                     drawn,
                 };
+                let mut trace = traced.map(RowTrace::new);
+                let position = traced.map(|n| picked[n][0].len());
                 let mut logits = self.model.transformer.forward(
                     input,
                     &plan,
                     &mut picked,
                     &mut self.pool,
                     Logits::Last,
+                    trace.as_mut(),
                 )?;
+                if let (Some(trace), Some(position)) = (trace, position) {
+                    let n = trace.row;
+                    let record = TraceRecord {
+                        position: position as usize,
+                        tokens: lens[n] as usize,
+                        hashes: trace.hashes()?,
+                        step: format!(
+                            "lens {lens:?}, widths {:?}, row {n} at {:?}, pooled {:?}",
+                            plan.widths,
+                            plan.slots[n],
+                            picked[n][0].pooled()
+                        ),
+                    };
+                    stats.traces.lock().expect("traces").push(record);
+                }
                 if on_device {
                     let noise = noise();
                     // A step of prefill chunks alone draws nothing; its KV is launched all the same.

@@ -9,6 +9,6 @@ mod request;
 mod step_timing;
 mod stop;
 
-pub use engine::{draw_seed, Scheduler, SchedulerConfig, SchedulerStats};
+pub use engine::{draw_seed, Scheduler, SchedulerConfig, SchedulerStats, TraceRecord};
 pub use request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage};
 pub use step_timing::{Phase, StepBreakdown, StepTimes};

@@ -20,6 +20,8 @@ pub struct Request {
     /// The output format the reply must follow (structured outputs): each draw sees only
     /// the tokens it allows.
     pub constraint: Option<Constraint>,
+    /// Keep this row's numbers through every step (diagnostics: `SchedulerStats::traces`).
+    pub trace: bool,
 }
 
 impl Request {
@@ -32,6 +34,7 @@ impl Request {
             stop: Vec::new(),
             logprobs: None,
             constraint: None,
+            trace: false,
         }
     }
 }

@@ -163,6 +163,62 @@ fn pipelined_steps_draw_the_host_draws_tokens() {
     }
 }
 
+/// A traced row's numbers (`Request::trace`: each layer's output and the logits, hashed, at
+/// every step) are the same alone and batched on the invariant GPU layout, and the trace
+/// sees the reference layout's batched attention move them: what `seedbar bench
+/// determinism --trace` compares on a GPU to name the step and layer where a row parts.
+#[test]
+fn a_traced_row_keeps_its_numbers_alone_and_batched() {
+    // The shortest prompt: batched, its keys are padded to its neighbours' in the
+    // reference layout.
+    let (model, mut target, siblings) = chat_case(PROMPTS[4]);
+    target.trace = true;
+    target.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
+    let layers = model.transformer.num_layers();
+    drop(model);
+    target.max_tokens = 12;
+    let traced = |config: SchedulerConfig| {
+        let scheduler = Scheduler::start(self::model(), config);
+        let traces = || std::mem::take(&mut *scheduler.stats().traces.lock().unwrap());
+        alone(&scheduler, target.clone());
+        let alone = traces();
+        let early: Vec<RequestStream> = siblings[..3]
+            .iter()
+            .map(|s| scheduler.submit(s.clone()).unwrap())
+            .collect();
+        let batched = collect(scheduler.submit(target.clone()).unwrap());
+        let late: Vec<Reply> = early.into_iter().map(collect).collect();
+        assert!(late.iter().all(|r| !r.tokens.is_empty()) && batched.tokens.len() == 12);
+        (alone, traces())
+    };
+    let (alone, batched) = traced(gpu_layout());
+    // The prompt's step, then one per drawn token but the last (whose logits end it).
+    assert_eq!(alone.len(), 12);
+    assert!(alone.iter().all(|r| r.hashes.len() == 2 * layers + 1));
+    let positions = |t: &[seedbar_scheduler::TraceRecord]| {
+        t.iter()
+            .map(|r| (r.position, r.hashes.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(positions(&batched), positions(&alone));
+    let (alone, batched) = traced(SchedulerConfig {
+        batch_invariant: false,
+        ..SchedulerConfig::default()
+    });
+    let moved = alone
+        .iter()
+        .filter(|a| {
+            !batched
+                .iter()
+                .any(|b| b.position == a.position && b.hashes == a.hashes)
+        })
+        .count();
+    assert!(
+        moved > 0,
+        "the reference layout's padded attention moves a row's numbers"
+    );
+}
+
 /// The real model, a 64-token seeded reply to `prompt` and seven siblings' requests.
 fn chat_case(prompt: &str) -> (Model, Request, Vec<Request>) {
     let model = model();

@@ -332,6 +332,7 @@ impl Generation {
                     stop: settings.stop.clone(),
                     logprobs: settings.logprobs,
                     constraint: settings.constraint.clone(),
+                    trace: false,
                 };
                 // On an error the streams already submitted are dropped, which cancels them.
                 let events = model.scheduler.submit(request)?;

@@ -30,6 +30,7 @@ use crate::{
     config::ModelConfig,
     error::Result,
     kv_cache::{HostKv, KvCache, KvPool},
+    row_trace::RowTrace,
     runtime,
     step_plan::{AttentionLayout, Products, Slot, StepPlan, Uploads, WeightKind},
     weights::{Embedding, Linear, Matrix, Projections, WeightMap},
@@ -1375,7 +1376,8 @@ impl Transformer {
     /// new tokens end to end (`plan.slots[i].len` of them for row `i`), `caches[i]` is row
     /// `i`'s per-layer cache, and `pool` holds decoding rows' KV where the layout pools it
     /// (rows leave it with [`KvPool::release`]). Returns float32 logits: `[1, rows, V]` for
-    /// each row's last position, or `[1, N, V]` for every position.
+    /// each row's last position, or `[1, N, V]` for every position. `trace` keeps one row's
+    /// numbers (on the MLX path; the host path keeps none).
     pub fn forward(
         &self,
         tokens: StepTokens,
@@ -1383,6 +1385,7 @@ impl Transformer {
         caches: &mut [&mut [KvCache]],
         pool: &mut KvPool,
         logits: Logits,
+        mut trace: Option<&mut RowTrace>,
     ) -> Result<Array> {
         if self.weight_kind == WeightKind::Packed && plan.attention == AttentionLayout::PerRow {
             runtime::set_blas_threads(1);
@@ -1403,12 +1406,21 @@ impl Transformer {
                 block
                     .self_attn
                     .forward(&normed, plan, &mut layer_caches, &mut decode_kv)?;
-            for (x, r) in h.iter_mut().zip(attended) {
+            for (g, (x, r)) in h.iter_mut().zip(attended).enumerate() {
+                let traced = trace
+                    .as_deref_mut()
+                    .map(|t| (plan.slots[t.row], t))
+                    .filter(|(slot, _)| slot.group == g);
+                let span = |a: &Array, s: &Slot| a.index((.., s.offset..s.offset + s.len, ..));
                 let x1 = residual(x, r, &block.attn_out)?;
                 let r = block
                     .mlp
                     .forward(&block.mlp_in.forward(&x1)?, plan.products)?;
                 *x = residual(&x1, r, &block.mlp_out)?;
+                if let Some((slot, t)) = traced {
+                    t.keep(span(&x1, &slot));
+                    t.keep(span(x, &slot));
+                }
             }
         }
         let positions = |slot: &Slot, from: i32| {
@@ -1459,6 +1471,12 @@ impl Transformer {
                 }
             }
         };
+        if let Some(t) = trace {
+            if logits == Logits::Last {
+                let row = t.row as i32;
+                t.keep(out.index((.., row..row + 1, ..)));
+            }
+        }
         Ok(out.as_dtype(Dtype::Float32)?)
     }
 
