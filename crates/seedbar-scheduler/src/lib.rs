@@ -1,14 +1,25 @@
 //! Seedbar's scheduler: continuous batching of many requests over one model on a dedicated
 //! engine thread, with per-row seeded sampling whose results do not depend on the batch.
+//!
+//! `scheduler` is the handle callers hold; it starts the engine thread (`worker`), which
+//! keeps each request in a `row`, runs steps through the engine and has the rows' tokens
+//! drawn (`draw`), reusing prompts' KV from the `prefix_cache`.
 
-mod engine;
+mod config;
+mod draw;
 #[cfg(debug_assertions)]
 mod fault;
 mod prefix_cache;
 mod request;
+mod row;
+mod scheduler;
+mod stats;
 mod step_timing;
 mod stop;
+mod worker;
 
-pub use engine::{draw_seed, Scheduler, SchedulerConfig, SchedulerStats, TraceRecord};
+pub use config::{draw_seed, SchedulerConfig};
 pub use request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage};
+pub use scheduler::Scheduler;
+pub use stats::{SchedulerStats, TraceRecord};
 pub use step_timing::{Phase, StepBreakdown, StepTimes};

@@ -1,0 +1,65 @@
+//! What a scheduler is started with: its limits and layout, and the seeds it draws for
+//! requests that bring none.
+
+use std::hash::{BuildHasher, RandomState};
+
+use seedbar_engine::{generate::PREFILL_CHUNK, runtime, step_plan::Layout};
+
+/// Limits and layout of the engine thread.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Rows decoded together in one step.
+    pub max_rows: usize,
+    /// Requests waiting for a row; beyond this `submit` answers `QueueFull`.
+    pub max_queue: usize,
+    /// Prompt plus reply, in tokens.
+    pub max_context: usize,
+    /// Prefill tokens per step, bounding the pause running streams see while a long prompt
+    /// is prefilled (at least one whole chunk always runs).
+    pub prefill_tokens_per_step: usize,
+    /// Bytes of KV of finished sequences kept for prefix reuse.
+    pub prefix_cache_bytes: usize,
+    /// `true` (the product): the model's batch-invariant layout (`Model::layout`) and
+    /// prefill chunks aligned to absolute positions, so seeded replies do not depend on the
+    /// batch. `false` is the fastest layout without that promise (`Layout::REFERENCE`:
+    /// padded batched decode attention, prefill chunks as long as the budget allows), kept
+    /// to measure what invariance costs.
+    pub batch_invariant: bool,
+    /// Another backend's invariant layout instead of this one's (tests run a GPU's pooled
+    /// layout on the CPU with it); needs `batch_invariant`.
+    pub layout: Option<Layout>,
+    /// Draw on the device and build each step before the previous one's tokens are read,
+    /// where every row's sampling allows it (`Worker::step`): a GPU's default, so the host
+    /// builds, reads and streams while the device runs. The tokens are the host draw's.
+    pub pipelined: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            // A GPU's matmuls cost the same for a few rows as for one: more rows pay. On the
+            // CPU decoding is bound by reading the weights once a step up to about 16 rows
+            // (the packed kernels), and a 9th to 16th chat would otherwise queue for a row.
+            max_rows: if runtime::default_device_is_gpu() {
+                32
+            } else {
+                16
+            },
+            max_queue: 64,
+            max_context: 8192,
+            // Two CPU chunks. A GPU's 512-token chunk is longer and runs alone (at least one
+            // chunk always runs): about 7 ms for a 1B model on an H200 (70k tokens/s).
+            prefill_tokens_per_step: 2 * PREFILL_CHUNK,
+            prefix_cache_bytes: 512 << 20,
+            batch_invariant: true,
+            layout: None,
+            pipelined: runtime::default_device_is_gpu(),
+        }
+    }
+}
+
+/// A fresh seed from OS entropy, below 2^53 so it survives a round trip through JSON
+/// numbers in JavaScript (the chat UI pins them).
+pub fn draw_seed() -> u64 {
+    RandomState::new().hash_one(std::time::SystemTime::now()) >> 11
+}

@@ -1,0 +1,592 @@
+//! The engine thread: admits requests into rows, chooses each step's rows and inputs (an
+//! aligned prefill chunk or one decode token each), runs the step as one batched forward
+//! pass, has the rows' tokens drawn (`draw.rs`), streams them, and frees rows that finish
+//! or are cancelled.
+
+use std::{
+    any::Any,
+    collections::VecDeque,
+    panic::{self, AssertUnwindSafe},
+    sync::{atomic::Ordering, mpsc, Arc},
+    thread,
+    time::Instant,
+};
+
+use mlx_rs::{transforms::async_eval, Array};
+use seedbar_engine::{
+    kv_cache::{KvCache, KvPool},
+    models::{Logits, StepTokens},
+    row_trace::RowTrace,
+    runtime,
+    sampling::DeviceDraw,
+    step_plan::{Layout, StepPlan},
+    tokenizer::StreamDecoder,
+    Model,
+};
+use seedbar_grammar::TokenMask;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::{
+    config::SchedulerConfig,
+    draw::{
+        draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
+        NoiseJob,
+    },
+    prefix_cache::PrefixCache,
+    request::{Event, Request},
+    row::{emit, token_logprob, Row},
+    stats::{SchedulerStats, TraceRecord},
+    step_timing::Phase,
+    stop::StopMatcher,
+};
+
+/// What the handle sends the engine thread.
+pub(crate) enum Command {
+    Submit(Box<Pending>),
+    Cancel(u64),
+    Shutdown,
+}
+
+/// A submitted request waiting for a row.
+pub(crate) struct Pending {
+    pub(crate) id: u64,
+    pub(crate) request: Request,
+    pub(crate) events: UnboundedSender<Event>,
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
+pub(crate) struct Worker {
+    model: Model,
+    /// How each step's rows become matmuls and attention calls.
+    layout: Layout,
+    config: SchedulerConfig,
+    stats: Arc<SchedulerStats>,
+    commands: mpsc::Receiver<Command>,
+    queue: VecDeque<Pending>,
+    rows: Vec<Row>,
+    prefix_cache: PrefixCache,
+    /// Decoding rows' KV where the layout pools it.
+    pool: KvPool,
+    /// Threads the rows' draws may use (the machine's, read once: on Linux the call reads
+    /// the cgroup quota files).
+    draw_threads: usize,
+    /// The tokens the last step drew on the device, not read yet.
+    in_flight: Option<InFlight>,
+    /// The noise of the next step's draws, computed ahead on other threads.
+    noise_ahead: Option<thread::JoinHandle<Vec<NoiseJob>>>,
+}
+
+/// Tokens a step drew on the device: the next step takes them as inputs before they are
+/// read.
+struct InFlight {
+    /// `[rows]` uint32, being evaluated.
+    tokens: Array,
+    /// The row each token is for (by id: rows may retire before it lands).
+    rows: Vec<u64>,
+}
+
+/// What a chosen row runs in a step.
+enum Input {
+    /// Tokens known on the host: a prefill chunk, or the last drawn token.
+    Host(Vec<u32>),
+    /// The token it drew last step, still on the device: its index in [`InFlight::tokens`].
+    Drawn(i32),
+}
+
+impl Input {
+    fn len(&self) -> usize {
+        match self {
+            Input::Host(tokens) => tokens.len(),
+            Input::Drawn(_) => 1,
+        }
+    }
+}
+
+impl Worker {
+    pub(crate) fn new(
+        model: Model,
+        layout: Layout,
+        config: SchedulerConfig,
+        stats: Arc<SchedulerStats>,
+        commands: mpsc::Receiver<Command>,
+    ) -> Worker {
+        Worker {
+            model,
+            layout,
+            prefix_cache: PrefixCache::new(config.prefix_cache_bytes, &layout),
+            config,
+            stats,
+            commands,
+            queue: VecDeque::new(),
+            rows: Vec::new(),
+            pool: KvPool::new(layout.pool_call_slots),
+            draw_threads: runtime::cpu_cores(),
+            in_flight: None,
+            noise_ahead: None,
+        }
+    }
+
+    /// Serve until shut down or until the engine fails (an MLX error or a panic): then
+    /// every running, queued and submitted request ends with `Failed`, and the scheduler
+    /// reports it is no longer running so its owner can start a fresh one.
+    pub(crate) fn run(mut self) {
+        let failure = match panic::catch_unwind(AssertUnwindSafe(|| self.serve())) {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(format!("generation failed: {e}")),
+            Err(panic) => Some(format!("the engine failed: {}", panic_message(&*panic))),
+        };
+        if let Some(reason) = &failure {
+            tracing::error!(error = %reason, "engine thread stopped");
+        }
+        let reason = failure.unwrap_or_else(|| "the engine is shutting down".to_string());
+        self.stats.stopped.store(true, Ordering::SeqCst);
+        self.fail_all(&reason);
+    }
+
+    fn serve(&mut self) -> seedbar_engine::Result<()> {
+        loop {
+            if self.rows.is_empty() && self.queue.is_empty() {
+                match self.commands.recv() {
+                    Ok(Command::Shutdown) | Err(_) => return Ok(()),
+                    Ok(c) => self.apply(c),
+                }
+            }
+            while let Ok(c) = self.commands.try_recv() {
+                if matches!(c, Command::Shutdown) {
+                    return Ok(());
+                }
+                self.apply(c);
+            }
+            let started = Instant::now();
+            self.admit();
+            if self.rows.is_empty() {
+                continue;
+            }
+            #[cfg(debug_assertions)]
+            crate::fault::inject(&self.model, self.rows.iter().map(|r| &r.request.prompt));
+            self.step()?;
+            self.retire();
+            self.stats.times.lap(Phase::Step, started);
+            self.stats.times.count_step();
+        }
+    }
+
+    /// End every row, queued request and request still in the command channel with
+    /// `Failed(reason)`.
+    fn fail_all(&mut self, reason: &str) {
+        for row in &mut self.rows {
+            row.send(Event::Failed(reason.to_string()));
+        }
+        self.rows.clear();
+        self.in_flight = None;
+        self.pool = KvPool::default();
+        let submitted = self.commands.try_iter().filter_map(|c| match c {
+            Command::Submit(p) => Some(*p),
+            _ => None,
+        });
+        let pending: Vec<Pending> = self.queue.drain(..).chain(submitted).collect();
+        for p in pending {
+            let _ = p.events.send(Event::Failed(reason.to_string()));
+        }
+        self.stats.running.store(0, Ordering::SeqCst);
+        self.stats.queued.store(0, Ordering::SeqCst);
+    }
+
+    fn apply(&mut self, command: Command) {
+        match command {
+            Command::Shutdown => {}
+            Command::Submit(p) => self.queue.push_back(*p),
+            Command::Cancel(id) => {
+                if let Some(i) = self.queue.iter().position(|p| p.id == id) {
+                    self.queue.remove(i);
+                    self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+                }
+                if let Some(row) = self.rows.iter_mut().find(|r| r.id == id) {
+                    row.finished = true;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self) {
+        while self.rows.len() < self.config.max_rows {
+            let Some(p) = self.queue.pop_front() else {
+                break;
+            };
+            // Counted as running before it stops counting as queued: `submit` reads the
+            // two apart (`queued` first), and must never see a request in neither.
+            self.stats.running.fetch_add(1, Ordering::SeqCst);
+            self.stats.queued.fetch_sub(1, Ordering::SeqCst);
+            let (cached, mut caches) = self
+                .prefix_cache
+                .lookup(&p.request.prompt)
+                .unwrap_or_else(|| (0, self.model.transformer.new_caches()));
+            // Where only the prompt's KV is reused, sliding windows must not let go of what
+            // a cut back to the prompt needs (`retire`).
+            if !self.layout.kv_independent_of_steps {
+                for cache in &mut caches {
+                    cache.hold_cut_back_to(p.request.prompt.len() as i32);
+                }
+            }
+            let stop = StopMatcher::new(p.request.stop.clone());
+            self.rows.push(Row {
+                id: p.id,
+                fed: p.request.prompt[..cached].to_vec(),
+                request: p.request,
+                events: p.events,
+                caches,
+                generated: Vec::new(),
+                cached_tokens: cached,
+                decoder: StreamDecoder::default(),
+                stop,
+                finished: false,
+            });
+        }
+        self.stats.running.store(self.rows.len(), Ordering::SeqCst);
+    }
+
+    /// Run one step. Where every row draws on the device (and the scheduler pipelines),
+    /// the step's tokens are drawn there and not read now: the next step takes them as its
+    /// inputs, and they are read and streamed while that step runs ([`land`](Self::land)),
+    /// so the host's work overlaps the device's. Otherwise the tokens of an earlier step
+    /// are landed first and this step's logits are read and drawn on the host.
+    fn step(&mut self) -> seedbar_engine::Result<()> {
+        let stats = self.stats.clone();
+        let times = &stats.times;
+        let started = Instant::now();
+        // The output head's width (the loaders check it against the checkpoint's tensors).
+        let vocab = self.model.config().vocab_size as usize;
+        let on_device = self.config.pipelined && self.rows.iter().all(|r| r.draws_on_device(vocab));
+        if !on_device {
+            self.land()?;
+        }
+        let chosen = self.choose();
+        if chosen.is_empty() {
+            return self.land();
+        }
+        // Rows drawn this step: decode rows, and prefill rows whose chunk ends the prompt.
+        let drawn_rows: Vec<usize> = chosen
+            .iter()
+            .filter(|(i, input)| match input {
+                Input::Drawn(_) => true,
+                Input::Host(tokens) => {
+                    let row = &self.rows[*i];
+                    row.fed.len() + tokens.len() >= row.request.prompt.len()
+                }
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        // Their noise does not depend on the logits: computed ahead during the last step
+        // (`draw::noise_ahead`), or now on other threads while the step is built.
+        let noise = self.noise_jobs(&drawn_rows);
+        let ahead = self.noise_ahead.take();
+        let threads = self.draw_threads;
+        let traced = chosen.iter().position(|(i, _)| self.rows[*i].request.trace);
+        let (tokens, from_drawn) = step_tokens(&chosen);
+        let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
+        let previous = self.in_flight.as_ref().map(|f| f.tokens.clone());
+        let drawn = previous.as_ref().map(|t| (t, from_drawn.as_slice()));
+        let (logits, masks, noise, evaluated) =
+            thread::scope(|scope| -> seedbar_engine::Result<_> {
+                // One core stays with this thread, which builds and launches the step meanwhile.
+                let filling = scope.spawn(move || {
+                    let mut noise = noise;
+                    if let Some(ahead) = ahead {
+                        let ready = ahead.join().expect("the noise threads do not panic");
+                        take_computed(&mut noise, ready);
+                    }
+                    fill_noise_all(&mut noise, vocab, threads - 1);
+                    noise
+                });
+                let noise = || filling.join().expect("the noise threads do not panic");
+                let mut picked: Vec<&mut [KvCache]> = Vec::with_capacity(chosen.len());
+                let mut rest: &mut [Row] = &mut self.rows;
+                let mut base = 0;
+                for (i, _) in &chosen {
+                    let (_, tail) = rest.split_at_mut(i - base);
+                    let (row, after) = tail.split_first_mut().expect("chosen rows exist");
+                    picked.push(&mut row.caches);
+                    rest = after;
+                    base = i + 1;
+                }
+                let plan = StepPlan::new(&self.layout, &lens);
+                let input = StepTokens {
+                    host: &tokens,
+                    drawn,
+                };
+                let mut trace = traced.map(RowTrace::new);
+                let position = traced.map(|n| picked[n][0].len());
+                let mut logits = self.model.transformer.forward(
+                    input,
+                    &plan,
+                    &mut picked,
+                    &mut self.pool,
+                    Logits::Last,
+                    trace.as_mut(),
+                )?;
+                if let (Some(trace), Some(position)) = (trace, position) {
+                    let n = trace.row;
+                    let record = TraceRecord {
+                        position: position as usize,
+                        tokens: lens[n] as usize,
+                        hashes: trace.hashes()?,
+                        step: format!(
+                            "lens {lens:?}, widths {:?}, row {n} at {:?}, pooled {:?}",
+                            plan.widths,
+                            plan.slots[n],
+                            picked[n][0].pooled()
+                        ),
+                    };
+                    stats.traces.lock().expect("traces").push(record);
+                }
+                if on_device {
+                    let noise = noise();
+                    // A step of prefill chunks alone draws nothing; its KV is launched all the same.
+                    if !drawn_rows.is_empty() {
+                        let at: Vec<i32> = chosen
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, (i, _))| drawn_rows.contains(i))
+                            .map(|(n, _)| n as i32)
+                            .collect();
+                        let draws: Vec<DeviceDraw> = drawn_rows
+                            .iter()
+                            .map(|&i| DeviceDraw {
+                                params: &self.rows[i].request.sampling,
+                                noise: noise_of(&noise, i),
+                            })
+                            .collect();
+                        logits = draw_on_device(&logits, &at, &draws)?;
+                    }
+                    let built = times.lap(Phase::Build, started);
+                    async_eval([&logits])?;
+                    let launched = times.lap(Phase::Eval, built);
+                    return Ok((logits, Vec::new(), noise, launched));
+                }
+                let built = times.lap(Phase::Build, started);
+                async_eval([&logits])?;
+                let launched = times.lap(Phase::Eval, built);
+                // The output formats' masks do not depend on the logits either.
+                let masks: Vec<Option<TokenMask>> = drawn_rows
+                    .iter()
+                    .map(|&i| self.rows[i].allowed_next())
+                    .collect();
+                let masked = times.lap(Phase::Mask, launched);
+                logits.eval()?;
+                let evaluated = times.lap(Phase::Eval, masked);
+                Ok((logits, masks, noise(), evaluated))
+            })?;
+        stats.steps.fetch_add(1, Ordering::Relaxed);
+        let mut fed_drawn = Vec::new();
+        for (i, input) in &chosen {
+            match input {
+                Input::Host(t) => self.rows[*i].fed.extend_from_slice(t),
+                Input::Drawn(_) => fed_drawn.push(self.rows[*i].id),
+            }
+        }
+        if on_device {
+            self.noise_ahead = noise_ahead(noise, vocab, self.draw_threads);
+            let launched = (!drawn_rows.is_empty()).then(|| InFlight {
+                tokens: logits,
+                rows: drawn_rows.iter().map(|&i| self.rows[i].id).collect(),
+            });
+            let landing = std::mem::replace(&mut self.in_flight, launched);
+            return self.land_tokens(landing, &fed_drawn, evaluated);
+        }
+        // The logits are read in place (where the device's memory is the host's, this read
+        // is the copy), row by row on the draw's threads.
+        let all = logits.as_slice::<f32>();
+        debug_assert_eq!(
+            all.len(),
+            chosen.len() * vocab,
+            "one logits row per chosen row"
+        );
+        let sampled: Vec<(usize, &[f32])> = chosen
+            .iter()
+            .enumerate()
+            .filter(|(_, (i, _))| drawn_rows.contains(i))
+            .map(|(n, (i, _))| (*i, &all[n * vocab..(n + 1) * vocab]))
+            .collect();
+        let draws: Vec<Draw> = sampled
+            .iter()
+            .zip(&masks)
+            .map(|(&(i, logits), allowed)| {
+                let row = &self.rows[i];
+                Draw {
+                    sampling: &row.request.sampling,
+                    prompt: &row.request.prompt,
+                    generated: &row.generated,
+                    logits,
+                    allowed: allowed.as_ref(),
+                    noise: noise_of(&noise, i),
+                }
+            })
+            .collect();
+        let draws = draw_all(&draws, threads);
+        let drawn = times.lap(Phase::Draw, evaluated);
+        self.noise_ahead = noise_ahead(noise, vocab, self.draw_threads);
+        for ((i, logits), token) in sampled.into_iter().zip(draws) {
+            let row = &mut self.rows[i];
+            if row.finished || !row.follows_constraint(token) {
+                continue;
+            }
+            let logprob = row
+                .request
+                .logprobs
+                .map(|top_n| token_logprob(logits, token, top_n));
+            emit(row, token, logprob, &self.model);
+            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        }
+        times.lap(Phase::Emit, drawn);
+        Ok(())
+    }
+
+    /// The rows that run this step, with their inputs: every decode row, and prefill rows
+    /// while the chunk budget lasts (a whole aligned chunk, or what is left of the budget
+    /// where KV does not depend on how steps split a row). A row whose token is in flight
+    /// feeds it back, unless it is the row's last.
+    fn choose(&self) -> Vec<(usize, Input)> {
+        let aligned = (self.config.batch_invariant && !self.layout.kv_independent_of_steps)
+            .then_some(self.layout.prefill_chunk);
+        let budget = self.config.prefill_tokens_per_step;
+        let mut prefill_tokens = 0;
+        let mut chosen = Vec::new();
+        for (i, row) in self.rows.iter().enumerate() {
+            if let Some(j) = self.in_flight_index(row.id) {
+                if row.generated.len() + 1 < row.request.max_tokens {
+                    chosen.push((i, Input::Drawn(j as i32)));
+                }
+                continue;
+            }
+            let input = row.next_input(aligned, budget.saturating_sub(prefill_tokens));
+            if row.prefilling() {
+                if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
+                    continue;
+                }
+                prefill_tokens += input.len();
+            }
+            chosen.push((i, Input::Host(input)));
+        }
+        chosen
+    }
+
+    /// Where the row's token is among the tokens in flight, if it is.
+    fn in_flight_index(&self, id: u64) -> Option<usize> {
+        self.in_flight
+            .as_ref()
+            .and_then(|f| f.rows.iter().position(|&r| r == id))
+    }
+
+    /// The noise each of `drawn_rows` (indices into `rows`) draws with this step, not
+    /// computed yet (none for a greedy row). A row whose token is in flight draws the one
+    /// after it.
+    fn noise_jobs(&self, drawn_rows: &[usize]) -> Vec<NoiseJob> {
+        drawn_rows
+            .iter()
+            .filter_map(|&i| {
+                let row = &self.rows[i];
+                let pending = usize::from(self.in_flight_index(row.id).is_some());
+                (row.request.sampling.temperature > 0.0).then(|| NoiseJob {
+                    row: i,
+                    id: row.id,
+                    seed: row.request.sampling.seed,
+                    position: (row.request.prompt.len() + row.generated.len() + pending) as u64,
+                    noise: Vec::new(),
+                    filled: false,
+                })
+            })
+            .collect()
+    }
+
+    /// Land the tokens in flight, if any, where no step takes them as inputs.
+    fn land(&mut self) -> seedbar_engine::Result<()> {
+        let landing = self.in_flight.take();
+        self.land_tokens(landing, &[], Instant::now())
+    }
+
+    /// Read the tokens a step drew on the device (waiting for that step) and stream each to
+    /// its row, unless the row finished meanwhile. `fed` names the rows whose token the step
+    /// just launched took as its input: their `fed` gains it.
+    fn land_tokens(
+        &mut self,
+        landing: Option<InFlight>,
+        fed: &[u64],
+        since: Instant,
+    ) -> seedbar_engine::Result<()> {
+        let Some(landing) = landing else {
+            return Ok(());
+        };
+        let times = &self.stats.times;
+        landing.tokens.eval()?;
+        let waited = times.lap(Phase::Eval, since);
+        for (id, &token) in landing.rows.iter().zip(landing.tokens.as_slice::<u32>()) {
+            let Some(row) = self.rows.iter_mut().find(|r| r.id == *id) else {
+                continue;
+            };
+            if row.finished {
+                continue;
+            }
+            if fed.contains(id) {
+                row.fed.push(token);
+            }
+            emit(row, token, None, &self.model);
+            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+        }
+        times.lap(Phase::Emit, waited);
+        Ok(())
+    }
+
+    fn retire(&mut self) {
+        let (done, running): (Vec<Row>, Vec<Row>) = std::mem::take(&mut self.rows)
+            .into_iter()
+            .partition(|r| r.finished);
+        self.rows = running;
+        for mut row in done {
+            // Finished, stopped or cancelled alike: `caches` hold exactly `fed`, but for
+            // what a pool slot held. Where a decode step's KV differs from a prefill's, only
+            // the prompt's is reused (sliding windows kept what that needs, `admit`).
+            self.pool.release(&mut row.caches);
+            if !self.layout.kv_independent_of_steps {
+                let prompt = row.request.prompt.len().min(row.fed.len());
+                row.fed.truncate(prompt);
+                let cut = row
+                    .caches
+                    .iter_mut()
+                    .try_for_each(|c| c.truncate(prompt as i32));
+                if cut.is_err() {
+                    continue;
+                }
+            }
+            self.prefix_cache.insert(row.fed, row.caches);
+        }
+        self.stats.running.store(self.rows.len(), Ordering::SeqCst);
+    }
+}
+
+/// The step's input tokens in row order, and for each whether it is the in-flight token at
+/// that index (then its host entry is a placeholder).
+fn step_tokens(chosen: &[(usize, Input)]) -> (Vec<u32>, Vec<Option<i32>>) {
+    let mut tokens = Vec::new();
+    let mut from_drawn = Vec::new();
+    for (_, input) in chosen {
+        match input {
+            Input::Host(t) => {
+                tokens.extend_from_slice(t);
+                from_drawn.extend(std::iter::repeat_n(None, t.len()));
+            }
+            Input::Drawn(j) => {
+                tokens.push(0);
+                from_drawn.push(Some(*j));
+            }
+        }
+    }
+    (tokens, from_drawn)
+}
