@@ -13,15 +13,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
+    common::{arguments_value, template_calls, template_tool, CommonFields},
     error::{AnthropicError, ApiError},
     extract::{null_as_default, AnthropicBody, TextOr},
     generation::{
         stream_body, Delta, Finish, Generation, Job, Reply, ServedModel, Settings, StopReason,
         Token, Translator,
     },
-    openai::{
-        arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
-    },
+    sse::{sse, with_seed, SseMessage},
     structured::{self, forced_call, ChatInput},
     App,
 };

@@ -33,8 +33,8 @@ use crate::{
         self, drive, spawn_body, Delta, Ending, Finish, Generation, Job, Prompt, ServedModel,
         Token, Translator,
     },
-    openai::{self, sse, with_seed, SseMessage},
     pulls::Pull,
+    sse::{sse, with_seed, SseMessage},
     App, Readiness,
 };
 
@@ -59,9 +59,6 @@ pub fn routes() -> Router<Arc<App>> {
         )
         .route("/app/conversations/{id}/reply", post(reply))
         .route("/app/conversations/{id}/export", get(export_conversation))
-        // Quick chat's one-off answers: `/v1/chat/completions` under `/app`, so the panel
-        // answers while the API is paused for outside clients (as the chat window does).
-        .route("/app/chat/completions", post(openai::chat_completions))
         .route("/app/models", get(list_models))
         .route("/app/models/{name}", delete(delete_model))
         .route("/app/models/pull", post(pull_model))

@@ -5,6 +5,7 @@
 
 mod anthropic;
 mod app_api;
+mod common;
 mod embeddings;
 mod error;
 mod extract;
@@ -17,6 +18,7 @@ mod pulls;
 mod readiness;
 mod responses;
 mod security;
+mod sse;
 mod structured;
 mod ui;
 
@@ -54,9 +56,6 @@ pub use seedbar_chats::AppSettings;
 /// The default port: clear of Ollama (11434), LM Studio (1234), llama-server (8080),
 /// Jan (1337), vLLM (8000) and the usual web dev ports.
 pub const DEFAULT_PORT: u16 = 7337;
-
-/// Response header carrying the seed a reply used.
-pub const SEED_HEADER: &str = "x-seedbar-seed";
 
 /// How long running streams may go on after a shutdown request before they are ended.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
@@ -163,6 +162,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/embeddings", post(embeddings::ollama_embeddings))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        // Quick chat's one-off answers: `/v1/chat/completions` under `/app`, so the panel
+        // answers while the API is paused for outside clients (as the chat window does).
+        .route("/app/chat/completions", post(openai::chat_completions))
         .merge(app_api::routes())
         .fallback(ui::fallback);
     api.layer(DefaultBodyLimit::max(app.config.max_body_bytes))

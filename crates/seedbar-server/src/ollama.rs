@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
+    common::seed_value,
     error::{ApiError, OllamaError, OllamaErrorBody},
     extract::{null_as_default, null_as_true, OllamaJson},
     generation::{
@@ -27,8 +28,8 @@ use crate::{
         Settings, StopReason, Timings, Token, Translator,
     },
     models::{ModelCard, ModelFacts},
-    openai::{seed_value, with_seed},
     pulls::PullStatus,
+    sse::with_seed,
     structured::{self, OllamaFormat},
     App,
 };

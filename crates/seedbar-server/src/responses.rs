@@ -13,14 +13,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
+    common::{arguments_value, template_calls, template_tool, CommonFields},
     error::ApiError,
     extract::{null_as_default, JsonBody, TextOr},
     generation::{
         stream_body, Delta, Finish, Generation, Job, ServedModel, StopReason, Token, Translator,
     },
-    openai::{
-        arguments_value, sse, template_calls, template_tool, with_seed, CommonFields, SseMessage,
-    },
+    sse::{sse, with_seed, SseMessage},
     structured::{self, forced_call, one_format, ChatInput, TextFormat},
     App,
 };
