@@ -57,7 +57,7 @@ impl Architecture {
 /// Refuse a `config.json` `model_type` Seedbar can run neither as a chat model (an
 /// [`Architecture`]) nor as an embedding model (`bert`), listing those it can.
 pub fn check_runnable(model_type: &str) -> Result<()> {
-    if crate::embedding::is_encoder(&serde_json::json!({ "model_type": model_type })) {
+    if is_encoder(&serde_json::json!({ "model_type": model_type })) {
         return Ok(());
     }
     Architecture::parse(model_type)
@@ -280,6 +280,11 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// Whether a parsed `config.json` describes an encoder (`embedding.rs` runs those).
+pub fn is_encoder(config: &serde_json::Value) -> bool {
+    config["model_type"] == "bert"
 }
 
 #[cfg(test)]

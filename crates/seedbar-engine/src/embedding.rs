@@ -26,7 +26,6 @@ use std::path::Path;
 
 use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array, Dtype};
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::{
     error::{EngineError, Result},
@@ -66,11 +65,6 @@ fn bert_eps() -> f32 {
 }
 fn gelu_name() -> String {
     "gelu".into()
-}
-
-/// Whether a parsed `config.json` describes an encoder this module runs.
-pub fn is_encoder(config: &Value) -> bool {
-    config["model_type"] == "bert"
 }
 
 /// How token vectors become one vector per input.
@@ -120,7 +114,7 @@ impl EmbeddingModel {
         let raw = read_json(&config_path)?.ok_or_else(|| EngineError::MissingFile {
             path: config_path.clone(),
         })?;
-        if !is_encoder(&raw) {
+        if !crate::config::is_encoder(&raw) {
             return Err(EngineError::bad_file(
                 &config_path,
                 format!(

@@ -11,17 +11,6 @@ use crate::{
     step_plan::{Layout, StepPlan},
 };
 
-/// Prompts are prefilled in chunks that start at multiples of the layout's chunk
-/// ([`Layout::prefill_chunk`]), an absolute position, so a prompt's numerics never depend
-/// on how it arrived. This is the CPU's, where a chunk's cost is its arithmetic.
-pub const PREFILL_CHUNK: usize = 128;
-
-/// The GPU layouts' chunk: there each matmul and attention call of a chunk costs a launch
-/// (tens of microseconds of host time for a cuBLAS or cuDNN call) whatever its length, so a
-/// 512-token prompt runs in one pass, as mlx-lm's prefill does (128-token chunks ran a
-/// 512-token prefill at 0.47× mlx-lm's speed on an H200).
-pub const GPU_PREFILL_CHUNK: usize = 512;
-
 /// One sequence's KV for the single-sequence passes: its per-layer caches (the prefilled
 /// positions) and the pool its decode steps write where the layout pools decode KV.
 pub struct Sequence {
@@ -73,12 +62,12 @@ impl Model {
     /// The chunks are one graph, evaluated once: only the last chunk's logits are read, and
     /// the earlier chunks' KV is what the next chunk's graph takes.
     pub fn prefill(&self, tokens: &[u32], sequence: &mut Sequence) -> Result<Vec<f32>> {
-        let chunk_len = self.layout().prefill_chunk;
+        let layout = self.layout();
         let mut start = sequence.caches.first().map_or(0, |c| c.len() as usize);
         let mut remaining = tokens;
         let mut logits = None;
         while !remaining.is_empty() {
-            let take = (chunk_len - start % chunk_len).min(remaining.len());
+            let take = layout.aligned_chunk_end(start, start + remaining.len()) - start;
             let (chunk, rest) = remaining.split_at(take);
             logits = Some(self.forward(chunk.into(), sequence)?);
             remaining = rest;

@@ -26,8 +26,7 @@ use mlx_rs::{
 
 use crate::{
     error::{EngineError, Result},
-    generate::PREFILL_CHUNK,
-    step_plan::Uploads,
+    step_plan::{Uploads, MIN_CALL_SLOTS, PREFILL_CHUNK},
 };
 
 /// Positions added per growth step, and the step a windowed cache drops old ones by.
@@ -407,10 +406,6 @@ impl KvCache {
 pub fn reusable_from(caches: &[KvCache]) -> i32 {
     caches.iter().map(KvCache::reusable_from).max().unwrap_or(0)
 }
-
-/// The fewest slots one pooled attention call covers (and a class grows by); a pool's
-/// calls cover more where its layout allows ([`KvPool::call_slots`]).
-pub const MIN_CALL_SLOTS: i32 = 8;
 
 /// Positions (slots × capacity) above which a pool call halves its slots, down to
 /// [`MIN_CALL_SLOTS`]: wide calls for the short classes most rows sit in, without

@@ -25,7 +25,7 @@ use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype, Stream};
 
 use crate::{
     error::{EngineError, Result},
-    step_plan::Backend,
+    runtime::Backend,
 };
 
 /// The most rows one product takes (the kernel's largest row capacity).

@@ -68,6 +68,27 @@ fn use_bundled_metallib() {
     }
 }
 
+/// The MLX backends, whose kernels choose differently by shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+    Cuda,
+    Metal,
+}
+
+impl Backend {
+    /// This process's: a GPU is Metal on macOS and CUDA elsewhere.
+    pub fn current() -> Backend {
+        if !default_device_is_gpu() {
+            Backend::Cpu
+        } else if cfg!(target_os = "macos") {
+            Backend::Metal
+        } else {
+            Backend::Cuda
+        }
+    }
+}
+
 /// MLX's switch for its CUDA caches' miss count check (see [`prepare`]).
 const THRASHING_CHECK: &str = "MLX_ENABLE_CACHE_THRASHING_CHECK";
 /// MLX's switch for recording CUDA kernels into graphs (see [`prepare`]).

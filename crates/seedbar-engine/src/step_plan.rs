@@ -16,11 +16,23 @@ use std::collections::HashMap;
 
 use mlx_rs::Array;
 
-use crate::{
-    generate::{GPU_PREFILL_CHUNK, PREFILL_CHUNK},
-    kv_cache::MIN_CALL_SLOTS,
-    row_products, runtime,
-};
+use crate::{row_products, runtime::Backend};
+
+/// Prompts are prefilled in chunks that start at multiples of the layout's chunk
+/// ([`Layout::prefill_chunk`]), an absolute position, so a prompt's numerics never depend
+/// on how it arrived. This is the CPU's, where a chunk's cost is its arithmetic.
+pub const PREFILL_CHUNK: usize = 128;
+
+/// The GPU layouts' chunk: there each matmul and attention call of a chunk costs a launch
+/// (tens of microseconds of host time for a cuBLAS or cuDNN call) whatever its length, so a
+/// 512-token prompt runs in one pass, as mlx-lm's prefill does (128-token chunks ran a
+/// 512-token prefill at 0.47× mlx-lm's speed on an H200).
+pub const GPU_PREFILL_CHUNK: usize = 512;
+
+/// The fewest slots one pooled attention call covers (and a class grows by); a pool's
+/// calls cover more where its layout allows
+/// ([`KvPool::call_slots`](crate::kv_cache::KvPool::call_slots)).
+pub const MIN_CALL_SLOTS: i32 = 8;
 
 /// How attention runs over the rows of one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +108,12 @@ pub struct Layout {
     /// Aligned prefill chunks end at multiples of this absolute position
     /// ([`PREFILL_CHUNK`] on the CPU, [`GPU_PREFILL_CHUNK`] on GPUs).
     pub prefill_chunk: usize,
+    /// Whether a step's prefill chunk must end at such a multiple ([`chunk_end`]): every
+    /// invariant layout where KV depends on how steps split a row. The packed CPU path's
+    /// and the reference's run as much of a prompt as the step's budget allows.
+    ///
+    /// [`chunk_end`]: Layout::chunk_end
+    pub aligned_chunks: bool,
 }
 
 /// The weights' format, as far as the layout cares.
@@ -118,6 +136,7 @@ impl Layout {
         fused_masked_attention: true,
         products: Products::Matmul,
         prefill_chunk: PREFILL_CHUNK,
+        aligned_chunks: false,
     };
 
     /// The invariant layout for this process's MLX backend and the model's weights.
@@ -139,6 +158,7 @@ impl Layout {
             fused_masked_attention: backend != Backend::Cuda,
             products: Products::Matmul,
             prefill_chunk: GPU_PREFILL_CHUNK,
+            aligned_chunks: true,
         };
         // Per-row attention on each row's own cache, MLX's matmuls, 128-token chunks.
         let cpu = |decode_width, kv_independent_of_steps| Layout {
@@ -149,6 +169,7 @@ impl Layout {
             fused_masked_attention: true,
             products: Products::Matmul,
             prefill_chunk: PREFILL_CHUNK,
+            aligned_chunks: !kv_independent_of_steps,
         };
         match (backend, weights) {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
@@ -182,25 +203,34 @@ impl Layout {
             (Backend::Metal, WeightKind::Quantized | WeightKind::Packed) => gpu(5),
         }
     }
-}
 
-/// The MLX backends, whose kernels choose differently by shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Cpu,
-    Cuda,
-    Metal,
-}
-
-impl Backend {
-    /// This process's: a GPU is Metal on macOS and CUDA elsewhere.
-    pub fn current() -> Backend {
-        if !runtime::default_device_is_gpu() {
-            Backend::Cpu
-        } else if cfg!(target_os = "macos") {
-            Backend::Metal
+    /// Where a step's prefill chunk of a `len`-token prompt that starts at `start` ends,
+    /// with `budget` prefill tokens left in the step: at the next aligned end
+    /// ([`aligned_chunk_end`](Self::aligned_chunk_end)) where chunks are aligned, else
+    /// wherever the budget runs out (at least one token).
+    pub fn chunk_end(&self, start: usize, len: usize, budget: usize) -> usize {
+        if self.aligned_chunks {
+            self.aligned_chunk_end(start, len)
         } else {
-            Backend::Cuda
+            (start + budget.max(1)).min(len)
+        }
+    }
+
+    /// The next multiple of [`prefill_chunk`](Self::prefill_chunk) after `start`, an
+    /// absolute position, or the prompt's end: a prompt's chunks are then the same alone,
+    /// batched, or after a prefix-cache hit.
+    pub fn aligned_chunk_end(&self, start: usize, len: usize) -> usize {
+        ((start / self.prefill_chunk + 1) * self.prefill_chunk).min(len)
+    }
+
+    /// Reused prompt KV ends at a multiple of this many tokens: the prefill chunk where KV
+    /// depends on how steps split a row (so the rest is prefilled in the chunks a cold
+    /// start uses), any position where it does not.
+    pub fn reuse_granularity(&self) -> usize {
+        if self.kv_independent_of_steps {
+            1
+        } else {
+            self.prefill_chunk
         }
     }
 }

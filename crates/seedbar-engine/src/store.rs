@@ -456,7 +456,7 @@ fn describe(dir: &Path) -> Option<StoredModel> {
         Some(bits) => Some(format!("{bits}-bit")),
         None => config["torch_dtype"].as_str().map(str::to_string),
     };
-    let kind = if crate::embedding::is_encoder(&config) {
+    let kind = if crate::config::is_encoder(&config) {
         ModelKind::Embedding
     } else {
         ModelKind::Chat

@@ -6,7 +6,8 @@
 use seedbar_engine::{
     kv_cache::{KvCache, KvPool},
     models::Logits,
-    step_plan::{AttentionLayout, Backend, Layout, StepPlan, WeightKind},
+    runtime::Backend,
+    step_plan::{AttentionLayout, Layout, StepPlan, WeightKind},
     ChatMessage, Model,
 };
 

@@ -3,7 +3,10 @@
 
 use std::hash::{BuildHasher, RandomState};
 
-use seedbar_engine::{generate::PREFILL_CHUNK, runtime, step_plan::Layout};
+use seedbar_engine::{
+    runtime,
+    step_plan::{Layout, PREFILL_CHUNK},
+};
 
 /// Limits and layout of the engine thread.
 #[derive(Debug, Clone)]

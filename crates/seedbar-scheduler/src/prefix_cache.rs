@@ -1,9 +1,6 @@
 //! KV of recent sequences, reused when a new request starts with the same tokens (the next
 //! turn of a conversation, the same prompt again). Reuse stops at a multiple of the
-//! layout's granularity: its prefill chunk where KV depends on how a row was split into
-//! steps, so the positions after it are prefilled in exactly the chunks a cold start would
-//! use; any position where it does not (`Layout::kv_independent_of_steps`). Either way a
-//! hit equals a miss. An entry whose sliding-window layers let old positions go serves
+//! layout's granularity (`Layout::reuse_granularity`), so a hit equals a miss. An entry whose sliding-window layers let old positions go serves
 //! only the lengths where that is exact (`kv_cache::reusable_from`).
 
 use seedbar_engine::{
@@ -32,16 +29,12 @@ pub struct PrefixCache {
 }
 
 impl PrefixCache {
-    /// A cache of `budget_bytes` for a layout; see the module doc for the granularity.
+    /// A cache of `budget_bytes` for a layout.
     pub fn new(budget_bytes: usize, layout: &Layout) -> Self {
         PrefixCache {
             entries: Vec::new(),
             budget_bytes,
-            granularity: if layout.kv_independent_of_steps {
-                1
-            } else {
-                layout.prefill_chunk
-            },
+            granularity: layout.reuse_granularity(),
             clock: 0,
         }
     }

@@ -2,7 +2,8 @@
 //! (tokens with their text, the end and why).
 
 use seedbar_engine::{
-    kv_cache::KvCache, sampling::log_softmax, tokenizer::StreamDecoder, FinishReason, Model,
+    kv_cache::KvCache, sampling::log_softmax, step_plan::Layout, tokenizer::StreamDecoder,
+    FinishReason, Model,
 };
 use seedbar_grammar::TokenMask;
 use tokio::sync::mpsc::UnboundedSender;
@@ -41,18 +42,12 @@ impl Row {
         self.fed.len() < self.request.prompt.len()
     }
 
-    /// The tokens this row runs next step: its last sampled token, or a prefill chunk: up
-    /// to the next multiple of `chunk` when chunks are aligned (`Some`), else up to
-    /// `budget` tokens.
-    pub(crate) fn next_input(&self, aligned: Option<usize>, budget: usize) -> Vec<u32> {
+    /// The tokens this row runs next step: its last sampled token, or the prefill chunk
+    /// `layout` sets ([`Layout::chunk_end`]) with `budget` prefill tokens left.
+    pub(crate) fn next_input(&self, layout: &Layout, budget: usize) -> Vec<u32> {
         if self.prefilling() {
             let start = self.fed.len();
-            let end = if let Some(chunk) = aligned {
-                (start / chunk + 1) * chunk
-            } else {
-                start + budget.max(1)
-            }
-            .min(self.request.prompt.len());
+            let end = layout.chunk_end(start, self.request.prompt.len(), budget);
             self.request.prompt[start..end].to_vec()
         } else {
             vec![*self

@@ -450,12 +450,9 @@ impl Worker {
     }
 
     /// The rows that run this step, with their inputs: every decode row, and prefill rows
-    /// while the chunk budget lasts (a whole aligned chunk, or what is left of the budget
-    /// where KV does not depend on how steps split a row). A row whose token is in flight
-    /// feeds it back, unless it is the row's last.
+    /// while the chunk budget lasts (a chunk as the layout cuts it: `Layout::chunk_end`). A
+    /// row whose token is in flight feeds it back, unless it is the row's last.
     fn choose(&self) -> Vec<(usize, Input)> {
-        let aligned = (self.config.batch_invariant && !self.layout.kv_independent_of_steps)
-            .then_some(self.layout.prefill_chunk);
         let budget = self.config.prefill_tokens_per_step;
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
@@ -466,7 +463,7 @@ impl Worker {
                 }
                 continue;
             }
-            let input = row.next_input(aligned, budget.saturating_sub(prefill_tokens));
+            let input = row.next_input(&self.layout, budget.saturating_sub(prefill_tokens));
             if row.prefilling() {
                 if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
                     continue;

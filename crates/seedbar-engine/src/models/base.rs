@@ -10,22 +10,20 @@
 //! exact); attention here reads the keys a query sees, by absolute position, in position
 //! order, whatever the cache dropped.
 
-use std::{
-    cell::RefCell,
-    collections::{hash_map::Entry, BTreeMap, HashMap},
-    result::Result as StdResult,
-};
+use std::collections::{hash_map::Entry, BTreeMap, HashMap};
 
 use mlx_rs::{
-    error::Exception,
     fast::{self, ScaledDotProductAttentionMask},
     ops::{self, indexing::IndexOp},
-    transforms::compile::compile,
     Array, Dtype,
 };
 use rayon::prelude::*;
 
-use super::{host, moe::SparseMoe};
+use super::{
+    activation::{gated, Activation},
+    host,
+    moe::SparseMoe,
+};
 use crate::{
     config::ModelConfig,
     error::Result,
@@ -61,16 +59,6 @@ pub struct Variant {
     pub logit_softcap: Option<f32>,
     /// Factor the token embeddings are multiplied by, in the compute dtype (Gemma: sqrt(d)).
     pub embedding_scale: Option<f32>,
-}
-
-/// The MLP gate's activation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Activation {
-    /// `x * sigmoid(x)` (SwiGLU).
-    #[default]
-    Silu,
-    /// GELU with the tanh approximation (GeGLU, Gemma).
-    GeluTanh,
 }
 
 /// How one layer's attention sees positions.
@@ -1067,43 +1055,6 @@ impl Mlp {
         let activated = host::gated(self.activation, &gate_up, self.inner as usize);
         self.down_proj.forward_host(&activated, m)
     }
-}
-
-/// `activation(gate) * up`: on a GPU one fused kernel (MLX's `compile`, shapeless, as
-/// mlx-lm's `swiglu`), where each op is otherwise a kernel launch of its own; elementwise
-/// either way, so a row's numbers stay its own. The CPU runs the ops (MLX would compile C++
-/// at run time there).
-pub(super) fn gated(activation: Activation, gate: &Array, up: &Array) -> Result<Array> {
-    let ops = match activation {
-        Activation::Silu => silu_gated,
-        Activation::GeluTanh => gelu_gated,
-    };
-    if !runtime::default_device_is_gpu() {
-        return Ok(ops((gate, up))?);
-    }
-    FUSED.with_borrow_mut(|fused| {
-        let f = fused
-            .entry(activation)
-            .or_insert_with(|| Box::new(compile(ops, Some(true))));
-        Ok(f((gate, up))?)
-    })
-}
-
-/// A compiled `gate, up -> activation(gate) * up`.
-type FusedGate = Box<dyn for<'a> FnMut((&'a Array, &'a Array)) -> StdResult<Array, Exception>>;
-
-thread_local! {
-    /// Each activation's fused kernel, compiled once per thread that runs models (MLX keeps
-    /// a compiled function only while its handle lives).
-    static FUSED: RefCell<HashMap<Activation, FusedGate>> = RefCell::new(HashMap::new());
-}
-
-fn silu_gated((gate, up): (&Array, &Array)) -> StdResult<Array, Exception> {
-    gate.multiply(ops::sigmoid(gate)?)?.multiply(up)
-}
-
-fn gelu_gated((gate, up): (&Array, &Array)) -> StdResult<Array, Exception> {
-    mlx_rs::nn::gelu_approximate(gate)?.multiply(up)
 }
 
 /// A layer's feed-forward sublayer: the dense gated MLP, or a mixture of experts.

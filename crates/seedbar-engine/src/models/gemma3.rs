@@ -6,7 +6,10 @@
 use mlx_rs::{Array, Dtype};
 use serde::Deserialize;
 
-use super::base::{Activation, LayerAttention, Rope, Transformer, Variant};
+use super::{
+    activation::Activation,
+    base::{LayerAttention, Rope, Transformer, Variant},
+};
 use crate::{config::ModelConfig, error::Result, weights::WeightMap};
 
 /// The Gemma settings of `config.json` beyond the shared ones.

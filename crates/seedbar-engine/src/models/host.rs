@@ -7,7 +7,7 @@
 //! Every function works row by row, each row from its own values in a fixed order, so a
 //! row's bits do not depend on the other rows of the step (the CPU kernels' property too).
 
-use super::base::Activation;
+use super::activation::Activation;
 use crate::kv_cache::HostKv;
 
 /// `x / rms(x) * weight` for each row of `weight.len()` features (MLX's `rms_norm`:

@@ -1,5 +1,6 @@
 //! Model architectures: one file each on the shared decoder in `base.rs`.
 
+mod activation;
 pub mod base;
 mod gemma3;
 mod host;

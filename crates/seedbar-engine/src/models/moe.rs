@@ -11,7 +11,7 @@
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
-use super::base::{gated, Activation};
+use super::activation::{gated, Activation};
 use crate::{
     error::Result,
     step_plan::Products,
