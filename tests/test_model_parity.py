@@ -119,7 +119,7 @@ def check_parity(seedbar, tmp_path, arch, bits, dtype, prompt=PROMPT):
 
 # Far past Gemma 3's window of 8: the sliding layers' caches let old positions go.
 LONG_PROMPT = [(i * 7919 + 13) % 250 for i in range(600)]
-# What a sliding layer's cache may hold (kv_cache.rs `kept_from`): the window less one,
+# What a sliding layer's cache may hold (step/kv_cache.rs `kept_from`): the window less one,
 # one prefill chunk (128) and one KV block (256) of slack, and the step's new position.
 WINDOW_BOUND = 8 - 1 + 128 + 256 + 1
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
-    kv_cache::KvPool, models::Logits, sampling, step_plan::StepPlan, tokenizer::StreamDecoder,
-    ChatMessage, Model,
+    models::Logits, sampling, step::kv_cache::KvPool, step::plan::StepPlan,
+    tokenizer::StreamDecoder, ChatMessage, Model,
 };
 use serde_json::{json, Value};
 

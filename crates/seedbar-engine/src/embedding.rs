@@ -30,7 +30,7 @@ use serde::Deserialize;
 use crate::{
     error::{EngineError, Result},
     model::{read_json, read_safetensors},
-    step_plan::Products,
+    step::plan::Products,
     tokenizer::Tokenizer,
     weights::{Embedding, Linear, LoadOptions, WeightMap},
 };

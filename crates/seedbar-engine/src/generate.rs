@@ -5,10 +5,10 @@ use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
 
 use crate::{
     error::{EngineError, Result},
-    kv_cache::{KvCache, KvPool},
     model::Model,
     models::{Logits, StepTokens},
-    step_plan::{Layout, StepPlan},
+    step::kv_cache::{KvCache, KvPool},
+    step::plan::{Layout, StepPlan},
 };
 
 /// One sequence's KV for the single-sequence passes: its per-layer caches (the prefilled

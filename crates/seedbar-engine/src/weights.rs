@@ -17,8 +17,7 @@ use serde_json::Value;
 
 use crate::{
     error::{EngineError, Result},
-    row_products,
-    step_plan::Products,
+    step::{plan::Products, row_products},
 };
 
 /// The shard files the `weight_map` of `index` (a parsed `model.safetensors.index.json` in

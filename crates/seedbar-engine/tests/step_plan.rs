@@ -4,10 +4,10 @@
 //! matmul with unpadded attention (within float noise).
 
 use seedbar_engine::{
-    kv_cache::{KvCache, KvPool},
     models::Logits,
     runtime::Backend,
-    step_plan::{AttentionLayout, Layout, StepPlan, WeightKind},
+    step::kv_cache::{KvCache, KvPool},
+    step::plan::{AttentionLayout, Layout, StepPlan, WeightKind},
     ChatMessage, Model,
 };
 
@@ -153,7 +153,7 @@ fn pooled_decode_keeps_computing_the_model_across_a_kv_block() {
     let model = model();
     let text = "The tide comes in and goes out again, every day of the year. ".repeat(30);
     let tokens = model.tokenizer.encode(&text).unwrap();
-    let block = seedbar_engine::kv_cache::KV_BLOCK as usize;
+    let block = seedbar_engine::step::kv_cache::KV_BLOCK as usize;
     // Decoding from 6 positions before a block boundary to 6 after it.
     let (prompt, forced) = tokens[..block + 6].split_at(block - 6);
     let plain = Layout {

@@ -5,7 +5,7 @@ use std::hash::{BuildHasher, RandomState};
 
 use seedbar_engine::{
     runtime,
-    step_plan::{Layout, PREFILL_CHUNK},
+    step::plan::{Layout, PREFILL_CHUNK},
 };
 
 /// Limits and layout of the engine thread.

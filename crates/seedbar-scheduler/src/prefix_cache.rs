@@ -3,9 +3,9 @@
 //! layout's granularity (`Layout::reuse_granularity`), so a hit equals a miss. An entry whose sliding-window layers let old positions go serves
 //! only the lengths where that is exact (`kv_cache::reusable_from`).
 
-use seedbar_engine::{
+use seedbar_engine::step::{
     kv_cache::{self, KvCache},
-    step_plan::Layout,
+    plan::Layout,
 };
 
 struct Entry {

@@ -2,7 +2,7 @@
 //! (tokens with their text, the end and why).
 
 use seedbar_engine::{
-    kv_cache::KvCache, sampling::log_softmax, step_plan::Layout, tokenizer::StreamDecoder,
+    sampling::log_softmax, step::kv_cache::KvCache, step::plan::Layout, tokenizer::StreamDecoder,
     FinishReason, Model,
 };
 use seedbar_grammar::TokenMask;

@@ -2,7 +2,7 @@
 //! requests (refusing them past its capacity), and stops the thread when dropped.
 //!
 //! Batch invariance: a row's numbers never depend on its neighbours. The model's layout
-//! (`seedbar_engine::step_plan`) gives every matmul and attention call a shape fixed by the
+//! (`seedbar_engine::step::plan`) gives every matmul and attention call a shape fixed by the
 //! row alone, prefill chunks start at multiples of the layout's chunk whatever else runs, and
 //! sampling keys come from (seed, position).
 //!
@@ -19,7 +19,7 @@ use std::{
     thread,
 };
 
-use seedbar_engine::{step_plan::Layout, Model};
+use seedbar_engine::{step::plan::Layout, Model};
 use tokio::sync::mpsc::unbounded_channel;
 
 use crate::{

@@ -14,12 +14,12 @@ use std::{
 
 use mlx_rs::{transforms::async_eval, Array};
 use seedbar_engine::{
-    kv_cache::{KvCache, KvPool},
     models::{Logits, StepTokens},
     row_trace::RowTrace,
     runtime,
     sampling::DeviceDraw,
-    step_plan::{Layout, StepPlan},
+    step::kv_cache::{KvCache, KvPool},
+    step::plan::{Layout, StepPlan},
     tokenizer::StreamDecoder,
     Model,
 };

@@ -6,7 +6,7 @@
 
 use seedbar_engine::{
     runtime::Backend,
-    step_plan::{Layout, WeightKind},
+    step::plan::{Layout, WeightKind},
     ChatMessage, FinishReason, Model, SamplingParams,
 };
 use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError};
@@ -290,7 +290,7 @@ fn prefix_cache_hit_equals_miss() {
     let first_turn = model
         .chat_prompt(&[ChatMessage::new("user", &long_question)], None)
         .unwrap();
-    assert!(first_turn.len() > 2 * seedbar_engine::step_plan::PREFILL_CHUNK);
+    assert!(first_turn.len() > 2 * seedbar_engine::step::plan::PREFILL_CHUNK);
     // A reply longer than a prefill chunk: the next turn's prompt holds decoded positions
     // across a chunk boundary, which reuse must not cross where decode KV is not prefill KV.
     let mut turn1 = Request::new(first_turn.clone(), 160);
@@ -319,7 +319,7 @@ fn prefix_cache_hit_equals_miss() {
     let hit = alone(&warm, turn2);
     assert_eq!(miss.cached, 0);
     assert!(
-        hit.cached >= 2 * seedbar_engine::step_plan::PREFILL_CHUNK,
+        hit.cached >= 2 * seedbar_engine::step::plan::PREFILL_CHUNK,
         "cached {}",
         hit.cached
     );
@@ -348,7 +348,7 @@ fn a_prefix_hit_reuses_every_common_position() {
     let any_position = model.layout().kv_independent_of_steps;
     let question = request(&model, PROMPTS[1], 11, 24);
     let longer = request(&model, &format!("{} {}", PROMPTS[1], PROMPTS[2]), 12, 24);
-    assert!(question.prompt.len() < seedbar_engine::step_plan::PREFILL_CHUNK);
+    assert!(question.prompt.len() < seedbar_engine::step::plan::PREFILL_CHUNK);
     let common = question
         .prompt
         .iter()
@@ -797,7 +797,7 @@ fn sliding_window_pooled_decode_agrees_with_per_row_attention() {
 /// dropped positions allow is refused, not served wrong.
 #[test]
 fn sliding_window_prefix_cache_hit_equals_miss() {
-    let chunk = seedbar_engine::step_plan::PREFILL_CHUNK;
+    let chunk = seedbar_engine::step::plan::PREFILL_CHUNK;
     let cases = [
         (SchedulerConfig::default(), Weights::Float32),
         (SchedulerConfig::default(), Weights::FourBit),

@@ -6,7 +6,7 @@
 //! attention calls comes from a [`StepPlan`].
 //!
 //! A sliding-window layer's cache lets go of the positions its queries no longer see
-//! (`kv_cache.rs` owns which ones it keeps, where, and when a cut-back cache is still
+//! (`step/kv_cache.rs` owns which ones it keeps, where, and when a cut-back cache is still
 //! exact); attention here reads the keys a query sees, by absolute position, in position
 //! order, whatever the cache dropped.
 
@@ -27,10 +27,10 @@ use super::{
 use crate::{
     config::ModelConfig,
     error::Result,
-    kv_cache::{HostKv, KvCache, KvPool},
     row_trace::RowTrace,
     runtime,
-    step_plan::{AttentionLayout, Products, Slot, StepPlan, Uploads, WeightKind},
+    step::kv_cache::{HostKv, KvCache, KvPool},
+    step::plan::{AttentionLayout, Products, Slot, StepPlan, Uploads, WeightKind},
     weights::{Embedding, Linear, Matrix, Projections, WeightMap},
 };
 

@@ -8,7 +8,7 @@
 //! row's bits do not depend on the other rows of the step (the CPU kernels' property too).
 
 use super::activation::Activation;
-use crate::kv_cache::HostKv;
+use crate::step::kv_cache::HostKv;
 
 /// `x / rms(x) * weight` for each row of `weight.len()` features (MLX's `rms_norm`:
 /// `x * rsqrt(mean(x²) + eps) * w`, the mean accumulated in float32 in column order).

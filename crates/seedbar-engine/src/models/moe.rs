@@ -14,7 +14,7 @@ use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 use super::activation::{gated, Activation};
 use crate::{
     error::Result,
-    step_plan::Products,
+    step::plan::Products,
     weights::{ExpertMatrices, Linear, WeightMap},
 };
 

@@ -16,7 +16,8 @@ use std::collections::HashMap;
 
 use mlx_rs::Array;
 
-use crate::{row_products, runtime::Backend};
+use super::row_products;
+use crate::runtime::Backend;
 
 /// Prompts are prefilled in chunks that start at multiples of the layout's chunk
 /// ([`Layout::prefill_chunk`]), an absolute position, so a prompt's numerics never depend
@@ -31,7 +32,7 @@ pub const GPU_PREFILL_CHUNK: usize = 512;
 
 /// The fewest slots one pooled attention call covers (and a class grows by); a pool's
 /// calls cover more where its layout allows
-/// ([`KvPool::call_slots`](crate::kv_cache::KvPool::call_slots)).
+/// ([`KvPool::call_slots`](crate::step::kv_cache::KvPool::call_slots)).
 pub const MIN_CALL_SLOTS: i32 = 8;
 
 /// How attention runs over the rows of one step.
@@ -43,7 +44,7 @@ pub enum AttentionLayout {
     /// Decode rows attend at their cache's capacity (a multiple of the KV block, a function
     /// of the row's own length; a sliding-window layer's stops at its window's ring) with the
     /// positions beyond their length (or outside the window) masked, from a
-    /// [`KvPool`](crate::kv_cache::KvPool) slot, in calls of a fixed number of slots of one
+    /// [`KvPool`](crate::step::kv_cache::KvPool) slot, in calls of a fixed number of slots of one
     /// capacity (`KvPool::call_slots`: a function of the capacity). The call's shape is
     /// fixed by the row, so it is invariant, and rows batch. Prefill chunks attend per row.
     Capacity,
@@ -68,7 +69,7 @@ pub enum Products {
     /// count: decode groups are padded to exactly `decode_width` rows.
     Matmul,
     /// Products of at most [`row_products::MAX_ROWS`] rows through
-    /// [`row_products`](crate::row_products), whose rows get the same bits at any row count:
+    /// [`row_products`](crate::step::row_products), whose rows get the same bits at any row count:
     /// decode groups of up to `decode_width` rows and the output head's groups run unpadded
     /// (longer prefill chunks keep MLX's matmul, each a matmul of its own).
     RowWise,
@@ -93,7 +94,7 @@ pub struct Layout {
     /// packed CPU path claims it: elsewhere decode groups are not prefill chunks.
     pub kv_independent_of_steps: bool,
     /// The most pool slots one decode-attention call covers
-    /// ([`KvPool::new`](crate::kv_cache::KvPool::new)): with an array mask, MLX CUDA's
+    /// ([`KvPool::new`](crate::step::kv_cache::KvPool::new)): with an array mask, MLX CUDA's
     /// decode attention is its unfused fallback (several kernels a call, `gpu-invariance.md`
     /// §2.3), so there one call covers the 32 rows a step decodes; on Metal the vector
     /// kernel takes the mask, and a call stays at the pool's minimum.

@@ -4,7 +4,7 @@
 //! [`KvPool`]: decoding rows' KV at capacity, many rows to a buffer, so one step writes a
 //! layer's new positions with one scatter and attends a fixed number of slots per call
 //! ([`KvPool::call_slots`], a function of the capacity alone), whatever the number of rows
-//! (the layout `step_plan::AttentionLayout::Capacity` uses).
+//! (the layout `plan::AttentionLayout::Capacity` uses).
 //!
 //! A sliding-window layer's storage holds only the positions its next queries can still
 //! see, plus fixed slack ([`kept_from`]): memory is bounded by the window, not the context.
@@ -26,7 +26,7 @@ use mlx_rs::{
 
 use crate::{
     error::{EngineError, Result},
-    step_plan::{Uploads, MIN_CALL_SLOTS, PREFILL_CHUNK},
+    step::plan::{Uploads, MIN_CALL_SLOTS, PREFILL_CHUNK},
 };
 
 /// Positions added per growth step, and the step a windowed cache drops old ones by.

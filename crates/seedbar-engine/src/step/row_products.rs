@@ -15,7 +15,7 @@
 //! use mlx_rs::Array;
 //! let x = Array::from_slice(&[1.0f32; 16], &[2, 8]);
 //! let w = Array::from_slice(&[0.5f32; 24], &[3, 8]);
-//! let y = seedbar_engine::row_products::product(&x, &w)?; // [2, 3]
+//! let y = seedbar_engine::step::row_products::product(&x, &w)?; // [2, 3]
 //! # Ok::<(), seedbar_engine::EngineError>(())
 //! ```
 
