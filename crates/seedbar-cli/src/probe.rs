@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
-    models::Logits, sampling, step::kv_cache::KvPool, step::plan::StepPlan,
-    tokenizer::StreamDecoder, ChatMessage, Model,
+    sampling,
+    step::{kv_cache::KvPool, plan::StepPlan, Logits},
+    tokenizer::StreamDecoder,
+    ChatMessage, Model,
 };
 use serde_json::{json, Value};
 

@@ -6,9 +6,11 @@ use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
 use crate::{
     error::{EngineError, Result},
     model::Model,
-    models::{Logits, StepTokens},
-    step::kv_cache::{KvCache, KvPool},
-    step::plan::{Layout, StepPlan},
+    step::{
+        kv_cache::{KvCache, KvPool},
+        plan::{Layout, StepPlan},
+        Logits, StepTokens,
+    },
 };
 
 /// One sequence's KV for the single-sequence passes: its per-layer caches (the prefilled

@@ -4,10 +4,10 @@
 //! matmul with unpadded attention (within float noise).
 
 use seedbar_engine::{
-    models::Logits,
     runtime::Backend,
     step::kv_cache::{KvCache, KvPool},
     step::plan::{AttentionLayout, Layout, StepPlan, WeightKind},
+    step::Logits,
     ChatMessage, Model,
 };
 

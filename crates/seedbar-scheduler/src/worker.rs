@@ -14,12 +14,12 @@ use std::{
 
 use mlx_rs::{transforms::async_eval, Array};
 use seedbar_engine::{
-    models::{Logits, StepTokens},
     row_trace::RowTrace,
     runtime,
     sampling::DeviceDraw,
     step::kv_cache::{KvCache, KvPool},
     step::plan::{Layout, StepPlan},
+    step::{Logits, StepTokens},
     tokenizer::StreamDecoder,
     Model,
 };

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{
     activation::Activation,
-    base::{LayerAttention, Rope, Transformer, Variant},
+    decoder::{LayerAttention, Rope, Transformer, Variant},
 };
 use crate::{config::ModelConfig, error::Result, weights::WeightMap};
 

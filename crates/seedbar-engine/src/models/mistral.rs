@@ -5,7 +5,7 @@
 use mlx_rs::Dtype;
 use serde::Deserialize;
 
-use super::base::{LayerAttention, Rope, Transformer, Variant};
+use super::decoder::{LayerAttention, Rope, Transformer, Variant};
 use crate::{config::ModelConfig, error::Result, weights::WeightMap};
 
 /// The Mistral settings of `config.json` beyond the shared ones.

@@ -7,7 +7,7 @@ use mlx_rs::Dtype;
 use serde::Deserialize;
 
 use super::{
-    base::{LayerAttention, Rope, Transformer, Variant},
+    decoder::{LayerAttention, Rope, Transformer, Variant},
     moe::{MoeShape, Routing, SparseMoe},
 };
 use crate::{config::ModelConfig, error::Result, weights::WeightMap};

@@ -1,7 +1,7 @@
-//! Model architectures: one file each on the shared decoder in `base.rs`.
+//! Model architectures: one file each on the shared decoder in `decoder.rs`.
 
 mod activation;
-pub mod base;
+pub mod decoder;
 mod gemma3;
 mod host;
 mod llama;
@@ -14,7 +14,7 @@ mod qwen3;
 mod qwen3_moe;
 mod smollm3;
 
-pub use base::{Logits, StepTokens, Transformer};
+pub use decoder::Transformer;
 
 use crate::{
     config::{Architecture, ModelConfig},

@@ -8,7 +8,7 @@
 use mlx_rs::{Array, Dtype};
 use serde::Deserialize;
 
-use super::base::{Rope, Transformer, Variant};
+use super::decoder::{Rope, Transformer, Variant};
 use crate::{
     config::ModelConfig,
     error::{EngineError, Result},

@@ -2,7 +2,7 @@
 
 use mlx_rs::Dtype;
 
-use super::base::{Rope, Transformer, Variant};
+use super::decoder::{Rope, Transformer, Variant};
 use crate::{config::ModelConfig, error::Result, weights::WeightMap};
 
 pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Result<Transformer> {

@@ -4,7 +4,7 @@
 use mlx_rs::Dtype;
 use serde::Deserialize;
 
-use super::base::{LayerAttention, Transformer, Variant};
+use super::decoder::{LayerAttention, Transformer, Variant};
 use crate::{
     config::ModelConfig,
     error::{EngineError, Result},

@@ -123,7 +123,7 @@ pub enum WeightKind {
     Dense,
     Quantized,
     /// Every matmul on `seedbar_qmatmul`'s CPU kernels (4/8-bit weights on the CPU backend)
-    /// in a float32 model: the host path of `models/base.rs` runs it.
+    /// in a float32 model: the host path of `models/decoder.rs` runs it.
     Packed,
 }
 

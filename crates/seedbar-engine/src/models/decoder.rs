@@ -1,0 +1,934 @@
+//! The decoder-only transformer every supported architecture is an instance of:
+//! embeddings, pre-norm attention + gated-MLP blocks, final norm, output head. Architectures
+//! differ only in the switches of [`Variant`] and in each layer's [`LayerAttention`] (its
+//! RoPE, or none, and its sliding window), set by their own files, and in the layers whose
+//! MLP is a mixture of experts (`moe.rs`). How a step's rows are laid out into matmuls and
+//! attention calls comes from a [`StepPlan`], and how they attend from `step::attention`,
+//! to which each layer hands its projected queries, keys and values.
+//!
+//! A sliding-window layer's cache lets go of the positions its queries no longer see
+//! (`step/kv_cache.rs` owns which ones it keeps, where, and when a cut-back cache is still
+//! exact); attention reads the keys a query sees, by absolute position, in position order,
+//! whatever the cache dropped.
+
+use mlx_rs::{
+    fast::{self, ScaledDotProductAttentionMask},
+    ops::{self, indexing::IndexOp},
+    Array, Dtype,
+};
+use rayon::prelude::*;
+
+use super::{
+    activation::{gated, Activation},
+    host,
+    moe::SparseMoe,
+};
+use crate::{
+    config::ModelConfig,
+    error::Result,
+    row_trace::RowTrace,
+    runtime,
+    step::{
+        attention::{self, window_mask, AttentionMath, DecodeKv, Part, QueriesKeysValues},
+        groups::{self, Logits, StepTokens},
+        kv_cache::{HostKv, KvCache, KvPool},
+        plan::{AttentionLayout, Products, Slot, StepPlan, WeightKind},
+    },
+    weights::{Embedding, Linear, Matrix, Projections, WeightMap},
+};
+
+/// What one architecture changes in the shared block.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Variant {
+    /// Biases on the q/k/v projections (Qwen2).
+    pub qkv_bias: bool,
+    /// RMS norms on each head's queries and keys before RoPE (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// Norm weights stored as offsets from one: `x * (1 + w)` (Gemma).
+    pub unit_offset_norms: bool,
+    /// Norms on the attention and MLP outputs too (Gemma 2/3): `post_attention_layernorm`
+    /// then normalizes the attention output and `pre_feedforward_layernorm` /
+    /// `post_feedforward_layernorm` wrap the MLP.
+    pub sandwich_norms: bool,
+    /// The gate's activation in the MLP.
+    pub activation: Activation,
+    /// `qkv_proj` and `gate_up_proj` stored fused (Phi-3); split into rows at load.
+    pub fused_projections: bool,
+    /// Attention's query scale when it is not `1/sqrt(head_dim)` (Gemma).
+    pub attention_scale: Option<f32>,
+    /// `cap * tanh(scores / cap)` on attention scores before the mask (Gemma 2).
+    pub attention_softcap: Option<f32>,
+    /// `cap * tanh(logits / cap)` on the output logits (Gemma 2).
+    pub logit_softcap: Option<f32>,
+    /// Factor the token embeddings are multiplied by, in the compute dtype (Gemma: sqrt(d)).
+    pub embedding_scale: Option<f32>,
+}
+
+/// How one layer's attention sees positions.
+#[derive(Debug, Clone)]
+pub struct LayerAttention {
+    /// The layer's rotary embedding; `None` for a layer without one (SmolLM3's NoPE layers).
+    pub rope: Option<Rope>,
+    /// A query at position `p` sees keys in `(p - window, p]`; `None`: every earlier key.
+    pub window: Option<i32>,
+}
+
+/// Rotary position embedding settings.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    pub dims: i32,
+    pub traditional: bool,
+    pub base: Option<f32>,
+    pub scale: f32,
+    /// Per-frequency periods, when the architecture rescales frequencies (Llama 3).
+    pub freqs: Option<Array>,
+    /// Per-feature factors (`[head_dim]`) the input is multiplied by before rotating
+    /// (long-rope's attention scaling on the rotated features).
+    pub input_scale: Option<Array>,
+}
+
+impl Rope {
+    /// `x` times the input scale, if any.
+    fn scaled(&self, x: &Array) -> Result<Array> {
+        Ok(match &self.input_scale {
+            Some(s) => x.multiply(s)?,
+            None => x.clone(),
+        })
+    }
+
+    /// `x` (`[B, H, L, hd]`) rotated for positions `offset..offset + L`.
+    fn apply(&self, x: &Array, offset: i32) -> Result<Array> {
+        Ok(fast::rope(
+            self.scaled(x)?,
+            self.dims,
+            self.traditional,
+            self.base,
+            self.scale,
+            offset,
+            self.freqs.as_ref(),
+        )?)
+    }
+
+    /// Each rotated pair's inverse frequency, as host floats (`host::Rotary`'s).
+    fn host_inv_freqs(&self) -> Result<Vec<f32>> {
+        let half = (self.dims / 2) as usize;
+        if let Some(f) = &self.freqs {
+            let f = f.as_dtype(Dtype::Float32)?;
+            return Ok(f.try_as_slice::<f32>()?.iter().map(|f| 1.0 / f).collect());
+        }
+        let base = self.base.unwrap_or(10_000.0);
+        Ok((0..half)
+            .map(|j| base.powf(-2.0 * j as f32 / self.dims as f32))
+            .collect())
+    }
+
+    /// `x` (`[B, H, 1, hd]`) with row `b` rotated for position `positions[b]`.
+    fn apply_at(&self, x: &Array, positions: &Array) -> Result<Array> {
+        Ok(fast::rope_dynamic(
+            self.scaled(x)?,
+            self.dims,
+            self.traditional,
+            self.base,
+            self.scale,
+            positions,
+            self.freqs.as_ref(),
+        )?)
+    }
+}
+
+struct RmsNorm {
+    weight: Array,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// The norm stored as `name`; with `unit_offset` the stored weight is `w` of `1 + w`.
+    fn load(
+        weights: &mut WeightMap,
+        name: &str,
+        size: i32,
+        eps: f32,
+        unit_offset: bool,
+    ) -> Result<Self> {
+        let mut weight = weights.vector(name, size)?;
+        if unit_offset {
+            weight = weight.add(ops::ones_dtype(&[size], weight.dtype())?)?;
+            // Now, on the loading thread: the engine thread cannot run its work.
+            weight.eval()?;
+        }
+        Ok(RmsNorm { weight, eps })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Array> {
+        Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
+    }
+
+    /// [`forward`](Self::forward) of host rows (a float32 model's weight, evaluated at
+    /// load).
+    fn forward_host(&self, x: &[f32]) -> Result<Vec<f32>> {
+        Ok(host::rms_norm(
+            x,
+            self.weight.try_as_slice::<f32>()?,
+            self.eps,
+        ))
+    }
+}
+
+struct Attention {
+    /// Queries, keys and values.
+    qkv: Projections<3>,
+    o_proj: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    scale: f32,
+    softcap: Option<f32>,
+    positions: LayerAttention,
+}
+
+impl Attention {
+    fn load(
+        weights: &mut WeightMap,
+        prefix: &str,
+        c: &ModelConfig,
+        v: Variant,
+        positions: LayerAttention,
+    ) -> Result<Self> {
+        let (d, hd) = (c.hidden_size, c.head_dim());
+        let (heads, kv_heads) = (c.num_attention_heads, c.kv_heads());
+        let bias = v.qkv_bias || c.attention_bias;
+        let norm = |w: &mut WeightMap, n: &str| -> Result<Option<RmsNorm>> {
+            v.qk_norm
+                .then(|| {
+                    let name = format!("{prefix}.{n}.weight");
+                    RmsNorm::load(w, &name, hd, c.rms_norm_eps, v.unit_offset_norms)
+                })
+                .transpose()
+        };
+        let outputs = [heads * hd, kv_heads * hd, kv_heads * hd];
+        let qkv = Projections::new(if v.fused_projections {
+            weights.fused_linear(&format!("{prefix}.qkv_proj"), d, outputs, bias)?
+        } else {
+            let [q, k, v] = outputs;
+            [
+                weights.linear(&format!("{prefix}.q_proj"), d, q, bias)?,
+                weights.linear(&format!("{prefix}.k_proj"), d, k, bias)?,
+                weights.linear(&format!("{prefix}.v_proj"), d, v, bias)?,
+            ]
+        })?;
+        Ok(Attention {
+            qkv,
+            o_proj: weights.linear(&format!("{prefix}.o_proj"), heads * hd, d, c.attention_bias)?,
+            q_norm: norm(weights, "q_norm")?,
+            k_norm: norm(weights, "k_norm")?,
+            heads,
+            kv_heads,
+            head_dim: hd,
+            scale: v.attention_scale.unwrap_or((hd as f32).powf(-0.5)),
+            softcap: v.attention_softcap,
+            positions,
+        })
+    }
+
+    /// Output features of the query, key and value projections.
+    fn qkv_widths(&self) -> [i32; 3] {
+        let kv = self.kv_heads * self.head_dim;
+        [self.heads * self.head_dim, kv, kv]
+    }
+
+    /// Attention over a step's matmul groups (`xs[g]` is group `g`'s `[1, W, D]` input):
+    /// projections and the output projection run per group, attention as the step lays
+    /// it out ([`attention::attend_groups`]).
+    fn forward(
+        &self,
+        xs: &[Array],
+        plan: &StepPlan,
+        caches: &mut [&mut KvCache],
+        decode_kv: &mut DecodeKv,
+    ) -> Result<Vec<Array>> {
+        let mut projected = QueriesKeysValues::default();
+        for x in xs {
+            let [q, k, v] = self.qkv.forward(x, plan.products)?;
+            projected.push(q, k, v);
+        }
+        attention::attend_groups(self, projected, plan, caches, decode_kv)?
+            .iter()
+            .map(|out| self.o_proj.forward(out, plan.products))
+            .collect()
+    }
+
+    /// [`attention::attend_groups`] on the packed CPU path, from each group's
+    /// projected rows in host memory (`qkv[g]`: `[W, q | k | v]`): keys and values go to
+    /// the rows' host KV, and each query position, decoding or prefilling, attends over its
+    /// row's KV on the host (`host::QueryAttention`). Returns each group's `[W, H·hd]`
+    /// output, zero rows where padded.
+    fn attend_on_host(
+        &self,
+        qkv: &[Vec<f32>],
+        plan: &StepPlan,
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<Vec<f32>>> {
+        let [qw, kw, _] = self.qkv_widths().map(|w| w as usize);
+        let (heads, kv_heads, hd) = (
+            self.heads as usize,
+            self.kv_heads as usize,
+            self.head_dim as usize,
+        );
+        let attention = host::QueryAttention {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            scale: self.scale,
+            softcap: self.softcap,
+        };
+        let inv_freqs = self
+            .positions
+            .rope
+            .as_ref()
+            .map(Rope::host_inv_freqs)
+            .transpose()?;
+        let input_scale = match self
+            .positions
+            .rope
+            .as_ref()
+            .and_then(|r| r.input_scale.as_ref())
+        {
+            Some(s) => Some(s.as_dtype(Dtype::Float32)?),
+            None => None,
+        };
+        let rotary = match (&self.positions.rope, &inv_freqs) {
+            (Some(rope), Some(inv_freqs)) => Some(host::Rotary {
+                dims: rope.dims as usize,
+                traditional: rope.traditional,
+                scale: rope.scale,
+                inv_freqs,
+                input_scale: input_scale
+                    .as_ref()
+                    .map(|s| s.try_as_slice::<f32>())
+                    .transpose()?,
+            }),
+            _ => None,
+        };
+        // First the rows' queries, and their keys and values into their caches; then every
+        // query position of every row attends on its own, in parallel.
+        let mut queries = Vec::with_capacity(plan.slots.len());
+        for (i, slot) in plan.slots.iter().enumerate() {
+            let (at, len) = (slot.offset as usize, slot.len as usize);
+            let rows = &qkv[slot.group][at * (qw + 2 * kw)..(at + len) * (qw + 2 * kw)];
+            let [mut q, mut k, v] = host::split_columns(rows, len, [qw, kw, kw]);
+            if let Some(n) = &self.q_norm {
+                q = n.forward_host(&q)?;
+            }
+            if let Some(n) = &self.k_norm {
+                k = n.forward_host(&k)?;
+            }
+            let first = caches[i].len() as usize;
+            if let Some(rotary) = &rotary {
+                rotary.apply(&mut q, heads, hd, first);
+                rotary.apply(&mut k, kv_heads, hd, first);
+            }
+            caches[i].append_host(&k, &v, kv_heads, hd)?;
+            queries.push((q, first));
+        }
+        let held: Vec<(&HostKv, usize)> = caches
+            .iter()
+            .map(|c| (c.host().expect("appended above"), c.first() as usize))
+            .collect();
+        let jobs: Vec<(usize, usize)> = plan
+            .slots
+            .iter()
+            .enumerate()
+            .flat_map(|(i, slot)| (0..slot.len as usize).map(move |n| (i, n)))
+            .collect();
+        let window = self.positions.window.map(|w| w as usize);
+        let attended: Vec<Vec<f32>> = jobs
+            .par_iter()
+            .map(|&(i, n)| {
+                let (q, first) = &queries[i];
+                // The query at position `p` sees keys `(p - window, p]`; the store's `t`-th
+                // position is position `kept + t`.
+                let end = first + n + 1;
+                let start = window.map_or(0, |w| end.saturating_sub(w));
+                let (kv, kept) = held[i];
+                attention.attend(&q[n * qw..(n + 1) * qw], kv, start - kept, end - kept)
+            })
+            .collect();
+        let mut outs: Vec<Vec<f32>> = plan
+            .widths
+            .iter()
+            .map(|&w| vec![0.0; w as usize * qw])
+            .collect();
+        for (&(i, n), out) in jobs.iter().zip(attended) {
+            let slot = &plan.slots[i];
+            let at = (slot.offset as usize + n) * qw;
+            outs[slot.group][at..at + qw].copy_from_slice(&out);
+        }
+        Ok(outs)
+    }
+}
+
+/// The layer's math, as the step's attention (`step::attention`) runs it.
+impl AttentionMath for Attention {
+    fn heads(&self) -> i32 {
+        self.heads
+    }
+
+    fn head_dim(&self) -> i32 {
+        self.head_dim
+    }
+
+    fn window(&self) -> Option<i32> {
+        self.positions.window
+    }
+
+    /// RoPE for positions `offset..` (`x` is `[B, H, L, hd]`), or `x` in a NoPE layer.
+    fn rotate(&self, x: Array, offset: i32) -> Result<Array> {
+        match &self.positions.rope {
+            Some(rope) => rope.apply(&x, offset),
+            None => Ok(x),
+        }
+    }
+
+    /// RoPE with row `b` at `positions[b]` (`x` is `[B, H, 1, hd]`), or `x` in a NoPE layer.
+    fn rotate_at(&self, x: Array, positions: &Array) -> Result<Array> {
+        match &self.positions.rope {
+            Some(rope) => rope.apply_at(&x, positions),
+            None => Ok(x),
+        }
+    }
+
+    /// Scaled dot-product attention, through MLX's fused kernel unless scores are soft-capped.
+    fn attend(
+        &self,
+        q: Array,
+        k: Array,
+        v: Array,
+        mask: Option<ScaledDotProductAttentionMask>,
+    ) -> Result<Array> {
+        let Some(cap) = self.softcap else {
+            return Ok(fast::scaled_dot_product_attention(
+                q, k, v, self.scale, mask, None,
+            )?);
+        };
+        // Queries grouped per KV head: `[B, kv_heads, repeats, L, hd]` against `[B, kv_heads,
+        // 1, T, hd]`, so the scores are `[B, kv_heads, repeats, L, T]`.
+        let (b, len, t) = (q.shape()[0], q.shape()[2], k.shape()[2]);
+        let repeats = self.heads / self.kv_heads;
+        let q = q
+            .multiply(Array::from_f32(self.scale).as_dtype(q.dtype())?)?
+            .reshape(&[b, self.kv_heads, repeats, len, self.head_dim])?;
+        let (k, v) = (k.expand_dims(2)?, v.expand_dims(2)?);
+        let scores = q.matmul(k.swap_axes(-1, -2)?)?;
+        let scores = softcap(&scores, cap)?;
+        let scores = match mask {
+            None => scores,
+            Some(ScaledDotProductAttentionMask::Array(m)) => {
+                // `[rows, 1, 1, T]` decode masks gain the repeats axis; `[L, T]` broadcast.
+                let m = if m.ndim() == 4 {
+                    m.expand_dims(2)?
+                } else {
+                    m.clone()
+                };
+                scores.add(m)?
+            }
+            Some(ScaledDotProductAttentionMask::Causal) => {
+                scores.add(window_mask(len, t, None, scores.dtype())?)?
+            }
+        };
+        let weights = ops::softmax_axis(&scores, -1, true)?;
+        Ok(weights
+            .matmul(v)?
+            .reshape(&[b, self.heads, len, self.head_dim])?)
+    }
+
+    /// One query per slot (`q`: `[S, H, 1, hd]`) against the slots' keys and values
+    /// (`[S, kv_heads, T, hd]`) under `mask` (`[S, 1, 1, T]`), as two batched matmuls of
+    /// each KV head's query heads (`[S, kv_heads, H / kv_heads, hd]`) around a softmax: the
+    /// keys are read once, where MLX's unfused fallback broadcasts them to every query
+    /// head. Soft-capped scores take [`attend`](AttentionMath::attend).
+    fn attend_by_matmuls(&self, q: &Array, k: &Array, v: &Array, mask: &Array) -> Result<Array> {
+        if self.softcap.is_some() {
+            let mask = ScaledDotProductAttentionMask::Array(mask);
+            return self.attend(q.clone(), k.clone(), v.clone(), Some(mask));
+        }
+        let slots = q.shape()[0];
+        let repeats = self.heads / self.kv_heads;
+        let scale = Array::from_f32(self.scale).as_dtype(q.dtype())?;
+        let q = q
+            .reshape(&[slots, self.kv_heads, repeats, self.head_dim])?
+            .multiply(&scale)?;
+        let scores = q.matmul(k.swap_axes(-1, -2)?)?.add(mask)?;
+        let weights = ops::softmax_axis(&scores, -1, true)?;
+        Ok(weights
+            .matmul(v)?
+            .reshape(&[slots, self.heads, 1, self.head_dim])?)
+    }
+
+    fn split_heads(&self, x: Array, part: Part) -> Result<Array> {
+        let (heads, norm) = match part {
+            Part::Queries => (self.heads, &self.q_norm),
+            Part::Keys => (self.kv_heads, &self.k_norm),
+            Part::Values => (self.kv_heads, &None),
+        };
+        let shape = x.shape();
+        let x = x.reshape(&[shape[0], shape[1], heads, self.head_dim])?;
+        let x = match norm {
+            Some(n) => n.forward(&x)?,
+            None => x,
+        };
+        Ok(x.transpose_axes(&[0, 2, 1, 3])?)
+    }
+}
+
+/// `x += norm(r)` where the variant normalizes a sublayer's output, else `x += r`: the
+/// host path's [`residual`] (float32 only, so no float16 clipping).
+fn host_residual(x: &mut [f32], r: Vec<f32>, norm: &Option<RmsNorm>) -> Result<()> {
+    let r = match norm {
+        Some(n) => n.forward_host(&r)?,
+        None => r,
+    };
+    host::add_into(x, &r);
+    Ok(())
+}
+
+struct Mlp {
+    /// The gate's and the up projection.
+    gate_up: Projections<2>,
+    down_proj: Linear,
+    activation: Activation,
+    inner: i32,
+}
+
+impl Mlp {
+    fn load(weights: &mut WeightMap, prefix: &str, c: &ModelConfig, v: Variant) -> Result<Self> {
+        let (d, i) = (c.hidden_size, c.intermediate_size);
+        let gate_up = Projections::new(if v.fused_projections {
+            weights.fused_linear(&format!("{prefix}.gate_up_proj"), d, [i, i], false)?
+        } else {
+            [
+                weights.linear(&format!("{prefix}.gate_proj"), d, i, false)?,
+                weights.linear(&format!("{prefix}.up_proj"), d, i, false)?,
+            ]
+        })?;
+        Ok(Mlp {
+            gate_up,
+            down_proj: weights.linear(&format!("{prefix}.down_proj"), i, d, false)?,
+            activation: v.activation,
+            inner: i,
+        })
+    }
+
+    fn forward(&self, x: &Array, products: Products) -> Result<Array> {
+        let [gate, up] = self.gate_up.forward(x, products)?;
+        self.down_proj
+            .forward(&gated(self.activation, &gate, &up)?, products)
+    }
+
+    /// [`forward`](Self::forward) of `m` rows of host floats (packed weights only).
+    fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        let gate_up = self.gate_up.forward_host(x, m)?;
+        let activated = host::gated(self.activation, &gate_up, self.inner as usize);
+        self.down_proj.forward_host(&activated, m)
+    }
+}
+
+/// A layer's feed-forward sublayer: the dense gated MLP, or a mixture of experts.
+enum FeedForward {
+    Dense(Mlp),
+    Sparse(SparseMoe),
+}
+
+impl FeedForward {
+    fn forward(&self, x: &Array, products: Products) -> Result<Array> {
+        match self {
+            FeedForward::Dense(mlp) => mlp.forward(x, products),
+            FeedForward::Sparse(moe) => moe.forward(x, products),
+        }
+    }
+}
+
+/// Loads layer `i`'s mixture of experts, or `None` where the layer has a dense MLP.
+pub type SparseLayers<'a> = dyn FnMut(&mut WeightMap, usize) -> Result<Option<SparseMoe>> + 'a;
+
+/// One layer: `x + attn_out(attn(attn_in(x)))`, then `h + mlp_out(mlp(mlp_in(h)))`, where
+/// the output norms exist only in sandwich-norm variants.
+struct Block {
+    attn_in: RmsNorm,
+    self_attn: Attention,
+    attn_out: Option<RmsNorm>,
+    mlp_in: RmsNorm,
+    mlp: FeedForward,
+    mlp_out: Option<RmsNorm>,
+}
+
+impl Block {
+    fn load(
+        weights: &mut WeightMap,
+        prefix: &str,
+        c: &ModelConfig,
+        v: Variant,
+        positions: LayerAttention,
+        sparse: Option<SparseMoe>,
+    ) -> Result<Self> {
+        let mut norm = |name: &str| {
+            let name = format!("{prefix}.{name}.weight");
+            RmsNorm::load(
+                weights,
+                &name,
+                c.hidden_size,
+                c.rms_norm_eps,
+                v.unit_offset_norms,
+            )
+        };
+        let attn_in = norm("input_layernorm")?;
+        let (attn_out, mlp_in, mlp_out) = if v.sandwich_norms {
+            (
+                Some(norm("post_attention_layernorm")?),
+                norm("pre_feedforward_layernorm")?,
+                Some(norm("post_feedforward_layernorm")?),
+            )
+        } else {
+            (None, norm("post_attention_layernorm")?, None)
+        };
+        Ok(Block {
+            attn_in,
+            self_attn: Attention::load(weights, &format!("{prefix}.self_attn"), c, v, positions)?,
+            attn_out,
+            mlp_in,
+            mlp: match sparse {
+                Some(moe) => FeedForward::Sparse(moe),
+                None => FeedForward::Dense(Mlp::load(weights, &format!("{prefix}.mlp"), c, v)?),
+            },
+            mlp_out,
+        })
+    }
+}
+
+/// `cap * tanh(x / cap)`, in `x`'s dtype.
+fn softcap(x: &Array, cap: f32) -> Result<Array> {
+    let cap = Array::from_f32(cap).as_dtype(x.dtype())?;
+    Ok(ops::tanh(x.divide(&cap)?)?.multiply(&cap)?)
+}
+
+/// `x + norm(r)` where the variant normalizes a sublayer's output, else `x + r`. Normed
+/// sums in float16 are taken in float32 and clipped to float16's range (Gemma's residual
+/// stream outgrows it).
+fn residual(x: &Array, r: Array, norm: &Option<RmsNorm>) -> Result<Array> {
+    let Some(n) = norm else {
+        return Ok(x.add(r)?);
+    };
+    let r = n.forward(&r)?;
+    if x.dtype() != Dtype::Float16 {
+        return Ok(x.add(r)?);
+    }
+    let wide = |a: &Array| a.as_dtype(Dtype::Float32);
+    let bound = 65504.0; // the largest float16
+    let sum = wide(x)?.add(wide(&r)?)?;
+    Ok(ops::clip(&sum, (-bound, bound))?.as_dtype(Dtype::Float16)?)
+}
+
+/// `Packed` only when every matmul of the model runs on the CPU kernels, whose rows are
+/// independent at any row count, and it computes in float32 (the host path); a model with
+/// some dequantized layers is `Quantized`.
+fn weight_kind(layers: &[Block], lm_head: &Linear, dtype: Dtype) -> WeightKind {
+    let packed = |l: &Linear| matches!(l.weight, Matrix::Packed(_));
+    let all_packed = packed(lm_head)
+        && layers.iter().all(|b| {
+            // Experts run through MLX's gather kernels, never packed.
+            let FeedForward::Dense(m) = &b.mlp else {
+                return false;
+            };
+            let a = &b.self_attn;
+            a.qkv.is_packed() && packed(&a.o_proj) && m.gate_up.is_packed() && packed(&m.down_proj)
+        });
+    match layers.first().map(|b| &b.self_attn.o_proj.weight) {
+        Some(Matrix::Packed(_)) if all_packed && dtype == Dtype::Float32 => WeightKind::Packed,
+        Some(Matrix::Quantized(_) | Matrix::Packed(_)) => WeightKind::Quantized,
+        _ => WeightKind::Dense,
+    }
+}
+
+/// A loaded decoder-only transformer.
+pub struct Transformer {
+    pub config: ModelConfig,
+    embed_tokens: Embedding,
+    layers: Vec<Block>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    embedding_scale: Option<f32>,
+    logit_softcap: Option<f32>,
+    dtype: Dtype,
+    weight_kind: WeightKind,
+}
+
+impl Transformer {
+    /// Build from Hugging Face–named weights (`model.layers.N.self_attn.q_proj.weight`, ...),
+    /// every layer attending every earlier position through `rope`.
+    pub fn load(
+        config: ModelConfig,
+        variant: Variant,
+        rope: Rope,
+        weights: &mut WeightMap,
+        dtype: Dtype,
+    ) -> Result<Self> {
+        let layers = vec![
+            LayerAttention {
+                rope: Some(rope),
+                window: None,
+            };
+            config.num_hidden_layers as usize
+        ];
+        Self::load_layers(config, variant, layers, weights, dtype)
+    }
+
+    /// [`load`](Self::load) with each layer's own positions (`layers[i]` for layer `i`).
+    pub fn load_layers(
+        config: ModelConfig,
+        variant: Variant,
+        layers: Vec<LayerAttention>,
+        weights: &mut WeightMap,
+        dtype: Dtype,
+    ) -> Result<Self> {
+        Self::load_sparse(config, variant, layers, weights, dtype, &mut |_, _| {
+            Ok(None)
+        })
+    }
+
+    /// [`load_layers`](Self::load_layers) with the MLP of the layers `sparse` loads a
+    /// mixture of experts for replaced by it.
+    pub fn load_sparse(
+        config: ModelConfig,
+        variant: Variant,
+        layers: Vec<LayerAttention>,
+        weights: &mut WeightMap,
+        dtype: Dtype,
+        sparse: &mut SparseLayers,
+    ) -> Result<Self> {
+        let c = &config;
+        let d = c.hidden_size;
+        let embed_tokens = weights.embedding("model.embed_tokens", c.vocab_size, d)?;
+        let layers = layers
+            .into_iter()
+            .enumerate()
+            .map(|(i, positions)| {
+                let moe = sparse(weights, i)?;
+                let prefix = format!("model.layers.{i}");
+                Block::load(weights, &prefix, c, variant, positions, moe)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let norm = RmsNorm::load(
+            weights,
+            "model.norm.weight",
+            d,
+            c.rms_norm_eps,
+            variant.unit_offset_norms,
+        )?;
+        let lm_head = if c.tie_word_embeddings || !weights.contains("lm_head.weight") {
+            embed_tokens.as_linear()
+        } else {
+            weights.linear("lm_head", d, c.vocab_size, false)?
+        };
+        let leftover = weights.leftover_names();
+        if !leftover.is_empty() {
+            tracing::debug!(?leftover, "unused tensors in checkpoint");
+        }
+        Ok(Transformer {
+            weight_kind: weight_kind(&layers, &lm_head, dtype),
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            embedding_scale: variant.embedding_scale,
+            logit_softcap: variant.logit_softcap,
+            dtype,
+        })
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Whether the projections hold quantized or dense weights (the layout depends on it).
+    pub fn weight_kind(&self) -> WeightKind {
+        self.weight_kind
+    }
+
+    /// Run one step over several sequences laid out by `plan`: `tokens` holds each row's
+    /// new tokens end to end (`plan.slots[i].len` of them for row `i`), `caches[i]` is row
+    /// `i`'s per-layer cache, and `pool` holds decoding rows' KV where the layout pools it
+    /// (rows leave it with [`KvPool::release`]). Returns float32 logits: `[1, rows, V]` for
+    /// each row's last position, or `[1, N, V]` for every position. `trace` keeps one row's
+    /// numbers (on the MLX path; the host path keeps none).
+    pub fn forward(
+        &self,
+        tokens: StepTokens,
+        plan: &StepPlan,
+        caches: &mut [&mut [KvCache]],
+        pool: &mut KvPool,
+        logits: Logits,
+        mut trace: Option<&mut RowTrace>,
+    ) -> Result<Array> {
+        if self.weight_kind == WeightKind::Packed && plan.attention == AttentionLayout::PerRow {
+            runtime::set_blas_threads(1);
+            return self.forward_on_host(&tokens.to_host()?, plan, caches, logits);
+        }
+        runtime::set_blas_threads(runtime::cpu_cores());
+        let mut h = self.embed(tokens, plan)?;
+        let mut decode_kv = DecodeKv::place(plan, caches, pool)?;
+        for (layer, block) in self.layers.iter().enumerate() {
+            decode_kv.layer = layer;
+            let mut layer_caches: Vec<&mut KvCache> =
+                caches.iter_mut().map(|c| &mut c[layer]).collect();
+            let normed = h
+                .iter()
+                .map(|x| block.attn_in.forward(x))
+                .collect::<Result<Vec<_>>>()?;
+            let attended =
+                block
+                    .self_attn
+                    .forward(&normed, plan, &mut layer_caches, &mut decode_kv)?;
+            for (g, (x, r)) in h.iter_mut().zip(attended).enumerate() {
+                let traced = trace
+                    .as_deref_mut()
+                    .map(|t| (plan.slots[t.row], t))
+                    .filter(|(slot, _)| slot.group == g);
+                let span = |a: &Array, s: &Slot| a.index((.., s.offset..s.offset + s.len, ..));
+                let x1 = residual(x, r, &block.attn_out)?;
+                let r = block
+                    .mlp
+                    .forward(&block.mlp_in.forward(&x1)?, plan.products)?;
+                *x = residual(&x1, r, &block.mlp_out)?;
+                if let Some((slot, t)) = traced {
+                    t.keep(span(&x1, &slot));
+                    t.keep(span(x, &slot));
+                }
+            }
+        }
+        let head = |x: &Array| -> Result<Array> {
+            let logits = self
+                .lm_head
+                .forward(&self.norm.forward(x)?, plan.products)?;
+            match self.logit_softcap {
+                Some(cap) => softcap(&logits, cap),
+                None => Ok(logits),
+            }
+        };
+        let out = groups::head_rows(&h, plan, logits, head)?;
+        if let Some(t) = trace {
+            if logits == Logits::Last {
+                let row = t.row as i32;
+                t.keep(out.index((.., row..row + 1, ..)));
+            }
+        }
+        Ok(out.as_dtype(Dtype::Float32)?)
+    }
+
+    /// [`forward`](Self::forward) for a model whose every matmul runs on the CPU kernels
+    /// (with per-row attention): the residual stream stays in host memory, where the kernels
+    /// read and write it, and each layer's row-wise math, RoPE and a decoding row's attention
+    /// over its host KV run there too (`host.rs`), for prefill chunks and decoding rows
+    /// alike. No MLX op runs; the MLX path hands over to MLX's stream thread once per
+    /// matmul input and runs many small ops per row.
+    fn forward_on_host(
+        &self,
+        tokens: &[u32],
+        plan: &StepPlan,
+        caches: &mut [&mut [KvCache]],
+        logits: Logits,
+    ) -> Result<Array> {
+        let d = self.config.hidden_size as usize;
+        let embedded = self.embed(tokens.into(), plan)?;
+        let mut h = embedded
+            .iter()
+            .map(|x| Ok(x.try_as_slice::<f32>()?.to_vec()))
+            .collect::<Result<Vec<_>>>()?;
+        for (layer, block) in self.layers.iter().enumerate() {
+            let mut layer_caches: Vec<&mut KvCache> =
+                caches.iter_mut().map(|c| &mut c[layer]).collect();
+            let FeedForward::Dense(mlp) = &block.mlp else {
+                unreachable!("a packed model has dense MLPs");
+            };
+            let attention = &block.self_attn;
+            let qkv = h
+                .iter()
+                .zip(&plan.widths)
+                .map(|(x, &w)| {
+                    attention
+                        .qkv
+                        .forward_host(&block.attn_in.forward_host(x)?, w as usize)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let attended = attention.attend_on_host(&qkv, plan, &mut layer_caches)?;
+            for ((x, out), &w) in h.iter_mut().zip(&attended).zip(&plan.widths) {
+                let rows = w as usize;
+                let o = attention.o_proj.forward_host(out, rows)?;
+                host_residual(x, o, &block.attn_out)?;
+                let normed = block.mlp_in.forward_host(x)?;
+                host_residual(x, mlp.forward_host(&normed, rows)?, &block.mlp_out)?;
+            }
+        }
+        // The positions the head runs on, in row order.
+        let mut picked = Vec::new();
+        for slot in &plan.slots {
+            let from = match logits {
+                Logits::All => 0,
+                Logits::Last => slot.len - 1,
+            };
+            let rows = (slot.offset + from..slot.offset + slot.len).map(|r| r as usize);
+            picked.extend(host::gather_rows(&h[slot.group], d, rows));
+        }
+        let n = picked.len() / d;
+        let normed = self.norm.forward_host(&picked)?;
+        let mut out = self.lm_head.forward_host(&normed, n)?;
+        if let Some(cap) = self.logit_softcap {
+            host::softcap(&mut out, cap);
+        }
+        Ok(Array::from_slice(
+            &out,
+            &[1, n as i32, self.config.vocab_size],
+        ))
+    }
+
+    /// Each matmul group's embedded tokens (`[1, W, D]`; [`groups::group_token_ids`]).
+    fn embed(&self, tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>> {
+        groups::group_token_ids(tokens, plan)?
+            .iter()
+            .map(|ids| {
+                let h = self.embed_tokens.forward(ids, self.dtype)?;
+                match self.embedding_scale {
+                    Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
+                    None => Ok(h),
+                }
+            })
+            .collect()
+    }
+
+    /// Fresh per-layer caches for one sequence, each with its layer's sliding window.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        self.layers
+            .iter()
+            .map(|b| KvCache::new(b.self_attn.positions.window))
+            .collect()
+    }
+}
+
+impl Rope {
+    /// Plain RoPE over the full head dimension; `linear` scaling divides positions.
+    pub fn standard(c: &ModelConfig) -> Self {
+        let scale = match &c.rope_scaling {
+            Some(s) if s.rope_type == "linear" => 1.0 / s.factor,
+            _ => 1.0,
+        };
+        Rope {
+            dims: c.head_dim(),
+            traditional: c.rope_traditional,
+            base: Some(c.rope_theta),
+            scale,
+            freqs: None,
+            input_scale: None,
+        }
+    }
+}
