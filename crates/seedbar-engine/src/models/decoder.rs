@@ -6,6 +6,9 @@
 //! attention calls comes from a [`StepPlan`], and how they attend from `step::attention`,
 //! to which each layer hands its projected queries, keys and values.
 //!
+//! The packed CPU path runs the same math on host floats: `host.rs`
+//! (`Transformer::forward_on_host`).
+//!
 //! A sliding-window layer's cache lets go of the positions its queries no longer see
 //! (`step/kv_cache.rs` owns which ones it keeps, where, and when a cut-back cache is still
 //! exact); attention reads the keys a query sees, by absolute position, in position order,
@@ -16,11 +19,9 @@ use mlx_rs::{
     ops::{self, indexing::IndexOp},
     Array, Dtype,
 };
-use rayon::prelude::*;
 
 use super::{
     activation::{gated, Activation},
-    host,
     moe::SparseMoe,
 };
 use crate::{
@@ -31,7 +32,7 @@ use crate::{
     step::{
         attention::{self, window_mask, AttentionMath, DecodeKv, Part, QueriesKeysValues},
         groups::{self, Logits, StepTokens},
-        kv_cache::{HostKv, KvCache, KvPool},
+        kv_cache::{KvCache, KvPool},
         plan::{AttentionLayout, Products, Slot, StepPlan, WeightKind},
     },
     weights::{Embedding, Linear, Matrix, Projections, WeightMap},
@@ -109,19 +110,6 @@ impl Rope {
         )?)
     }
 
-    /// Each rotated pair's inverse frequency, as host floats (`host::Rotary`'s).
-    fn host_inv_freqs(&self) -> Result<Vec<f32>> {
-        let half = (self.dims / 2) as usize;
-        if let Some(f) = &self.freqs {
-            let f = f.as_dtype(Dtype::Float32)?;
-            return Ok(f.try_as_slice::<f32>()?.iter().map(|f| 1.0 / f).collect());
-        }
-        let base = self.base.unwrap_or(10_000.0);
-        Ok((0..half)
-            .map(|j| base.powf(-2.0 * j as f32 / self.dims as f32))
-            .collect())
-    }
-
     /// `x` (`[B, H, 1, hd]`) with row `b` rotated for position `positions[b]`.
     fn apply_at(&self, x: &Array, positions: &Array) -> Result<Array> {
         Ok(fast::rope_dynamic(
@@ -136,9 +124,9 @@ impl Rope {
     }
 }
 
-struct RmsNorm {
-    weight: Array,
-    eps: f32,
+pub(super) struct RmsNorm {
+    pub(super) weight: Array,
+    pub(super) eps: f32,
 }
 
 impl RmsNorm {
@@ -162,30 +150,20 @@ impl RmsNorm {
     fn forward(&self, x: &Array) -> Result<Array> {
         Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
     }
-
-    /// [`forward`](Self::forward) of host rows (a float32 model's weight, evaluated at
-    /// load).
-    fn forward_host(&self, x: &[f32]) -> Result<Vec<f32>> {
-        Ok(host::rms_norm(
-            x,
-            self.weight.try_as_slice::<f32>()?,
-            self.eps,
-        ))
-    }
 }
 
-struct Attention {
+pub(super) struct Attention {
     /// Queries, keys and values.
-    qkv: Projections<3>,
-    o_proj: Linear,
-    q_norm: Option<RmsNorm>,
-    k_norm: Option<RmsNorm>,
-    heads: i32,
-    kv_heads: i32,
-    head_dim: i32,
-    scale: f32,
-    softcap: Option<f32>,
-    positions: LayerAttention,
+    pub(super) qkv: Projections<3>,
+    pub(super) o_proj: Linear,
+    pub(super) q_norm: Option<RmsNorm>,
+    pub(super) k_norm: Option<RmsNorm>,
+    pub(super) heads: i32,
+    pub(super) kv_heads: i32,
+    pub(super) head_dim: i32,
+    pub(super) scale: f32,
+    pub(super) softcap: Option<f32>,
+    pub(super) positions: LayerAttention,
 }
 
 impl Attention {
@@ -233,7 +211,7 @@ impl Attention {
     }
 
     /// Output features of the query, key and value projections.
-    fn qkv_widths(&self) -> [i32; 3] {
+    pub(super) fn qkv_widths(&self) -> [i32; 3] {
         let kv = self.kv_heads * self.head_dim;
         [self.heads * self.head_dim, kv, kv]
     }
@@ -257,115 +235,6 @@ impl Attention {
             .iter()
             .map(|out| self.o_proj.forward(out, plan.products))
             .collect()
-    }
-
-    /// [`attention::attend_groups`] on the packed CPU path, from each group's
-    /// projected rows in host memory (`qkv[g]`: `[W, q | k | v]`): keys and values go to
-    /// the rows' host KV, and each query position, decoding or prefilling, attends over its
-    /// row's KV on the host (`host::QueryAttention`). Returns each group's `[W, H·hd]`
-    /// output, zero rows where padded.
-    fn attend_on_host(
-        &self,
-        qkv: &[Vec<f32>],
-        plan: &StepPlan,
-        caches: &mut [&mut KvCache],
-    ) -> Result<Vec<Vec<f32>>> {
-        let [qw, kw, _] = self.qkv_widths().map(|w| w as usize);
-        let (heads, kv_heads, hd) = (
-            self.heads as usize,
-            self.kv_heads as usize,
-            self.head_dim as usize,
-        );
-        let attention = host::QueryAttention {
-            heads,
-            kv_heads,
-            head_dim: hd,
-            scale: self.scale,
-            softcap: self.softcap,
-        };
-        let inv_freqs = self
-            .positions
-            .rope
-            .as_ref()
-            .map(Rope::host_inv_freqs)
-            .transpose()?;
-        let input_scale = match self
-            .positions
-            .rope
-            .as_ref()
-            .and_then(|r| r.input_scale.as_ref())
-        {
-            Some(s) => Some(s.as_dtype(Dtype::Float32)?),
-            None => None,
-        };
-        let rotary = match (&self.positions.rope, &inv_freqs) {
-            (Some(rope), Some(inv_freqs)) => Some(host::Rotary {
-                dims: rope.dims as usize,
-                traditional: rope.traditional,
-                scale: rope.scale,
-                inv_freqs,
-                input_scale: input_scale
-                    .as_ref()
-                    .map(|s| s.try_as_slice::<f32>())
-                    .transpose()?,
-            }),
-            _ => None,
-        };
-        // First the rows' queries, and their keys and values into their caches; then every
-        // query position of every row attends on its own, in parallel.
-        let mut queries = Vec::with_capacity(plan.slots.len());
-        for (i, slot) in plan.slots.iter().enumerate() {
-            let (at, len) = (slot.offset as usize, slot.len as usize);
-            let rows = &qkv[slot.group][at * (qw + 2 * kw)..(at + len) * (qw + 2 * kw)];
-            let [mut q, mut k, v] = host::split_columns(rows, len, [qw, kw, kw]);
-            if let Some(n) = &self.q_norm {
-                q = n.forward_host(&q)?;
-            }
-            if let Some(n) = &self.k_norm {
-                k = n.forward_host(&k)?;
-            }
-            let first = caches[i].len() as usize;
-            if let Some(rotary) = &rotary {
-                rotary.apply(&mut q, heads, hd, first);
-                rotary.apply(&mut k, kv_heads, hd, first);
-            }
-            caches[i].append_host(&k, &v, kv_heads, hd)?;
-            queries.push((q, first));
-        }
-        let held: Vec<(&HostKv, usize)> = caches
-            .iter()
-            .map(|c| (c.host().expect("appended above"), c.first() as usize))
-            .collect();
-        let jobs: Vec<(usize, usize)> = plan
-            .slots
-            .iter()
-            .enumerate()
-            .flat_map(|(i, slot)| (0..slot.len as usize).map(move |n| (i, n)))
-            .collect();
-        let window = self.positions.window.map(|w| w as usize);
-        let attended: Vec<Vec<f32>> = jobs
-            .par_iter()
-            .map(|&(i, n)| {
-                let (q, first) = &queries[i];
-                // The query at position `p` sees keys `(p - window, p]`; the store's `t`-th
-                // position is position `kept + t`.
-                let end = first + n + 1;
-                let start = window.map_or(0, |w| end.saturating_sub(w));
-                let (kv, kept) = held[i];
-                attention.attend(&q[n * qw..(n + 1) * qw], kv, start - kept, end - kept)
-            })
-            .collect();
-        let mut outs: Vec<Vec<f32>> = plan
-            .widths
-            .iter()
-            .map(|&w| vec![0.0; w as usize * qw])
-            .collect();
-        for (&(i, n), out) in jobs.iter().zip(attended) {
-            let slot = &plan.slots[i];
-            let at = (slot.offset as usize + n) * qw;
-            outs[slot.group][at..at + qw].copy_from_slice(&out);
-        }
-        Ok(outs)
     }
 }
 
@@ -482,23 +351,12 @@ impl AttentionMath for Attention {
     }
 }
 
-/// `x += norm(r)` where the variant normalizes a sublayer's output, else `x += r`: the
-/// host path's [`residual`] (float32 only, so no float16 clipping).
-fn host_residual(x: &mut [f32], r: Vec<f32>, norm: &Option<RmsNorm>) -> Result<()> {
-    let r = match norm {
-        Some(n) => n.forward_host(&r)?,
-        None => r,
-    };
-    host::add_into(x, &r);
-    Ok(())
-}
-
-struct Mlp {
+pub(super) struct Mlp {
     /// The gate's and the up projection.
-    gate_up: Projections<2>,
-    down_proj: Linear,
-    activation: Activation,
-    inner: i32,
+    pub(super) gate_up: Projections<2>,
+    pub(super) down_proj: Linear,
+    pub(super) activation: Activation,
+    pub(super) inner: i32,
 }
 
 impl Mlp {
@@ -525,17 +383,10 @@ impl Mlp {
         self.down_proj
             .forward(&gated(self.activation, &gate, &up)?, products)
     }
-
-    /// [`forward`](Self::forward) of `m` rows of host floats (packed weights only).
-    fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
-        let gate_up = self.gate_up.forward_host(x, m)?;
-        let activated = host::gated(self.activation, &gate_up, self.inner as usize);
-        self.down_proj.forward_host(&activated, m)
-    }
 }
 
 /// A layer's feed-forward sublayer: the dense gated MLP, or a mixture of experts.
-enum FeedForward {
+pub(super) enum FeedForward {
     Dense(Mlp),
     Sparse(SparseMoe),
 }
@@ -554,13 +405,13 @@ pub type SparseLayers<'a> = dyn FnMut(&mut WeightMap, usize) -> Result<Option<Sp
 
 /// One layer: `x + attn_out(attn(attn_in(x)))`, then `h + mlp_out(mlp(mlp_in(h)))`, where
 /// the output norms exist only in sandwich-norm variants.
-struct Block {
-    attn_in: RmsNorm,
-    self_attn: Attention,
-    attn_out: Option<RmsNorm>,
-    mlp_in: RmsNorm,
-    mlp: FeedForward,
-    mlp_out: Option<RmsNorm>,
+pub(super) struct Block {
+    pub(super) attn_in: RmsNorm,
+    pub(super) self_attn: Attention,
+    pub(super) attn_out: Option<RmsNorm>,
+    pub(super) mlp_in: RmsNorm,
+    pub(super) mlp: FeedForward,
+    pub(super) mlp_out: Option<RmsNorm>,
 }
 
 impl Block {
@@ -653,14 +504,14 @@ fn weight_kind(layers: &[Block], lm_head: &Linear, dtype: Dtype) -> WeightKind {
 /// A loaded decoder-only transformer.
 pub struct Transformer {
     pub config: ModelConfig,
-    embed_tokens: Embedding,
-    layers: Vec<Block>,
-    norm: RmsNorm,
-    lm_head: Linear,
-    embedding_scale: Option<f32>,
-    logit_softcap: Option<f32>,
-    dtype: Dtype,
-    weight_kind: WeightKind,
+    pub(super) embed_tokens: Embedding,
+    pub(super) layers: Vec<Block>,
+    pub(super) norm: RmsNorm,
+    pub(super) lm_head: Linear,
+    pub(super) embedding_scale: Option<f32>,
+    pub(super) logit_softcap: Option<f32>,
+    pub(super) dtype: Dtype,
+    pub(super) weight_kind: WeightKind,
 }
 
 impl Transformer {
@@ -826,74 +677,8 @@ impl Transformer {
         Ok(out.as_dtype(Dtype::Float32)?)
     }
 
-    /// [`forward`](Self::forward) for a model whose every matmul runs on the CPU kernels
-    /// (with per-row attention): the residual stream stays in host memory, where the kernels
-    /// read and write it, and each layer's row-wise math, RoPE and a decoding row's attention
-    /// over its host KV run there too (`host.rs`), for prefill chunks and decoding rows
-    /// alike. No MLX op runs; the MLX path hands over to MLX's stream thread once per
-    /// matmul input and runs many small ops per row.
-    fn forward_on_host(
-        &self,
-        tokens: &[u32],
-        plan: &StepPlan,
-        caches: &mut [&mut [KvCache]],
-        logits: Logits,
-    ) -> Result<Array> {
-        let d = self.config.hidden_size as usize;
-        let embedded = self.embed(tokens.into(), plan)?;
-        let mut h = embedded
-            .iter()
-            .map(|x| Ok(x.try_as_slice::<f32>()?.to_vec()))
-            .collect::<Result<Vec<_>>>()?;
-        for (layer, block) in self.layers.iter().enumerate() {
-            let mut layer_caches: Vec<&mut KvCache> =
-                caches.iter_mut().map(|c| &mut c[layer]).collect();
-            let FeedForward::Dense(mlp) = &block.mlp else {
-                unreachable!("a packed model has dense MLPs");
-            };
-            let attention = &block.self_attn;
-            let qkv = h
-                .iter()
-                .zip(&plan.widths)
-                .map(|(x, &w)| {
-                    attention
-                        .qkv
-                        .forward_host(&block.attn_in.forward_host(x)?, w as usize)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let attended = attention.attend_on_host(&qkv, plan, &mut layer_caches)?;
-            for ((x, out), &w) in h.iter_mut().zip(&attended).zip(&plan.widths) {
-                let rows = w as usize;
-                let o = attention.o_proj.forward_host(out, rows)?;
-                host_residual(x, o, &block.attn_out)?;
-                let normed = block.mlp_in.forward_host(x)?;
-                host_residual(x, mlp.forward_host(&normed, rows)?, &block.mlp_out)?;
-            }
-        }
-        // The positions the head runs on, in row order.
-        let mut picked = Vec::new();
-        for slot in &plan.slots {
-            let from = match logits {
-                Logits::All => 0,
-                Logits::Last => slot.len - 1,
-            };
-            let rows = (slot.offset + from..slot.offset + slot.len).map(|r| r as usize);
-            picked.extend(host::gather_rows(&h[slot.group], d, rows));
-        }
-        let n = picked.len() / d;
-        let normed = self.norm.forward_host(&picked)?;
-        let mut out = self.lm_head.forward_host(&normed, n)?;
-        if let Some(cap) = self.logit_softcap {
-            host::softcap(&mut out, cap);
-        }
-        Ok(Array::from_slice(
-            &out,
-            &[1, n as i32, self.config.vocab_size],
-        ))
-    }
-
     /// Each matmul group's embedded tokens (`[1, W, D]`; [`groups::group_token_ids`]).
-    fn embed(&self, tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>> {
+    pub(super) fn embed(&self, tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>> {
         groups::group_token_ids(tokens, plan)?
             .iter()
             .map(|ids| {

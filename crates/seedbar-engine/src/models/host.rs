@@ -1,14 +1,29 @@
 //! A layer's row-wise math on host floats, for models whose every matmul runs on the CPU
 //! kernels (`seedbar_qmatmul`): RMS norms, residual sums, the MLP's gated activation,
-//! soft-caps, RoPE, and a decoding row's attention over its own host KV. Between two kernel calls the activations are already in host memory, so doing
-//! this here instead of in MLX saves a hand-off to MLX's stream thread per matmul input
-//! (each one two thread wake-ups, which the profile found to be most of a CPU decode step).
+//! soft-caps, RoPE, and a decoding row's attention over its own host KV; and the decoder's
+//! layers run on them (`Transformer::forward_on_host`, the packed CPU path). Between two
+//! kernel calls the activations are already in host memory, so doing this here instead of
+//! in MLX saves a hand-off to MLX's stream thread per matmul input (each one two thread
+//! wake-ups, which the profile found to be most of a CPU decode step).
 //!
 //! Every function works row by row, each row from its own values in a fixed order, so a
 //! row's bits do not depend on the other rows of the step (the CPU kernels' property too).
 
-use super::activation::Activation;
-use crate::step::kv_cache::HostKv;
+use mlx_rs::{Array, Dtype};
+use rayon::prelude::*;
+
+use super::{
+    activation::Activation,
+    decoder::{Attention, FeedForward, Mlp, RmsNorm, Rope, Transformer},
+};
+use crate::{
+    error::Result,
+    step::{
+        kv_cache::{HostKv, KvCache},
+        plan::StepPlan,
+        Logits,
+    },
+};
 
 /// `x / rms(x) * weight` for each row of `weight.len()` features (MLX's `rms_norm`:
 /// `x * rsqrt(mean(x²) + eps) * w`, the mean accumulated in float32 in column order).
@@ -190,6 +205,230 @@ pub(super) fn split_columns<const N: usize>(
         }
     }
     parts
+}
+
+// ---- the decoder's math on host floats (the packed CPU path) ---------------------------
+
+impl Rope {
+    /// Each rotated pair's inverse frequency, as host floats (`host::Rotary`'s).
+    pub(super) fn host_inv_freqs(&self) -> Result<Vec<f32>> {
+        let half = (self.dims / 2) as usize;
+        if let Some(f) = &self.freqs {
+            let f = f.as_dtype(Dtype::Float32)?;
+            return Ok(f.try_as_slice::<f32>()?.iter().map(|f| 1.0 / f).collect());
+        }
+        let base = self.base.unwrap_or(10_000.0);
+        Ok((0..half)
+            .map(|j| base.powf(-2.0 * j as f32 / self.dims as f32))
+            .collect())
+    }
+}
+
+impl RmsNorm {
+    /// `forward` of host rows (a float32 model's weight, evaluated at
+    /// load).
+    pub(super) fn forward_host(&self, x: &[f32]) -> Result<Vec<f32>> {
+        Ok(rms_norm(x, self.weight.try_as_slice::<f32>()?, self.eps))
+    }
+}
+
+impl Attention {
+    /// `step::attention::attend_groups` on the packed CPU path, from each group's
+    /// projected rows in host memory (`qkv[g]`: `[W, q | k | v]`): keys and values go to
+    /// the rows' host KV, and each query position, decoding or prefilling, attends over its
+    /// row's KV on the host (`QueryAttention`). Returns each group's `[W, H·hd]`
+    /// output, zero rows where padded.
+    pub(super) fn attend_on_host(
+        &self,
+        qkv: &[Vec<f32>],
+        plan: &StepPlan,
+        caches: &mut [&mut KvCache],
+    ) -> Result<Vec<Vec<f32>>> {
+        let [qw, kw, _] = self.qkv_widths().map(|w| w as usize);
+        let (heads, kv_heads, hd) = (
+            self.heads as usize,
+            self.kv_heads as usize,
+            self.head_dim as usize,
+        );
+        let attention = QueryAttention {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            scale: self.scale,
+            softcap: self.softcap,
+        };
+        let inv_freqs = self
+            .positions
+            .rope
+            .as_ref()
+            .map(Rope::host_inv_freqs)
+            .transpose()?;
+        let input_scale = match self
+            .positions
+            .rope
+            .as_ref()
+            .and_then(|r| r.input_scale.as_ref())
+        {
+            Some(s) => Some(s.as_dtype(Dtype::Float32)?),
+            None => None,
+        };
+        let rotary = match (&self.positions.rope, &inv_freqs) {
+            (Some(rope), Some(inv_freqs)) => Some(Rotary {
+                dims: rope.dims as usize,
+                traditional: rope.traditional,
+                scale: rope.scale,
+                inv_freqs,
+                input_scale: input_scale
+                    .as_ref()
+                    .map(|s| s.try_as_slice::<f32>())
+                    .transpose()?,
+            }),
+            _ => None,
+        };
+        // First the rows' queries, and their keys and values into their caches; then every
+        // query position of every row attends on its own, in parallel.
+        let mut queries = Vec::with_capacity(plan.slots.len());
+        for (i, slot) in plan.slots.iter().enumerate() {
+            let (at, len) = (slot.offset as usize, slot.len as usize);
+            let rows = &qkv[slot.group][at * (qw + 2 * kw)..(at + len) * (qw + 2 * kw)];
+            let [mut q, mut k, v] = split_columns(rows, len, [qw, kw, kw]);
+            if let Some(n) = &self.q_norm {
+                q = n.forward_host(&q)?;
+            }
+            if let Some(n) = &self.k_norm {
+                k = n.forward_host(&k)?;
+            }
+            let first = caches[i].len() as usize;
+            if let Some(rotary) = &rotary {
+                rotary.apply(&mut q, heads, hd, first);
+                rotary.apply(&mut k, kv_heads, hd, first);
+            }
+            caches[i].append_host(&k, &v, kv_heads, hd)?;
+            queries.push((q, first));
+        }
+        let held: Vec<(&HostKv, usize)> = caches
+            .iter()
+            .map(|c| (c.host().expect("appended above"), c.first() as usize))
+            .collect();
+        let jobs: Vec<(usize, usize)> = plan
+            .slots
+            .iter()
+            .enumerate()
+            .flat_map(|(i, slot)| (0..slot.len as usize).map(move |n| (i, n)))
+            .collect();
+        let window = self.positions.window.map(|w| w as usize);
+        let attended: Vec<Vec<f32>> = jobs
+            .par_iter()
+            .map(|&(i, n)| {
+                let (q, first) = &queries[i];
+                // The query at position `p` sees keys `(p - window, p]`; the store's `t`-th
+                // position is position `kept + t`.
+                let end = first + n + 1;
+                let start = window.map_or(0, |w| end.saturating_sub(w));
+                let (kv, kept) = held[i];
+                attention.attend(&q[n * qw..(n + 1) * qw], kv, start - kept, end - kept)
+            })
+            .collect();
+        let mut outs: Vec<Vec<f32>> = plan
+            .widths
+            .iter()
+            .map(|&w| vec![0.0; w as usize * qw])
+            .collect();
+        for (&(i, n), out) in jobs.iter().zip(attended) {
+            let slot = &plan.slots[i];
+            let at = (slot.offset as usize + n) * qw;
+            outs[slot.group][at..at + qw].copy_from_slice(&out);
+        }
+        Ok(outs)
+    }
+}
+
+/// `x += norm(r)` where the variant normalizes a sublayer's output, else `x += r`: the
+/// host path's `residual` (float32 only, so no float16 clipping).
+fn host_residual(x: &mut [f32], r: Vec<f32>, norm: &Option<RmsNorm>) -> Result<()> {
+    let r = match norm {
+        Some(n) => n.forward_host(&r)?,
+        None => r,
+    };
+    add_into(x, &r);
+    Ok(())
+}
+
+impl Mlp {
+    /// `forward` of `m` rows of host floats (packed weights only).
+    pub(super) fn forward_host(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        let gate_up = self.gate_up.forward_host(x, m)?;
+        let activated = gated(self.activation, &gate_up, self.inner as usize);
+        self.down_proj.forward_host(&activated, m)
+    }
+}
+
+impl Transformer {
+    /// `Transformer::forward` for a model whose every matmul runs on the CPU kernels
+    /// (with per-row attention): the residual stream stays in host memory, where the kernels
+    /// read and write it, and each layer's row-wise math, RoPE and a decoding row's attention
+    /// over its host KV run there too, for prefill chunks and decoding rows
+    /// alike. No MLX op runs; the MLX path hands over to MLX's stream thread once per
+    /// matmul input and runs many small ops per row.
+    pub(super) fn forward_on_host(
+        &self,
+        tokens: &[u32],
+        plan: &StepPlan,
+        caches: &mut [&mut [KvCache]],
+        logits: Logits,
+    ) -> Result<Array> {
+        let d = self.config.hidden_size as usize;
+        let embedded = self.embed(tokens.into(), plan)?;
+        let mut h = embedded
+            .iter()
+            .map(|x| Ok(x.try_as_slice::<f32>()?.to_vec()))
+            .collect::<Result<Vec<_>>>()?;
+        for (layer, block) in self.layers.iter().enumerate() {
+            let mut layer_caches: Vec<&mut KvCache> =
+                caches.iter_mut().map(|c| &mut c[layer]).collect();
+            let FeedForward::Dense(mlp) = &block.mlp else {
+                unreachable!("a packed model has dense MLPs");
+            };
+            let attention = &block.self_attn;
+            let qkv = h
+                .iter()
+                .zip(&plan.widths)
+                .map(|(x, &w)| {
+                    attention
+                        .qkv
+                        .forward_host(&block.attn_in.forward_host(x)?, w as usize)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let attended = attention.attend_on_host(&qkv, plan, &mut layer_caches)?;
+            for ((x, out), &w) in h.iter_mut().zip(&attended).zip(&plan.widths) {
+                let rows = w as usize;
+                let o = attention.o_proj.forward_host(out, rows)?;
+                host_residual(x, o, &block.attn_out)?;
+                let normed = block.mlp_in.forward_host(x)?;
+                host_residual(x, mlp.forward_host(&normed, rows)?, &block.mlp_out)?;
+            }
+        }
+        // The positions the head runs on, in row order.
+        let mut picked = Vec::new();
+        for slot in &plan.slots {
+            let from = match logits {
+                Logits::All => 0,
+                Logits::Last => slot.len - 1,
+            };
+            let rows = (slot.offset + from..slot.offset + slot.len).map(|r| r as usize);
+            picked.extend(gather_rows(&h[slot.group], d, rows));
+        }
+        let n = picked.len() / d;
+        let normed = self.norm.forward_host(&picked)?;
+        let mut out = self.lm_head.forward_host(&normed, n)?;
+        if let Some(cap) = self.logit_softcap {
+            softcap(&mut out, cap);
+        }
+        Ok(Array::from_slice(
+            &out,
+            &[1, n as i32, self.config.vocab_size],
+        ))
+    }
 }
 
 #[cfg(test)]
