@@ -501,7 +501,14 @@ def test_quick_chat_on_the_global_shortcut(app):
     finally:
         d.call("POST", "/window", {"handle": main})
     choose(desktop, QUICK)
-    wait_for(lambda: visible_windows(desktop, PANEL), 10, message="the tray's Quick Chat")
+    try:
+        wait_for(lambda: visible_windows(desktop, PANEL), 10, message="the tray's Quick Chat")
+    except AssertionError:
+        # Under load the menu can open after `choose` typed its keys (seen once in a full
+        # run): close whatever opened and pick the item again; the item must still open it.
+        desktop.x("xdotool", "key", "Escape")
+        choose(desktop, QUICK)
+        wait_for(lambda: visible_windows(desktop, PANEL), 10, message="the tray's Quick Chat")
     desktop.x("xdotool", "key", "ctrl+shift+space")
     wait_for(lambda: not visible_windows(desktop, PANEL), 10, message="the shortcut to hide it")
 
