@@ -7,6 +7,7 @@ mod anthropic;
 mod app_api;
 mod common;
 mod embeddings;
+mod encoders;
 mod error;
 mod extract;
 mod generation;

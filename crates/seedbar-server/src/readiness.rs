@@ -1,19 +1,13 @@
 //! The server's default model and what it is doing: none installed, downloading, loading,
 //! ready, or failed, with the problem in words and the fix (`GET /app/status`, the app's
-//! banner and tray). The server answers from the start: `App::bring_up` finds the model in
-//! the store (or downloads the default one) and loads it in the background, and a request
-//! that needs a model meanwhile gets a 503 saying why and what to do.
-
-use std::{sync::Arc, time::Duration};
+//! banner and tray). The server answers from the start: `App::bring_up` (`state.rs`) finds
+//! the model in the store (or downloads the default one) and loads it in the background,
+//! and a request that needs a model meanwhile gets a 503 saying why and what to do.
 
 use axum::http::StatusCode;
-use seedbar_engine::store::{ModelKind, DEFAULT_MODEL};
 use serde::Serialize;
 
-use crate::{error::ApiError, pulls::PullStatus, App};
-
-/// How often a download's progress is read into the readiness.
-const DOWNLOAD_POLL: Duration = Duration::from_millis(200);
+use crate::error::ApiError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,7 +53,7 @@ pub struct BringUp {
 }
 
 impl Readiness {
-    fn new(state: ModelState, model: Option<&str>) -> Self {
+    pub(crate) fn new(state: ModelState, model: Option<&str>) -> Self {
         Readiness {
             state,
             model: model.map(str::to_string),
@@ -86,7 +80,7 @@ impl Readiness {
     }
 
     /// A problem and its fix; `can_download`: a default model can be downloaded.
-    fn with_problem(
+    pub(crate) fn with_problem(
         state: ModelState,
         model: Option<&str>,
         problem: String,
@@ -153,7 +147,7 @@ impl Readiness {
     }
 
     /// Bring-up is over or has not begun: it may start (again).
-    fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         matches!(self.state, ModelState::NoModel | ModelState::Error)
     }
 
@@ -173,148 +167,6 @@ impl Readiness {
         ApiError {
             code: Some("model_not_ready"),
             ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message.trim_end())
-        }
-    }
-}
-
-impl App {
-    /// What the default model is doing.
-    pub fn readiness(&self) -> Readiness {
-        self.readiness.borrow().clone()
-    }
-
-    /// Sees every change of the readiness (the app's tray follows it).
-    pub fn subscribe_readiness(&self) -> tokio::sync::watch::Receiver<Readiness> {
-        self.readiness.subscribe()
-    }
-
-    /// The model a request without one runs on; `None` while there is none.
-    pub fn default_model(&self) -> Option<String> {
-        self.readiness.borrow().default_model().map(str::to_string)
-    }
-
-    fn set_readiness(&self, readiness: Readiness) {
-        self.readiness.send_replace(readiness);
-    }
-
-    /// Find, fetch if needed, and load the default model by `plan` (remembered for
-    /// `retry`). Returns once it is ready or has failed, with the readiness saying which.
-    pub async fn bring_up(self: &Arc<Self>, plan: BringUp) {
-        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = plan.clone();
-        let can_download = plan.download.is_some();
-        let model = match self.choose_model(plan.wanted.as_deref()) {
-            Ok(Some(model)) => model,
-            Ok(None) => match (&plan.wanted, &plan.download) {
-                (None, Some(repo)) => match self.download(repo).await {
-                    Some(model) => model,
-                    None => return,
-                },
-                (wanted, _) => {
-                    let readiness = Readiness::no_model(wanted.as_deref(), can_download);
-                    tracing::warn!("{}", readiness.problem.as_deref().unwrap_or_default());
-                    return self.set_readiness(readiness);
-                }
-            },
-            Err(e) => {
-                return self.set_readiness(Readiness::load_failed(
-                    plan.wanted.as_deref().unwrap_or(DEFAULT_MODEL),
-                    &e.message,
-                    can_download,
-                ))
-            }
-        };
-        self.set_readiness(Readiness::loading(&model));
-        self.models.set_served(&model);
-        tracing::info!("loading {model}");
-        match self.models.get(&model).await {
-            Ok(_) => {
-                tracing::info!("{model} is ready");
-                self.set_readiness(Readiness::ready(&model));
-            }
-            Err(e) => {
-                tracing::error!("cannot load {model}: {}", e.message);
-                self.set_readiness(Readiness::load_failed(&model, &e.message, can_download));
-            }
-        }
-    }
-
-    /// Start over when there is no model (after a `seedbar pull`, or to retry a failed
-    /// download), in the background; `model`: bring up this one instead (just imported).
-    /// False when a model is ready or on its way.
-    pub fn retry_bring_up(self: &Arc<Self>, model: Option<&str>) -> bool {
-        let mut started = false;
-        self.readiness.send_if_modified(|r| {
-            if r.settled() {
-                *r = Readiness::starting(None);
-                started = true;
-            }
-            started
-        });
-        if started {
-            let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            if let Some(model) = model {
-                plan.wanted = Some(model.to_string());
-            }
-            let app = self.clone();
-            tokio::spawn(async move { app.bring_up(plan).await });
-        }
-        started
-    }
-
-    /// The model to serve: the one asked for, else the default, else the first chat model
-    /// installed; `None` when there is none.
-    fn choose_model(&self, wanted: Option<&str>) -> Result<Option<String>, ApiError> {
-        let installed = self.models.installed()?;
-        let chat = |name: &str| {
-            installed
-                .iter()
-                .find(|m| m.kind == ModelKind::Chat && m.name.eq_ignore_ascii_case(name))
-                .map(|m| m.name.clone())
-        };
-        Ok(match wanted {
-            Some(name) => chat(name),
-            None => chat(DEFAULT_MODEL).or_else(|| {
-                installed
-                    .iter()
-                    .find(|m| m.kind == ModelKind::Chat)
-                    .map(|m| m.name.clone())
-            }),
-        })
-    }
-
-    /// Download `repo` as any library download (it shows in `/app/models/pulls`), the
-    /// readiness following its progress. The installed model's name, or `None` on failure.
-    async fn download(self: &Arc<Self>, repo: &str) -> Option<String> {
-        let name = repo.replace('/', "--");
-        let shown = repo.rsplit('/').next().unwrap_or(repo).to_string();
-        tracing::info!("no model installed: downloading {repo}");
-        self.set_readiness(Readiness::downloading(&shown, None));
-        let root = self.models.store().root().to_path_buf();
-        if let Err(e) = self.pulls.start(root, repo) {
-            self.set_readiness(Readiness::download_failed(&shown, &e.message));
-            return None;
-        }
-        loop {
-            let Some(pull) = self.pulls.list().into_iter().find(|p| p.repo == repo) else {
-                self.set_readiness(Readiness::download_failed(&shown, "the download vanished"));
-                return None;
-            };
-            match pull.status {
-                PullStatus::Downloading => {
-                    let percent = (pull.total_bytes > 0).then(|| {
-                        (pull.downloaded_bytes.min(pull.total_bytes) * 100 / pull.total_bytes) as u8
-                    });
-                    self.set_readiness(Readiness::downloading(&shown, percent));
-                }
-                PullStatus::Done => return Some(name),
-                PullStatus::Error | PullStatus::Cancelled => {
-                    let message = pull.error.unwrap_or_else(|| "it was cancelled".into());
-                    tracing::error!("cannot download {repo}: {message}");
-                    self.set_readiness(Readiness::download_failed(&shown, &message));
-                    return None;
-                }
-            }
-            tokio::time::sleep(DOWNLOAD_POLL).await;
         }
     }
 }

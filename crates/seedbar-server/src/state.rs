@@ -9,18 +9,20 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex, OnceLock,
     },
+    time::Duration,
 };
 
 use seedbar_chats::{AppSettings, ChatStore};
-use seedbar_engine::store::{ModelStore, StoredModel};
+use seedbar_engine::store::{ModelKind, ModelStore, StoredModel, DEFAULT_MODEL};
 use seedbar_scheduler::SchedulerConfig;
 use tokio::sync::watch;
 
 use crate::{
-    embeddings,
+    encoders::Encoders,
+    error::ApiError,
     metrics::Metrics,
     models::ModelHost,
-    pulls::{self, Pull},
+    pulls::{self, Pull, PullStatus},
     readiness::{BringUp, Readiness},
 };
 
@@ -82,7 +84,7 @@ pub struct App {
     pub config: ServerConfig,
     pub models: ModelHost,
     /// The embedding models, loaded on first use.
-    pub(crate) encoders: embeddings::Encoders,
+    pub(crate) encoders: Encoders,
     pub metrics: Arc<Metrics>,
     pub(crate) paused: AtomicBool,
     /// Conversations and app settings (`seedbar.db` in the data directory).
@@ -136,7 +138,7 @@ impl App {
         let wanted = Some(config.model.clone()).filter(|m| !m.is_empty());
         Ok(Arc::new(App {
             models: ModelHost::new(store, config.scheduler.clone(), &config.model, outside),
-            encoders: embeddings::Encoders::default(),
+            encoders: Encoders::default(),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),
             chats: Arc::new(chats),
@@ -206,5 +208,152 @@ impl App {
 
     pub fn endpoint(&self) -> Option<SocketAddr> {
         self.endpoint.get().copied()
+    }
+}
+
+/// How often a download's progress is read into the readiness.
+const DOWNLOAD_POLL: Duration = Duration::from_millis(200);
+
+/// The default model's bring-up: find it in the store (or download the default one), load
+/// it, and keep the readiness (`readiness.rs`) saying what happens.
+impl App {
+    /// What the default model is doing.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.borrow().clone()
+    }
+
+    /// Sees every change of the readiness (the app's tray follows it).
+    pub fn subscribe_readiness(&self) -> tokio::sync::watch::Receiver<Readiness> {
+        self.readiness.subscribe()
+    }
+
+    /// The model a request without one runs on; `None` while there is none.
+    pub fn default_model(&self) -> Option<String> {
+        self.readiness.borrow().default_model().map(str::to_string)
+    }
+
+    fn set_readiness(&self, readiness: Readiness) {
+        self.readiness.send_replace(readiness);
+    }
+
+    /// Find, fetch if needed, and load the default model by `plan` (remembered for
+    /// `retry`). Returns once it is ready or has failed, with the readiness saying which.
+    pub async fn bring_up(self: &Arc<Self>, plan: BringUp) {
+        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = plan.clone();
+        let can_download = plan.download.is_some();
+        let model = match self.choose_model(plan.wanted.as_deref()) {
+            Ok(Some(model)) => model,
+            Ok(None) => match (&plan.wanted, &plan.download) {
+                (None, Some(repo)) => match self.download(repo).await {
+                    Some(model) => model,
+                    None => return,
+                },
+                (wanted, _) => {
+                    let readiness = Readiness::no_model(wanted.as_deref(), can_download);
+                    tracing::warn!("{}", readiness.problem.as_deref().unwrap_or_default());
+                    return self.set_readiness(readiness);
+                }
+            },
+            Err(e) => {
+                return self.set_readiness(Readiness::load_failed(
+                    plan.wanted.as_deref().unwrap_or(DEFAULT_MODEL),
+                    &e.message,
+                    can_download,
+                ))
+            }
+        };
+        self.set_readiness(Readiness::loading(&model));
+        self.models.set_served(&model);
+        tracing::info!("loading {model}");
+        match self.models.get(&model).await {
+            Ok(_) => {
+                tracing::info!("{model} is ready");
+                self.set_readiness(Readiness::ready(&model));
+            }
+            Err(e) => {
+                tracing::error!("cannot load {model}: {}", e.message);
+                self.set_readiness(Readiness::load_failed(&model, &e.message, can_download));
+            }
+        }
+    }
+
+    /// Start over when there is no model (after a `seedbar pull`, or to retry a failed
+    /// download), in the background; `model`: bring up this one instead (just imported).
+    /// False when a model is ready or on its way.
+    pub fn retry_bring_up(self: &Arc<Self>, model: Option<&str>) -> bool {
+        let mut started = false;
+        self.readiness.send_if_modified(|r| {
+            if r.settled() {
+                *r = Readiness::starting(None);
+                started = true;
+            }
+            started
+        });
+        if started {
+            let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(model) = model {
+                plan.wanted = Some(model.to_string());
+            }
+            let app = self.clone();
+            tokio::spawn(async move { app.bring_up(plan).await });
+        }
+        started
+    }
+
+    /// The model to serve: the one asked for, else the default, else the first chat model
+    /// installed; `None` when there is none.
+    fn choose_model(&self, wanted: Option<&str>) -> Result<Option<String>, ApiError> {
+        let installed = self.models.installed()?;
+        let chat = |name: &str| {
+            installed
+                .iter()
+                .find(|m| m.kind == ModelKind::Chat && m.name.eq_ignore_ascii_case(name))
+                .map(|m| m.name.clone())
+        };
+        Ok(match wanted {
+            Some(name) => chat(name),
+            None => chat(DEFAULT_MODEL).or_else(|| {
+                installed
+                    .iter()
+                    .find(|m| m.kind == ModelKind::Chat)
+                    .map(|m| m.name.clone())
+            }),
+        })
+    }
+
+    /// Download `repo` as any library download (it shows in `/app/models/pulls`), the
+    /// readiness following its progress. The installed model's name, or `None` on failure.
+    async fn download(self: &Arc<Self>, repo: &str) -> Option<String> {
+        let name = repo.replace('/', "--");
+        let shown = repo.rsplit('/').next().unwrap_or(repo).to_string();
+        tracing::info!("no model installed: downloading {repo}");
+        self.set_readiness(Readiness::downloading(&shown, None));
+        let root = self.models.store().root().to_path_buf();
+        if let Err(e) = self.pulls.start(root, repo) {
+            self.set_readiness(Readiness::download_failed(&shown, &e.message));
+            return None;
+        }
+        loop {
+            let Some(pull) = self.pulls.list().into_iter().find(|p| p.repo == repo) else {
+                self.set_readiness(Readiness::download_failed(&shown, "the download vanished"));
+                return None;
+            };
+            match pull.status {
+                PullStatus::Downloading => {
+                    let percent = (pull.total_bytes > 0).then(|| {
+                        (pull.downloaded_bytes.min(pull.total_bytes) * 100 / pull.total_bytes) as u8
+                    });
+                    self.set_readiness(Readiness::downloading(&shown, percent));
+                }
+                PullStatus::Done => return Some(name),
+                PullStatus::Error | PullStatus::Cancelled => {
+                    let message = pull.error.unwrap_or_else(|| "it was cancelled".into());
+                    tracing::error!("cannot download {repo}: {message}");
+                    self.set_readiness(Readiness::download_failed(&shown, &message));
+                    return None;
+                }
+            }
+            tokio::time::sleep(DOWNLOAD_POLL).await;
+        }
     }
 }
