@@ -485,7 +485,8 @@ def test_quick_chat_on_the_global_shortcut(app):
     assert [(m["role"], m["status"]) for m in stored] == [("user", "complete"), ("assistant", "complete")]
     assert stored[0]["content"] == QUESTION and stored[1]["seed"] is not None
     squash = lambda s: re.sub(r"[^0-9A-Za-z]+", "", s)  # noqa: E731 (markdown drops symbols)
-    assert squash(stored[1]["content"]) == squash(seen[-1])
+    unlist = lambda s: re.sub(r"(?m)^\s*\d+[.)]\s+", "", s)  # noqa: E731 (and list numbers)
+    assert squash(unlist(stored[1]["content"])) == squash(seen[-1])
     d.wait_js(f"return location.hash === '#/c/{saved[0]['id']}'", 10, "the conversation in the chat window")
     d.wait_js(f"return document.querySelectorAll('{tid('message')}').length === 2", 20, "its messages")
 
