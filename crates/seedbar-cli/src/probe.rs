@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
     sampling,
-    step::{kv_cache::KvPool, plan::StepPlan, Logits},
+    step::{Batch, Logits, StepInput},
     tokenizer::StreamDecoder,
     ChatMessage, Model,
 };
@@ -59,13 +59,13 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
     let mut out = serde_json::Map::new();
     if !args.ids.is_empty() {
         if let Some(path) = &args.logits_out {
-            let mut caches = model.transformer.new_caches();
-            let plan = StepPlan::new(&model.layout(), &[args.ids.len() as i32]);
-            let logits = model.transformer.forward(
-                args.ids.as_slice().into(),
-                &plan,
+            let mut caches = model.new_caches();
+            let lens = [args.ids.len() as i32];
+            let input = StepInput::one_row(&lens, &args.ids);
+            let logits = Batch::new(model.layout()).run(
+                &model,
+                input,
                 &mut [&mut caches],
-                &mut KvPool::default(),
                 Logits::All,
                 None,
             )?;

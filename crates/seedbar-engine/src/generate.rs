@@ -1,29 +1,27 @@
 //! Single-sequence forward passes (aligned chunked prefill, one decode step) used by
-//! benchmarks and probes, and the types replies are described with.
+//! benchmarks and probes, each a step of the sequence's own [`Batch`], and the types
+//! replies are described with.
 
 use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
 
 use crate::{
     error::{EngineError, Result},
     model::Model,
-    step::{
-        kv_cache::{KvCache, KvPool},
-        plan::{Layout, StepPlan},
-        Logits, StepTokens,
-    },
+    step::{kv_cache::KvCache, plan::Layout, Batch, Logits, StepInput},
 };
 
 /// One sequence's KV for the single-sequence passes: its per-layer caches (the prefilled
-/// positions) and the pool its decode steps write where the layout pools decode KV.
+/// positions), and the batch of its steps, whose pool its decode steps write where the
+/// layout pools decode KV.
 pub struct Sequence {
     pub caches: Vec<KvCache>,
-    pool: KvPool,
+    batch: Batch,
 }
 
 impl Sequence {
     /// Bytes of keys and values the sequence holds, in its caches and its pool.
     pub fn kv_bytes(&self) -> usize {
-        self.caches.iter().map(KvCache::bytes).sum::<usize>() + self.pool.bytes()
+        self.caches.iter().map(KvCache::bytes).sum::<usize>() + self.batch.kv_bytes()
     }
 }
 
@@ -55,8 +53,8 @@ impl Model {
     /// An empty sequence for [`prefill`](Self::prefill) and [`step`](Self::step).
     pub fn sequence(&self) -> Sequence {
         Sequence {
-            caches: self.transformer.new_caches(),
-            pool: KvPool::new(self.layout().pool_call_slots),
+            caches: self.new_caches(),
+            batch: Batch::new(self.layout()),
         }
     }
 
@@ -71,7 +69,7 @@ impl Model {
         while !remaining.is_empty() {
             let take = layout.aligned_chunk_end(start, start + remaining.len()) - start;
             let (chunk, rest) = remaining.split_at(take);
-            logits = Some(self.forward(chunk.into(), sequence)?);
+            logits = Some(self.forward(chunk, None, sequence)?);
             remaining = rest;
             start += take;
         }
@@ -82,7 +80,7 @@ impl Model {
 
     /// One forward pass over `tokens` appended to the sequence; last position's logits.
     pub fn step(&self, tokens: &[u32], sequence: &mut Sequence) -> Result<Vec<f32>> {
-        read_logits(self.forward(tokens.into(), sequence)?)
+        read_logits(self.forward(tokens, None, sequence)?)
     }
 
     /// Greedy decode of `n` tokens after `first` (the prompt's next token), as a chat
@@ -92,11 +90,7 @@ impl Model {
         let mut drawn = Array::from_slice(&[first], &[1]);
         let mut tokens = Vec::with_capacity(n);
         for _ in 0..n {
-            let input = StepTokens {
-                host: &[0],
-                drawn: Some((&drawn, &[Some(0)])),
-            };
-            let logits = self.forward(input, sequence)?;
+            let logits = self.forward(&[0], Some((&drawn, &[Some(0)])), sequence)?;
             let next = argmax_axis(logits.reshape(&[1, -1])?, -1, false)?;
             async_eval([&next])?;
             drawn.eval()?;
@@ -106,18 +100,24 @@ impl Model {
         Ok(tokens)
     }
 
-    /// The lazy graph of one forward pass over `tokens` appended to the sequence, up to the
+    /// The lazy graph of one forward pass over `tokens` appended to the sequence (where
+    /// `drawn` supplies them, tokens drawn on the device: [`StepInput::drawn`]), up to the
     /// last position's logits.
-    fn forward(&self, tokens: StepTokens, sequence: &mut Sequence) -> Result<Array> {
-        let plan = StepPlan::new(&self.layout(), &[tokens.host.len() as i32]);
-        self.transformer.forward(
-            tokens,
-            &plan,
-            &mut [&mut sequence.caches],
-            &mut sequence.pool,
-            Logits::Last,
-            None,
-        )
+    fn forward(
+        &self,
+        tokens: &[u32],
+        drawn: Option<(&Array, &[Option<i32>])>,
+        sequence: &mut Sequence,
+    ) -> Result<Array> {
+        let input = StepInput {
+            lens: &[tokens.len() as i32],
+            host: tokens,
+            drawn,
+        };
+        let caches: &mut [KvCache] = &mut sequence.caches;
+        sequence
+            .batch
+            .run(self, input, &mut [caches], Logits::Last, None)
     }
 }
 

@@ -15,6 +15,12 @@ use crate::{
     error::{EngineError, Result},
     gguf,
     models::{self, Transformer},
+    row_trace::RowTrace,
+    step::{
+        kv_cache::{KvCache, KvPool},
+        plan::{StepPlan, WeightKind},
+        Forward, Logits, StepTokens,
+    },
     tokenizer::Tokenizer,
     weights::{self, LoadOptions, WeightMap},
 };
@@ -27,7 +33,7 @@ pub enum ModelFormat {
 }
 
 pub struct Model {
-    pub transformer: Transformer,
+    pub(crate) transformer: Transformer,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
     /// Token ids that end a reply.
@@ -126,6 +132,20 @@ impl Model {
         &self.transformer.config
     }
 
+    /// Fresh per-layer caches for one sequence, each with its layer's sliding window.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        self.transformer.new_caches()
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.transformer.num_layers()
+    }
+
+    /// Whether the projections hold quantized or dense weights (the layout depends on it).
+    pub fn weight_kind(&self) -> WeightKind {
+        self.transformer.weight_kind()
+    }
+
     /// The prompt tokens for a chat, ending where the assistant's reply begins; `tools` are
     /// the functions (OpenAI-style JSON schemas) the model may call. Message text is
     /// encoded as text (see [`ChatTemplate::prompt_tokens`]).
@@ -209,4 +229,20 @@ pub(crate) fn read_safetensors(dir: &Path) -> Result<HashMap<String, Array>> {
         tensors.extend(shard);
     }
     Ok(tensors)
+}
+
+/// The transformer's pass ([`Batch::run`](crate::step::Batch::run) takes a model).
+impl Forward for Model {
+    fn forward(
+        &self,
+        tokens: StepTokens,
+        plan: &StepPlan,
+        caches: &mut [&mut [KvCache]],
+        pool: &mut KvPool,
+        logits: Logits,
+        trace: Option<&mut RowTrace>,
+    ) -> Result<Array> {
+        self.transformer
+            .forward(tokens, plan, caches, pool, logits, trace)
+    }
 }

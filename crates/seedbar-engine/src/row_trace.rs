@@ -12,6 +12,9 @@ use crate::error::Result;
 /// What a step keeps of row `row` (its index among the step's rows).
 pub struct RowTrace {
     pub row: usize,
+    /// The step around the row ([`Batch::run`](crate::step::batch::Batch::run) writes it):
+    /// every row's token count, the matmul groups, the row's place.
+    pub step: String,
     kept: Vec<Array>,
 }
 
@@ -22,6 +25,7 @@ impl RowTrace {
     pub fn new(row: usize) -> Self {
         RowTrace {
             row,
+            step: String::new(),
             kept: Vec::new(),
         }
     }

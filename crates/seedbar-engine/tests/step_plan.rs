@@ -5,9 +5,9 @@
 
 use seedbar_engine::{
     runtime::Backend,
-    step::kv_cache::{KvCache, KvPool},
-    step::plan::{AttentionLayout, Layout, StepPlan, WeightKind},
-    step::Logits,
+    step::kv_cache::KvCache,
+    step::plan::{AttentionLayout, Layout, WeightKind},
+    step::{Batch, Logits, StepInput},
     ChatMessage, Model,
 };
 
@@ -32,18 +32,15 @@ fn prefilled(model: &Model, prompt: &str) -> (Vec<KvCache>, u32) {
 fn decode(model: &Model, layout: &Layout, rows: &[(Vec<KvCache>, u32)]) -> Vec<Vec<f32>> {
     let mut caches: Vec<Vec<KvCache>> = rows.iter().map(|(c, _)| c.clone()).collect();
     let tokens: Vec<u32> = rows.iter().map(|(_, t)| *t).collect();
-    let plan = StepPlan::new(layout, &vec![1; rows.len()]);
+    let lens = vec![1; rows.len()];
+    let input = StepInput {
+        lens: &lens,
+        host: &tokens,
+        drawn: None,
+    };
     let mut picked: Vec<&mut [KvCache]> = caches.iter_mut().map(|c| c.as_mut_slice()).collect();
-    let logits = model
-        .transformer
-        .forward(
-            tokens.as_slice().into(),
-            &plan,
-            &mut picked,
-            &mut KvPool::default(),
-            Logits::Last,
-            None,
-        )
+    let logits = Batch::new(*layout)
+        .run(model, input, &mut picked, Logits::Last, None)
         .unwrap();
     logits.eval().unwrap();
     let all = logits.as_slice::<f32>();
@@ -116,7 +113,7 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
             .map(|&i| rows[i].clone())
             .collect();
         let batched = decode(&model, &plain, &members).remove(3);
-        let packed = model.transformer.weight_kind() == WeightKind::Packed;
+        let packed = model.weight_kind() == WeightKind::Packed;
         assert_eq!(batched == reference, packed);
     }
 }
@@ -126,21 +123,15 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
 fn decode_steps(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
     let mut sequence = model.sequence();
     model.prefill(prompt, &mut sequence).unwrap();
-    let mut pool = KvPool::new(layout.pool_call_slots);
+    let mut batch = Batch::new(*layout);
     forced
         .iter()
         .map(|&token| {
-            let plan = StepPlan::new(layout, &[1]);
-            let logits = model
-                .transformer
-                .forward(
-                    [token].as_slice().into(),
-                    &plan,
-                    &mut [&mut sequence.caches],
-                    &mut pool,
-                    Logits::Last,
-                    None,
-                )
+            let tokens = [token];
+            let input = StepInput::one_row(&[1], &tokens);
+            let caches: &mut [KvCache] = &mut sequence.caches;
+            let logits = batch
+                .run(model, input, &mut [caches], Logits::Last, None)
                 .unwrap();
             logits.eval().unwrap();
             logits.as_slice::<f32>().to_vec()

@@ -17,9 +17,7 @@ use seedbar_engine::{
     row_trace::RowTrace,
     runtime,
     sampling::DeviceDraw,
-    step::kv_cache::{KvCache, KvPool},
-    step::plan::{Layout, StepPlan},
-    step::{Logits, StepTokens},
+    step::{kv_cache::KvCache, plan::Layout, Batch, Logits, StepInput},
     tokenizer::StreamDecoder,
     Model,
 };
@@ -65,16 +63,15 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
 
 pub(crate) struct Worker {
     model: Model,
-    /// How each step's rows become matmuls and attention calls.
-    layout: Layout,
+    /// How each step's rows become matmuls and attention calls, and the decode pool
+    /// where the layout pools decoding rows' KV.
+    batch: Batch,
     config: SchedulerConfig,
     stats: Arc<SchedulerStats>,
     commands: mpsc::Receiver<Command>,
     queue: VecDeque<Pending>,
     rows: Vec<Row>,
     prefix_cache: PrefixCache,
-    /// Decoding rows' KV where the layout pools it.
-    pool: KvPool,
     /// Threads the rows' draws may use (the machine's, read once: on Linux the call reads
     /// the cgroup quota files).
     draw_threads: usize,
@@ -120,14 +117,13 @@ impl Worker {
     ) -> Worker {
         Worker {
             model,
-            layout,
+            batch: Batch::new(layout),
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes, &layout),
             config,
             stats,
             commands,
             queue: VecDeque::new(),
             rows: Vec::new(),
-            pool: KvPool::new(layout.pool_call_slots),
             draw_threads: runtime::cpu_cores(),
             in_flight: None,
             noise_ahead: None,
@@ -187,7 +183,7 @@ impl Worker {
         }
         self.rows.clear();
         self.in_flight = None;
-        self.pool = KvPool::default();
+        self.batch.clear();
         let submitted = self.commands.try_iter().filter_map(|c| match c {
             Command::Submit(p) => Some(*p),
             _ => None,
@@ -228,10 +224,10 @@ impl Worker {
             let (cached, mut caches) = self
                 .prefix_cache
                 .lookup(&p.request.prompt)
-                .unwrap_or_else(|| (0, self.model.transformer.new_caches()));
+                .unwrap_or_else(|| (0, self.model.new_caches()));
             // Where only the prompt's KV is reused, sliding windows must not let go of what
             // a cut back to the prompt needs (`retire`).
-            if !self.layout.kv_independent_of_steps {
+            if !self.batch.layout().kv_independent_of_steps {
                 for cache in &mut caches {
                     cache.hold_cut_back_to(p.request.prompt.len() as i32);
                 }
@@ -317,33 +313,28 @@ impl Worker {
                     rest = after;
                     base = i + 1;
                 }
-                let plan = StepPlan::new(&self.layout, &lens);
-                let input = StepTokens {
+                let input = StepInput {
+                    lens: &lens,
                     host: &tokens,
                     drawn,
                 };
                 let mut trace = traced.map(RowTrace::new);
                 let position = traced.map(|n| picked[n][0].len());
-                let mut logits = self.model.transformer.forward(
+                let mut logits = self.batch.run(
+                    &self.model,
                     input,
-                    &plan,
                     &mut picked,
-                    &mut self.pool,
                     Logits::Last,
                     trace.as_mut(),
                 )?;
                 if let (Some(trace), Some(position)) = (trace, position) {
                     let n = trace.row;
+                    let step = trace.step.clone();
                     let record = TraceRecord {
                         position: position as usize,
                         tokens: lens[n] as usize,
                         hashes: trace.hashes()?,
-                        step: format!(
-                            "lens {lens:?}, widths {:?}, row {n} at {:?}, pooled {:?}",
-                            plan.widths,
-                            plan.slots[n],
-                            picked[n][0].pooled()
-                        ),
+                        step,
                     };
                     stats.traces.lock().expect("traces").push(record);
                 }
@@ -463,7 +454,7 @@ impl Worker {
                 }
                 continue;
             }
-            let input = row.next_input(&self.layout, budget.saturating_sub(prefill_tokens));
+            let input = row.next_input(self.batch.layout(), budget.saturating_sub(prefill_tokens));
             if row.prefilling() {
                 if prefill_tokens > 0 && prefill_tokens + input.len() > budget {
                     continue;
@@ -550,8 +541,8 @@ impl Worker {
             // Finished, stopped or cancelled alike: `caches` hold exactly `fed`, but for
             // what a pool slot held. Where a decode step's KV differs from a prefill's, only
             // the prompt's is reused (sliding windows kept what that needs, `admit`).
-            self.pool.release(&mut row.caches);
-            if !self.layout.kv_independent_of_steps {
+            self.batch.release(&mut row.caches);
+            if !self.batch.layout().kv_independent_of_steps {
                 let prompt = row.request.prompt.len().min(row.fed.len());
                 row.fed.truncate(prompt);
                 let cut = row

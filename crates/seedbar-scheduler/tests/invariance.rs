@@ -175,7 +175,7 @@ fn a_traced_row_keeps_its_numbers_alone_and_batched() {
     let (model, mut target, siblings) = chat_case(PROMPTS[4]);
     target.trace = true;
     target.sampling.logit_bias = model.eos_ids.iter().map(|&id| (id, -100.0)).collect();
-    let layers = model.transformer.num_layers();
+    let layers = model.num_layers();
     drop(model);
     target.max_tokens = 12;
     let traced = |config: SchedulerConfig| {
@@ -743,7 +743,7 @@ fn sliding_window_replies_are_independent_of_siblings_and_arrival() {
 #[test]
 fn sliding_window_host_path_replies_are_independent_too() {
     let (model, target, siblings) = sliding_window_case(Weights::FourBit);
-    assert_eq!(model.transformer.weight_kind(), WeightKind::Packed);
+    assert_eq!(model.weight_kind(), WeightKind::Packed);
     independent_of_siblings_and_arrival(model, SchedulerConfig::default(), target, siblings);
 }
 

@@ -31,6 +31,7 @@ use crate::{
     runtime,
     step::{
         attention::{self, window_mask, AttentionMath, DecodeKv, Part, QueriesKeysValues},
+        batch::Forward,
         groups::{self, Logits, StepTokens},
         kv_cache::{KvCache, KvPool},
         plan::{AttentionLayout, Products, Slot, StepPlan, WeightKind},
@@ -607,13 +608,33 @@ impl Transformer {
         self.weight_kind
     }
 
-    /// Run one step over several sequences laid out by `plan`: `tokens` holds each row's
-    /// new tokens end to end (`plan.slots[i].len` of them for row `i`), `caches[i]` is row
-    /// `i`'s per-layer cache, and `pool` holds decoding rows' KV where the layout pools it
-    /// (rows leave it with [`KvPool::release`]). Returns float32 logits: `[1, rows, V]` for
-    /// each row's last position, or `[1, N, V]` for every position. `trace` keeps one row's
-    /// numbers (on the MLX path; the host path keeps none).
-    pub fn forward(
+    /// Each matmul group's embedded tokens (`[1, W, D]`; [`groups::group_token_ids`]).
+    pub(super) fn embed(&self, tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>> {
+        groups::group_token_ids(tokens, plan)?
+            .iter()
+            .map(|ids| {
+                let h = self.embed_tokens.forward(ids, self.dtype)?;
+                match self.embedding_scale {
+                    Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
+                    None => Ok(h),
+                }
+            })
+            .collect()
+    }
+
+    /// Fresh per-layer caches for one sequence, each with its layer's sliding window.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        self.layers
+            .iter()
+            .map(|b| KvCache::new(b.self_attn.positions.window))
+            .collect()
+    }
+}
+
+/// One step laid out by `plan` ([`Forward`]); `trace` keeps the row's numbers on the MLX
+/// path (the host path keeps none).
+impl Forward for Transformer {
+    fn forward(
         &self,
         tokens: StepTokens,
         plan: &StepPlan,
@@ -675,28 +696,6 @@ impl Transformer {
             }
         }
         Ok(out.as_dtype(Dtype::Float32)?)
-    }
-
-    /// Each matmul group's embedded tokens (`[1, W, D]`; [`groups::group_token_ids`]).
-    pub(super) fn embed(&self, tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>> {
-        groups::group_token_ids(tokens, plan)?
-            .iter()
-            .map(|ids| {
-                let h = self.embed_tokens.forward(ids, self.dtype)?;
-                match self.embedding_scale {
-                    Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
-                    None => Ok(h),
-                }
-            })
-            .collect()
-    }
-
-    /// Fresh per-layer caches for one sequence, each with its layer's sliding window.
-    pub fn new_caches(&self) -> Vec<KvCache> {
-        self.layers
-            .iter()
-            .map(|b| KvCache::new(b.self_attn.positions.window))
-            .collect()
     }
 }
 

@@ -1,14 +1,18 @@
-//! Running one step over many rows, apart from the models' math: how the rows' tokens form
-//! matmul groups and attention calls (`plan`, chosen per backend for batch invariance),
-//! where their keys and values live (`kv_cache`: each row's own cache and the GPU decode
-//! pool), CUDA's row kernel for dense products (`row_products`), the rows' tokens in and
-//! positions out of the matmul groups (`groups`), and how they attend (`attention`). A
-//! model's decoder is math: each layer hands its queries, keys and values to `attention`.
+//! Running one step over many rows, apart from the models' math. The entry point is
+//! [`Batch`] (`batch`): it lays a step's rows out and runs a model's [`Forward`] pass over
+//! them. Inside: how the rows' tokens form matmul groups and attention calls (`plan`,
+//! chosen per backend for batch invariance), where their keys and values live
+//! (`kv_cache`: each row's own cache and the GPU decode pool), CUDA's row kernels for
+//! dense and quantized products (`row_products`), the rows' tokens in and positions out of
+//! the matmul groups (`groups`), and how they attend (`attention`). A model's decoder is
+//! math: each layer hands its queries, keys and values to `attention`.
 
 pub mod attention;
+pub mod batch;
 pub mod groups;
 pub mod kv_cache;
 pub mod plan;
 pub mod row_products;
 
+pub use batch::{Batch, Forward, StepInput};
 pub use groups::{Logits, StepTokens};
