@@ -134,7 +134,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
 /// close its logits come to a reference's (the parity tests' tolerances).
 fn backend() -> Value {
     let on_gpu = seedbar_engine::runtime::default_device_is_gpu();
-    let dtype = seedbar_engine::weights::LoadOptions::for_default_device().compute_dtype;
+    let dtype = seedbar_engine::LoadOptions::for_default_device().compute_dtype;
     json!({
         "device": if on_gpu { "gpu" } else { "cpu" },
         "compute_dtype": format!("{dtype:?}").to_lowercase(),

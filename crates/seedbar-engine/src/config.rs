@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 
-/// Decoder-only transformer families Seedbar runs, one file each under `models/`.
+/// Decoder-only transformer families Seedbar runs, one file each under `architectures/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
     Gemma2,
@@ -282,7 +282,7 @@ impl ModelConfig {
     }
 }
 
-/// Whether a parsed `config.json` describes an encoder (`embedding.rs` runs those).
+/// Whether a parsed `config.json` describes an encoder (`encoder.rs` runs those).
 pub fn is_encoder(config: &serde_json::Value) -> bool {
     config["model_type"] == "bert"
 }

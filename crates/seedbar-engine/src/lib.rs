@@ -1,30 +1,50 @@
-//! Seedbar's engine: loads models into MLX (through mlx-rs), tokenizes and renders chat
-//! templates, parses tool calls out of replies, and generates with per-request seeded sampling.
+//! Seedbar's engine: loads models into MLX (through mlx-rs), runs steps over many rows
+//! ([`step::Batch`]), tokenizes and renders chat templates, parses tool calls out of
+//! replies, and draws tokens with per-request seeded sampling.
+//!
+//! The crate root is its facade: the types a caller needs are re-exported here, and only
+//! the modules other crates use whole are public (`step`, `sampling`, `runtime`, `store`,
+//! `tokenizer`, `encoder`, `inventory`, `convert`, `row_trace`). Inside, `model.rs` is a
+//! loaded model, `architectures/` the math of each family, `step/` the batch layout.
+//!
+//! ```no_run
+//! use seedbar_engine::{ChatMessage, Model};
+//! let model = Model::load(std::path::Path::new("SmolLM2-135M-Instruct.Q4_1.gguf"))?;
+//! let prompt = model.chat_prompt(&[ChatMessage::new("user", "Hi")], None)?;
+//! let mut sequence = model.sequence();
+//! let logits = model.prefill(&prompt, &mut sequence)?;
+//! let first = seedbar_engine::sampling::argmax(&logits);
+//! # let _ = first;
+//! # Ok::<(), seedbar_engine::EngineError>(())
+//! ```
 
-pub mod chat_template;
-pub mod config;
+mod architectures;
+mod chat_template;
+mod config;
 pub mod convert;
-pub mod dev;
-pub mod embedding;
-pub mod error;
-pub mod generate;
-pub mod gguf;
+pub mod encoder;
+mod error;
+mod finish_reason;
+mod gguf;
 mod hub;
 pub mod inventory;
-pub mod model;
-pub mod models;
+mod model;
 pub mod row_trace;
 pub mod runtime;
 pub mod sampling;
+mod sequence;
 pub mod step;
 pub mod store;
 pub mod tokenizer;
-pub mod tool_calls;
-pub mod weights;
+mod tool_calls;
+mod weights;
 
-pub use chat_template::ChatMessage;
+pub use chat_template::{ChatMessage, ChatTemplate};
+pub use config::ModelConfig;
 pub use error::{EngineError, Result};
-pub use generate::FinishReason;
-pub use model::Model;
+pub use finish_reason::FinishReason;
+pub use model::{Model, ModelFormat};
 pub use sampling::SamplingParams;
+pub use sequence::Sequence;
 pub use tool_calls::{ToolCall, ToolCallParser, ToolOutput};
+pub use weights::LoadOptions;

@@ -10,11 +10,11 @@ use mlx_rs::Array;
 use serde_json::Value;
 
 use crate::{
+    architectures::{self, Transformer},
     chat_template::{ChatMessage, ChatTemplate, CHATML_TEMPLATE},
     config::{ModelConfig, TokenIds},
     error::{EngineError, Result},
     gguf,
-    models::{self, Transformer},
     row_trace::RowTrace,
     step::{
         kv_cache::{KvCache, KvPool},
@@ -64,7 +64,7 @@ impl Model {
     fn load_gguf(path: &Path, options: LoadOptions) -> Result<Self> {
         let contents = gguf::read(path, options.compute_dtype)?;
         let mut weights = WeightMap::new(contents.tensors, options);
-        let transformer = models::build(contents.config.clone(), &mut weights, options)?;
+        let transformer = architectures::build(contents.config.clone(), &mut weights, options)?;
         let template = ChatTemplate::new(
             contents.chat_template.as_deref().unwrap_or(CHATML_TEMPLATE),
             &contents.bos_token,
@@ -94,7 +94,7 @@ impl Model {
         let generation_config =
             read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
         let mut weights = WeightMap::new(read_safetensors(dir)?, options);
-        let transformer = models::build(config.clone(), &mut weights, options)?;
+        let transformer = architectures::build(config.clone(), &mut weights, options)?;
         let special = |key: &str| -> String {
             match &tokenizer_config[key] {
                 Value::String(s) => s.clone(),

@@ -17,7 +17,10 @@ use serde_json::Value;
 
 use crate::{
     error::{EngineError, Result},
-    step::{plan::Products, row_products},
+    step::{
+        plan::Products,
+        row_products::{self, AffineQuantized},
+    },
 };
 
 /// The shard files the `weight_map` of `index` (a parsed `model.safetensors.index.json` in
@@ -329,6 +332,11 @@ impl Quantized {
         ))
     }
 
+    /// Elements per row of the dequantized matrix.
+    fn cols(&self) -> i32 {
+        self.weight.shape()[1] * 32 / self.bits
+    }
+
     fn dequantize(&self, dtype: Dtype) -> Result<Array> {
         let dense = ops::dequantize(
             &self.weight,
@@ -389,6 +397,21 @@ impl Matrix {
                 let mut shape = x.shape().to_vec();
                 *shape.last_mut().expect("a matrix input") = p.rows() as i32;
                 Array::from_slice(&y, &shape)
+            }
+            Matrix::Quantized(q)
+                if products == Products::RowWise
+                    && x.size() as i32 / q.cols() <= row_products::MAX_ROWS =>
+            {
+                row_products::quantized_product(
+                    x,
+                    AffineQuantized {
+                        weight: &q.weight,
+                        scales: &q.scales,
+                        biases: &q.biases,
+                        group_size: q.group_size,
+                        bits: q.bits,
+                    },
+                )?
             }
             Matrix::Quantized(q) => ops::quantized_matmul(
                 x,

@@ -15,7 +15,7 @@ use seedbar_engine::{
 /// native OpenBLAS kernels before any test gets here).
 fn model() -> Model {
     seedbar_engine::runtime::prepare();
-    Model::load(&seedbar_engine::dev::default_model_path()).unwrap()
+    Model::load(&seedbar_dev::default_model_path()).unwrap()
 }
 
 /// Caches holding `prompt`, prefilled in aligned chunks, and the token to decode next.

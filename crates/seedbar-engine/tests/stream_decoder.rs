@@ -2,11 +2,11 @@
 //! deltas, each decoded from a short window of recent ids, join into the text of all its
 //! ids, in whole characters only.
 
-use seedbar_engine::{dev, tokenizer::StreamDecoder, Model};
+use seedbar_engine::{tokenizer::StreamDecoder, Model};
 
 #[test]
 fn a_long_reply_streams_its_whole_text_in_whole_characters() {
-    let model = Model::load(&dev::default_model_path()).unwrap();
+    let model = Model::load(&seedbar_dev::default_model_path()).unwrap();
     let line = "naïve café, Ελληνικά, 日本語のテキスト, 😀🎉👩‍👩‍👧‍👦 🇫🇷 e\u{301}, `x >> 2`\n";
     let ids = model.tokenizer.encode(&line.repeat(60)).unwrap();
     assert!(ids.len() > 1500, "{}", ids.len());

@@ -19,7 +19,7 @@ struct Vocab {
 fn model() -> &'static Vocab {
     static VOCAB: OnceLock<Vocab> = OnceLock::new();
     VOCAB.get_or_init(|| {
-        let model = Model::load(&seedbar_engine::dev::default_model_path()).unwrap();
+        let model = Model::load(&seedbar_dev::default_model_path()).unwrap();
         Vocab {
             tokenizer: model.tokenizer.clone(),
             eos_ids: model.eos_ids.clone(),

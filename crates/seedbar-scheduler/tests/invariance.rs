@@ -15,7 +15,7 @@ use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfi
 /// native OpenBLAS kernels before any test gets here).
 fn model() -> Model {
     seedbar_engine::runtime::prepare();
-    Model::load(&seedbar_engine::dev::default_model_path()).unwrap()
+    Model::load(&seedbar_dev::default_model_path()).unwrap()
 }
 
 const PROMPTS: [&str; 8] = [

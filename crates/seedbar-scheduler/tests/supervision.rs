@@ -6,7 +6,7 @@ use seedbar_engine::{ChatMessage, Model};
 use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError};
 
 fn model() -> Model {
-    Model::load(&seedbar_engine::dev::default_model_path()).unwrap()
+    Model::load(&seedbar_dev::default_model_path()).unwrap()
 }
 
 fn request(model: &Model, prompt: &str) -> Request {

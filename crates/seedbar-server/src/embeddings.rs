@@ -1,5 +1,5 @@
 //! Embedding routes over the store's encoder models (BERT-family sentence-transformers
-//! checkpoints, run by `seedbar_engine::embedding`): OpenAI's `POST /v1/embeddings`,
+//! checkpoints, run by `seedbar_engine::encoder`): OpenAI's `POST /v1/embeddings`,
 //! Ollama's `POST /api/embed` and its older `POST /api/embeddings`. Each encoder is loaded on
 //! first use onto a thread of its own, which then runs that model's requests one after
 //! another, off the async runtime.
@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Instant};
 
 use axum::{extract::State, Json};
 use base64::Engine as _;
-use seedbar_engine::embedding::{EmbeddingInput, Embeddings, Truncation};
+use seedbar_engine::encoder::{EmbeddingInput, Embeddings, Truncation};
 use serde::{Deserialize, Serialize};
 
 use crate::{

@@ -1,4 +1,4 @@
-//! The embedding models (`seedbar_engine::embedding`'s encoders) the server has loaded: each
+//! The embedding models (`seedbar_engine::encoder`'s encoders) the server has loaded: each
 //! on first use, onto a thread of its own, which then runs that model's requests one after
 //! another, off the async runtime.
 
@@ -9,7 +9,7 @@ use std::{
 };
 
 use seedbar_engine::{
-    embedding::{EmbeddingInput, EmbeddingModel, Embeddings, Truncation},
+    encoder::{EmbeddingInput, EmbeddingModel, Embeddings, Truncation},
     store::ModelKind,
     EngineError,
 };
@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 
 use crate::{
     error::ApiError,
-    models::{ModelCard, ModelHost},
+    model_host::{ModelCard, ModelHost},
 };
 
 /// The most inputs one request may hold (OpenAI's limit).

@@ -23,7 +23,7 @@ use seedbar_scheduler::{draw_seed, Request, RequestStream, TokenLogprob, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc::Sender;
 
-use crate::{error::ApiError, metrics::Metrics, models::LoadedModel, App};
+use crate::{error::ApiError, metrics::Metrics, model_host::LoadedModel, App};
 
 /// Stop strings a request may give (OpenAI allows 4; editors' autocomplete sends ~10).
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -357,7 +357,7 @@ impl Generation {
             .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
         Ok(Generation {
             id: format!("{}{:013x}", job.id_prefix, draw_seed()),
-            created: crate::models::now(),
+            created: crate::model_host::now(),
             model,
             seed,
             prompts,

@@ -12,7 +12,7 @@ mod error;
 mod extract;
 mod generation;
 mod metrics;
-mod models;
+mod model_host;
 mod ollama;
 mod openai;
 mod pulls;
@@ -38,7 +38,7 @@ use tokio::net::TcpListener;
 
 pub use error::ApiError;
 pub use metrics::Metrics;
-pub use models::ModelHost;
+pub use model_host::ModelHost;
 pub use pulls::{Pull, PullStatus};
 pub use readiness::{BringUp, FixAction, ModelState, Readiness};
 pub use seedbar_chats::AppSettings;

@@ -27,7 +27,7 @@ use crate::{
         spawn_body, stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel,
         Settings, StopReason, Timings, Token, Translator,
     },
-    models::{ModelCard, ModelFacts},
+    model_host::{ModelCard, ModelFacts},
     pulls::PullStatus,
     sse::with_seed,
     structured::{self, OllamaFormat},

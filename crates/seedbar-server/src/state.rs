@@ -21,7 +21,7 @@ use crate::{
     encoders::Encoders,
     error::ApiError,
     metrics::Metrics,
-    models::ModelHost,
+    model_host::ModelHost,
     pulls::{self, Pull, PullStatus},
     readiness::{BringUp, Readiness},
 };

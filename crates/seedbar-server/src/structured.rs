@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::{
     error::ApiError,
     generation::{Prompt, Settings},
-    models::LoadedModel,
+    model_host::LoadedModel,
 };
 
 /// A chat request as templates see it.

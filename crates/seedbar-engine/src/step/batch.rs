@@ -1,6 +1,6 @@
 //! The entry point for running a step: a [`Batch`] holds one model's layout and its decode
 //! pool, lays each step's rows out ([`StepPlan`]) and runs the model's pass over them. The
-//! scheduler's worker and the single-sequence passes (`generate.rs`) both step through it;
+//! scheduler's worker and the single-sequence passes (`sequence.rs`) both step through it;
 //! a model implements [`Forward`], its math over a step already laid out.
 
 use mlx_rs::Array;
@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{error::Result, row_trace::RowTrace};
 
-/// A model's pass over one laid-out step (`models::Transformer` and `Model` implement it):
+/// A model's pass over one laid-out step (`architectures::Transformer` and `Model` implement it):
 /// `tokens` holds each row's new tokens end to end (`plan.slots[i].len` of them for row
 /// `i`), `caches[i]` is row `i`'s per-layer cache, and `pool` holds decoding rows' KV where
 /// the layout pools it. Returns float32 logits: `[1, rows, V]` for each row's last

@@ -69,7 +69,8 @@ pub enum Products {
     /// count: decode groups are padded to exactly `decode_width` rows.
     Matmul,
     /// Products of at most [`row_products::MAX_ROWS`] rows through
-    /// [`row_products`](crate::step::row_products), whose rows get the same bits at any row count:
+    /// [`row_products`](crate::step::row_products)' kernels, whose rows get the same bits at
+    /// any row count:
     /// decode groups of up to `decode_width` rows and the output head's groups run unpadded
     /// (longer prefill chunks keep MLX's matmul, each a matmul of its own).
     RowWise,
@@ -123,7 +124,7 @@ pub enum WeightKind {
     Dense,
     Quantized,
     /// Every matmul on `seedbar_qmatmul`'s CPU kernels (4/8-bit weights on the CPU backend)
-    /// in a float32 model: the host path of `models/decoder.rs` runs it.
+    /// in a float32 model: the host path of `architectures/decoder.rs` runs it.
     Packed,
 }
 
@@ -176,7 +177,7 @@ impl Layout {
             // seedbar_qmatmul sums each (row, column) in one order for any row count, and
             // every other op of a step (norms, RoPE, per-row attention) is per row: a step's
             // tokens share one matmul and a lone row pays for no padding.
-            // And the host path (`models/host.rs`) computes a position the same way in any
+            // And the host path (`architectures/host.rs`) computes a position the same way in any
             // chunk, prefilled or decoded (row-wise math, one attention function per query),
             // so KV does not depend on how steps split a row, and the prefix cache may reuse
             // it at any position (`prefix_cache_hit_equals_miss` crosses decoded positions
@@ -185,18 +186,17 @@ impl Layout {
             // cblas_sgemm for every M (cpu/gemms/cblas.cpp), but inside OpenBLAS the rows
             // past the last whole microkernel tile take tail kernels that sum differently.
             (Backend::Cpu, _) => cpu(Some(CPU_DECODE_WIDTH), false),
-            // M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M, and each call
-            // costs more to launch than a decode step's work at a few rows: Seedbar's row
-            // kernel instead, whose rows are independent of M, in unpadded groups of up to
-            // 32 rows (the GPU scheduler's row count, so a full step reads each weight once).
-            (Backend::Cuda, WeightKind::Dense) => Layout {
+            // Dense M >= 2 goes to cuBLASLt, whose algorithm and split-K follow M; quantized
+            // M < 8 to qmv (a per-row grid) and above to qmm_sm80 with tile_m from M. And each
+            // call costs more to launch than a decode step's work at a few rows: Seedbar's
+            // row kernels instead, whose rows are independent of M, in unpadded groups of up
+            // to 32 rows (the GPU scheduler's row count, so a full step reads each weight
+            // once, and one row reads it at a vector product's speed).
+            // (Packed weights exist on the CPU backend only.)
+            (Backend::Cuda, _) => Layout {
                 products: Products::RowWise,
                 ..gpu(row_products::MAX_ROWS as usize)
             },
-            // qmv for M < 8 (a per-row grid), qmm_sm80 above with tile_m from M: 16 is
-            // qmm_sm80's smallest tile.
-            // (Packed weights exist on the CPU backend only.)
-            (Backend::Cuda, WeightKind::Quantized | WeightKind::Packed) => gpu(16),
             // gemv_wide uses 16 K-lanes for M in 6..=15 (M3+); steel split-K above.
             (Backend::Metal, WeightKind::Dense) => gpu(8),
             // qmv_wide is identical for 2 <= M < the chip's vector limit (>= 6): one
@@ -402,47 +402,32 @@ mod tests {
 
     #[test]
     fn gpu_decode_rows_fill_fixed_width_groups_and_chunks_stand_alone() {
-        let cuda = Layout::for_backend(Backend::Cuda, WeightKind::Quantized);
+        let metal = Layout::for_backend(Backend::Metal, WeightKind::Dense);
         let mut lens = vec![1; 20];
         lens.insert(3, 128);
         lens.push(7);
-        let plan = StepPlan::new(&cuda, &lens);
-        assert_eq!(plan.widths, [16, 128, 16, 7]);
-        assert_eq!(plan.filled, [16, 128, 4, 7]);
-        assert_eq!(
-            plan.slots[3],
-            Slot {
-                group: 1,
-                offset: 0,
-                len: 128
-            }
-        );
-        assert_eq!(
-            plan.slots[16],
-            Slot {
-                group: 0,
-                offset: 15,
-                len: 1
-            }
-        );
-        assert_eq!(
-            plan.slots[17],
-            Slot {
-                group: 2,
-                offset: 0,
-                len: 1
-            }
-        );
-        assert_eq!(plan.head_widths, [16, 16]);
+        let plan = StepPlan::new(&metal, &lens);
+        assert_eq!(plan.widths, [8, 128, 8, 8, 7]);
+        assert_eq!(plan.filled, [8, 128, 8, 4, 7]);
+        let slot = |group, offset, len| Slot { group, offset, len };
+        assert_eq!(plan.slots[3], slot(1, 0, 128));
+        assert_eq!(plan.slots[16], slot(2, 7, 1));
+        assert_eq!(plan.slots[17], slot(3, 0, 1));
+        assert_eq!(plan.head_widths, [8, 8, 8]);
         // A row alone gets the same shapes as in a crowd.
-        let alone = StepPlan::new(&cuda, &[1]);
-        assert_eq!((alone.widths, alone.head_widths), (vec![16], vec![16]));
+        let alone = StepPlan::new(&metal, &[1]);
+        assert_eq!((alone.widths, alone.head_widths), (vec![8], vec![8]));
     }
 
     #[test]
     fn row_wise_products_leave_decode_and_head_groups_unpadded() {
-        let cuda = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
-        assert_eq!(cuda.products, Products::RowWise);
+        for weights in [WeightKind::Dense, WeightKind::Quantized] {
+            assert_eq!(
+                Layout::for_backend(Backend::Cuda, weights).products,
+                Products::RowWise
+            );
+        }
+        let cuda = Layout::for_backend(Backend::Cuda, WeightKind::Quantized);
         let mut lens = vec![1; 40];
         lens.insert(3, 128);
         let plan = StepPlan::new(&cuda, &lens);

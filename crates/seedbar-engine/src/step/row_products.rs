@@ -1,15 +1,17 @@
-//! Dense products `x · wᵀ` of a few rows whose every row gets the same bits at any row
-//! count: the decode steps' projections on CUDA, where cuBLAS picks its algorithm by the
-//! row count (so a row would need zero rows padding it to a fixed width, and every product
-//! would be a cuBLAS call, whose launch costs more than the work at a handful of rows).
+//! Products `x · wᵀ` of a few rows whose every row gets the same bits at any row count: the
+//! decode steps' projections on CUDA, where cuBLAS and MLX's quantized kernels pick their
+//! algorithm or tile by the row count (so a row would need zero rows padding it to a fixed
+//! width, and every product would be a library call, whose launch costs more than the work
+//! at a handful of rows).
 //!
-//! On CUDA this is Seedbar's own kernel (`row_products.cu`, compiled by MLX at run time):
+//! On CUDA these are Seedbar's own kernels, compiled by MLX at run time: `row_products.cu`
+//! for dense weights and `row_products_quantized.cu` for MLX's affine 4- and 8-bit weights,
 //! one warp per output column (or two), summing each row over its own elements in a fixed
-//! order. Elsewhere (tests that run CUDA's layout on the CPU, a backend without the kernel)
-//! each row is a product of its own, which is row-invariant too, and slow. So are rows
-//! whose length is not a multiple of 8 on CUDA (no model Seedbar loads has one); there a
-//! row's 1-row product could also differ with its alignment in the batch (MLX's gemv picks
-//! its loads by pointer alignment).
+//! order. Elsewhere (tests that run CUDA's layout on the CPU, a backend without the
+//! kernels) each row is a product of its own, which is row-invariant too, and slow. So are
+//! rows whose length the kernels' 16-byte loads do not divide (no model Seedbar loads has
+//! one); there a row's 1-row product could also differ with its alignment in the batch
+//! (MLX's gemv picks its loads by pointer alignment).
 //!
 //! ```no_run
 //! use mlx_rs::Array;
@@ -19,7 +21,10 @@
 //! # Ok::<(), seedbar_engine::EngineError>(())
 //! ```
 
-use std::{cell::RefCell, ffi::CString};
+use std::{
+    cell::RefCell,
+    ffi::{CStr, CString},
+};
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype, Stream};
 
@@ -28,63 +33,148 @@ use crate::{
     runtime::Backend,
 };
 
-/// The most rows one product takes (the kernel's largest row capacity).
+/// The most rows one product takes (the kernels' largest row capacity).
 pub const MAX_ROWS: i32 = 32;
-
-/// The kernel's body; MLX writes its signature from the inputs and outputs.
-const SOURCE: &str = include_str!("row_products.cu");
 
 /// Threads per block: four warps.
 const THREADS: i32 = 128;
 
+/// MLX's affine quantization of a `[N, K]` matrix: `weight` packs `bits`-bit values into
+/// `u32` words along K, lowest bits first; `scales` and `biases` hold one value per
+/// `group_size` elements (`[N, K / group_size]`).
+#[derive(Debug, Clone, Copy)]
+pub struct AffineQuantized<'a> {
+    pub weight: &'a Array,
+    pub scales: &'a Array,
+    pub biases: &'a Array,
+    pub group_size: i32,
+    pub bits: i32,
+}
+
 /// `x · wᵀ` for `x` of `[..., K]` with at most [`MAX_ROWS`] rows and `w` of `[N, K]`:
 /// `[..., N]`, each row's values independent of the other rows.
 pub fn product(x: &Array, w: &Array) -> Result<Array> {
+    let depth = *x.shape().last().expect("a matrix input");
+    let on_kernel = matches!(w.dtype(), Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
+        && depth % 8 == 0
+        && Backend::current() == Backend::Cuda;
+    each_row(x, w.shape()[0], |matrix| {
+        if on_kernel {
+            DENSE.with_borrow_mut(|kernel| {
+                let kernel = kernel.get_or_insert_with(|| Kernel::new(&DENSE_KERNEL));
+                kernel.apply(&[&matrix.as_dtype(w.dtype())?, w], w.dtype(), &[])
+            })
+        } else {
+            per_row(matrix, |row| Ok(row.matmul(w.t())?))
+        }
+    })
+}
+
+/// `x · dequantize(w)ᵀ` for `x` of `[..., K]` with at most [`MAX_ROWS`] rows: `[..., N]`,
+/// each row's values independent of the other rows.
+pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
+    let depth = *x.shape().last().expect("a matrix input");
+    // Each lane reads 16 bytes of weights at a time: this many elements.
+    let span = 128 / w.bits.max(1);
+    let on_kernel = matches!(w.bits, 4 | 8)
+        && depth % span == 0
+        && w.group_size % span == 0
+        && matches!(
+            w.scales.dtype(),
+            Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32
+        )
+        && Backend::current() == Backend::Cuda;
+    each_row(x, w.weight.shape()[0], |matrix| {
+        if on_kernel {
+            QUANTIZED.with_borrow_mut(|kernel| {
+                let kernel = kernel.get_or_insert_with(|| Kernel::new(&QUANTIZED_KERNEL));
+                let x = matrix.as_dtype(w.scales.dtype())?;
+                kernel.apply(
+                    &[&x, w.weight, w.scales, w.biases],
+                    w.scales.dtype(),
+                    &[(c"BITS", w.bits), (c"GROUP", w.group_size)],
+                )
+            })
+        } else {
+            per_row(matrix, |row| {
+                Ok(ops::quantized_matmul(
+                    row,
+                    w.weight,
+                    w.scales,
+                    w.biases,
+                    true,
+                    w.group_size,
+                    w.bits,
+                )?)
+            })
+        }
+    })
+}
+
+/// `x` of `[..., K]` as a `[rows, K]` matrix through `product`, whose `[rows, outputs]`
+/// result takes `x`'s leading shape.
+fn each_row(
+    x: &Array,
+    outputs: i32,
+    product: impl FnOnce(&Array) -> Result<Array>,
+) -> Result<Array> {
     let shape = x.shape();
     let depth = *shape.last().expect("a matrix input");
     let rows = x.size() as i32 / depth.max(1);
-    let outputs = w.shape()[0];
-    let matrix = x.reshape(&[rows, depth])?;
-    let y = if cuda_kernel_applies(w.dtype(), depth) {
-        KERNEL
-            .with_borrow_mut(|kernel| kernel.get_or_insert_with(RowKernel::new).apply(&matrix, w))?
-    } else {
-        let each = (0..rows)
-            .map(|r| Ok(matrix.index((r..r + 1, ..)).matmul(w.t())?))
-            .collect::<Result<Vec<_>>>()?;
-        ops::concatenate(&each, 0)?
-    };
+    let y = product(&x.reshape(&[rows, depth])?)?;
     let mut out_shape = shape.to_vec();
     *out_shape.last_mut().expect("a matrix input") = outputs;
     Ok(y.reshape(&out_shape)?)
 }
 
-/// Whether the CUDA kernel runs this product: on MLX's CUDA backend, for float weights
-/// whose rows split into 16-byte loads.
-fn cuda_kernel_applies(dtype: Dtype, depth: i32) -> bool {
-    matches!(dtype, Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
-        && depth % 8 == 0
-        && Backend::current() == Backend::Cuda
+/// Each row of `matrix` through `product` on its own, joined: row-invariant on any backend.
+fn per_row(matrix: &Array, product: impl Fn(&Array) -> Result<Array>) -> Result<Array> {
+    let each = (0..matrix.shape()[0])
+        .map(|r| product(&matrix.index((r..r + 1, ..))))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(ops::concatenate(&each, 0)?)
 }
+
+/// One of the kernels: the name MLX caches it by, its body (MLX writes the signature from
+/// the inputs and outputs) and its inputs' names (the output is `y`). The first input is
+/// `x` and the second the weights, whose first dimension is the output's columns.
+struct KernelSource {
+    name: &'static str,
+    body: &'static str,
+    inputs: &'static [&'static str],
+}
+
+const DENSE_KERNEL: KernelSource = KernelSource {
+    name: "seedbar_row_products",
+    body: include_str!("row_products.cu"),
+    inputs: &["x", "w"],
+};
+
+const QUANTIZED_KERNEL: KernelSource = KernelSource {
+    name: "seedbar_row_products_quantized",
+    body: include_str!("row_products_quantized.cu"),
+    inputs: &["x", "w", "scales", "biases"],
+};
 
 thread_local! {
-    /// The kernel handle, made once per thread that runs models.
-    static KERNEL: RefCell<Option<RowKernel>> = const { RefCell::new(None) };
+    /// The kernels' handles, made once per thread that runs models.
+    static DENSE: RefCell<Option<Kernel>> = const { RefCell::new(None) };
+    static QUANTIZED: RefCell<Option<Kernel>> = const { RefCell::new(None) };
 }
 
-/// MLX's handle on the custom kernel.
-struct RowKernel {
+/// MLX's handle on a custom kernel.
+struct Kernel {
     raw: mlx_sys::mlx_fast_cuda_kernel,
 }
 
-impl RowKernel {
-    fn new() -> RowKernel {
+impl Kernel {
+    fn new(source: &KernelSource) -> Kernel {
         // MLX caches compiled kernels on disk by name: the name carries the source's hash,
         // so a changed kernel never loads an old build.
         let name =
-            CString::new(format!("seedbar_row_products_{:016x}", fnv1a(SOURCE))).expect("no NUL");
-        let source = CString::new(SOURCE).expect("no NUL");
-        let inputs = strings(&["x", "w"]);
+            CString::new(format!("{}_{:016x}", source.name, fnv1a(source.body))).expect("no NUL");
+        let body = CString::new(source.body).expect("no NUL");
+        let inputs = strings(source.inputs);
         let outputs = strings(&["y"]);
         // SAFETY: every argument is a live handle or NUL-terminated string for the call.
         let raw = unsafe {
@@ -92,7 +182,7 @@ impl RowKernel {
                 name.as_ptr(),
                 inputs,
                 outputs,
-                source.as_ptr(),
+                body.as_ptr(),
                 c"".as_ptr(),
                 true,
                 0,
@@ -101,60 +191,61 @@ impl RowKernel {
             mlx_sys::mlx_vector_string_free(outputs);
             raw
         };
-        RowKernel { raw }
+        Kernel { raw }
     }
 
-    /// `x [M, K] · w [N, K]ᵀ` on the kernel variant sized for M rows (the variants differ
-    /// in registers only, not in any row's arithmetic).
-    fn apply(&self, x: &Array, w: &Array) -> Result<Array> {
-        let rows = x.shape()[0];
-        let outputs = w.shape()[0];
+    /// `y [M, N]` of `dtype` from `inputs` (`x [M, K]` first, then the weights of N rows),
+    /// on the kernel variant sized for M rows (the variants differ in registers only, not
+    /// in any row's arithmetic); `extra` adds integer template arguments.
+    fn apply(&self, inputs: &[&Array], dtype: Dtype, extra: &[(&CStr, i32)]) -> Result<Array> {
+        let rows = inputs[0].shape()[0];
+        let outputs = inputs[1].shape()[0];
         let (max_rows, cols) = match rows {
             ..=2 => (2, 1),
             3..=8 => (8, 2),
             _ => (MAX_ROWS, 2),
         };
         let warps = (outputs + cols - 1) / cols;
-        let x = x.as_dtype(w.dtype())?;
         let stream = Stream::thread_local_or_default();
-        // SAFETY: the kernel reads x and w within their shapes and writes each element of
-        // y once ([rows, outputs], guarded by `first + c < outputs` and `m < rows`); the
+        // SAFETY: the kernels read their inputs within their shapes and write each element
+        // of y once ([rows, outputs], guarded by `first + c < outputs` and `m < rows`); the
         // handles passed live through each call and are freed after it.
         unsafe {
             let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
             let shape = [rows, outputs];
-            let status =
+            let mut status =
                 mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
                     config,
                     shape.as_ptr(),
                     shape.len(),
-                    w.dtype().into(),
+                    dtype.into(),
                 ) | mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, warps * 32, 1, 1)
                     | mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, THREADS, 1, 1)
                     | mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
                         config,
                         c"T".as_ptr(),
-                        w.dtype().into(),
-                    )
-                    | mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
-                        config,
-                        c"MAX_ROWS".as_ptr(),
-                        max_rows,
-                    )
-                    | mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
-                        config,
-                        c"COLS".as_ptr(),
-                        cols,
+                        dtype.into(),
                     );
-            let inputs = mlx_sys::mlx_vector_array_new();
-            let appended = mlx_sys::mlx_vector_array_append_value(inputs, x.as_ptr())
-                | mlx_sys::mlx_vector_array_append_value(inputs, w.as_ptr());
+            for (name, value) in [(c"MAX_ROWS", max_rows), (c"COLS", cols)]
+                .iter()
+                .chain(extra)
+            {
+                status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
+                    config,
+                    name.as_ptr(),
+                    *value,
+                );
+            }
+            let vector = mlx_sys::mlx_vector_array_new();
+            for input in inputs {
+                status |= mlx_sys::mlx_vector_array_append_value(vector, input.as_ptr());
+            }
             let mut results = mlx_sys::mlx_vector_array_new();
-            let applied = if status | appended == 0 {
+            let applied = if status == 0 {
                 mlx_sys::mlx_fast_cuda_kernel_apply(
                     &mut results,
                     self.raw,
-                    inputs,
+                    vector,
                     config,
                     stream.as_ptr(),
                 )
@@ -165,7 +256,7 @@ impl RowKernel {
             let got = applied == 0
                 && mlx_sys::mlx_vector_array_size(results) == 1
                 && mlx_sys::mlx_vector_array_get(&mut y, results, 0) == 0;
-            mlx_sys::mlx_vector_array_free(inputs);
+            mlx_sys::mlx_vector_array_free(vector);
             mlx_sys::mlx_vector_array_free(results);
             mlx_sys::mlx_fast_cuda_kernel_config_free(config);
             let y = Array::from_ptr(y);
@@ -173,14 +264,14 @@ impl RowKernel {
                 Ok(y)
             } else {
                 Err(EngineError::Mlx(
-                    "MLX refused the row-product kernel's launch".to_string(),
+                    "MLX refused a row-product kernel's launch".to_string(),
                 ))
             }
         }
     }
 }
 
-impl Drop for RowKernel {
+impl Drop for Kernel {
     fn drop(&mut self) {
         // SAFETY: `raw` came from `mlx_fast_cuda_kernel_new` and is freed once.
         unsafe { mlx_sys::mlx_fast_cuda_kernel_free(self.raw) };
@@ -237,5 +328,42 @@ mod tests {
                 .shape(),
             [1, 5, 24]
         );
+    }
+
+    /// The same for MLX's 4- and 8-bit weights: a row alone gets its bits among others,
+    /// and MLX's quantized product's values.
+    #[test]
+    fn a_quantized_row_gets_the_same_bits_alone_and_among_others() {
+        let values = |n: usize, seed: u64| -> Vec<f32> {
+            (0..n as u64)
+                .map(|i| ((i * 2_654_435_761 + seed) % 1000) as f32 / 500.0 - 1.0)
+                .collect()
+        };
+        let dense = Array::from_slice(&values(24 * 128, 11), &[24, 128]);
+        let x = Array::from_slice(&values(5 * 128, 5), &[1, 5, 128]);
+        for bits in [4, 8] {
+            let (weight, scales, biases) = ops::quantize(&dense, 64, bits).unwrap();
+            let w = AffineQuantized {
+                weight: &weight,
+                scales: &scales,
+                biases: &biases,
+                group_size: 64,
+                bits,
+            };
+            let together = quantized_product(&x, w).unwrap();
+            assert_eq!(together.shape(), [1, 5, 24]);
+            for r in 0..5 {
+                let alone = quantized_product(&x.index((.., r..r + 1, ..)), w).unwrap();
+                let row = together.index((.., r..r + 1, ..));
+                assert_eq!(
+                    alone.as_slice::<f32>(),
+                    row.as_slice::<f32>(),
+                    "{bits}-bit row {r}"
+                );
+            }
+            let reference =
+                ops::quantized_matmul(&x, &weight, &scales, &biases, true, 64, bits).unwrap();
+            assert!(together.all_close(&reference, 1e-4, 1e-4, None).unwrap());
+        }
     }
 }

@@ -1,6 +1,12 @@
-//! The development set-up's default model, for the tests and benches that need a real one:
-//! `scripts/setup.sh` fetches it and records its path in its cache
-//! (`$SEEDBAR_DEV_CACHE`, else `~/.cache/seedbar-dev`).
+//! The development set-up's default model, for the tests that need a real one: the
+//! set-up (`scripts/setup.sh`) fetches it and records its path in its cache
+//! (`$SEEDBAR_DEV_CACHE`, else `~/.cache/seedbar-dev`). Crates take this crate as a
+//! dev-dependency only, so no product binary carries it.
+//!
+//! ```no_run
+//! let gguf = seedbar_dev::default_model_path();
+//! assert!(gguf.exists());
+//! ```
 
 use std::path::PathBuf;
 

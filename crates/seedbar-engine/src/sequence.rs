@@ -1,6 +1,5 @@
 //! Single-sequence forward passes (aligned chunked prefill, one decode step) used by
-//! benchmarks and probes, each a step of the sequence's own [`Batch`], and the types
-//! replies are described with.
+//! benchmarks and probes, each a step of the sequence's own [`Batch`].
 
 use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
 
@@ -22,25 +21,6 @@ impl Sequence {
     /// Bytes of keys and values the sequence holds, in its caches and its pool.
     pub fn kv_bytes(&self) -> usize {
         self.caches.iter().map(KvCache::bytes).sum::<usize>() + self.batch.kv_bytes()
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-sequence token.
-    Stop,
-    /// `max_tokens` reached.
-    Length,
-    /// One of the request's stop strings (this index in its list) matched.
-    StopString(usize),
-}
-
-impl FinishReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Stop | FinishReason::StopString(_) => "stop",
-            FinishReason::Length => "length",
-        }
     }
 }
 

@@ -15,12 +15,10 @@ use std::{
 
 use axum::http::StatusCode;
 use seedbar_engine::{
-    chat_template::ChatTemplate,
-    config::ModelConfig,
     inventory::Inventory,
     store::{ModelKind, ModelStore, StoredModel},
     tokenizer::Tokenizer,
-    ChatMessage, EngineError, Model,
+    ChatMessage, ChatTemplate, EngineError, Model, ModelConfig,
 };
 use seedbar_grammar::{GrammarError, Vocabulary};
 use seedbar_scheduler::{Scheduler, SchedulerConfig, SubmitError};
