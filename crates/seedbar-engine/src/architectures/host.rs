@@ -1,7 +1,8 @@
 //! A layer's row-wise math on host floats, for models whose every matmul runs on the CPU
 //! kernels (`seedbar_qmatmul`): RMS norms, residual sums, the MLP's gated activation,
-//! soft-caps, RoPE, and a decoding row's attention over its own host KV; and the decoder's
-//! layers run on them (`Transformer::forward_on_host`, the packed CPU path). Between two
+//! soft-caps, RoPE, and each row's queries attending over its own host KV (through
+//! `host_attention.rs`); and the decoder's layers run on them
+//! (`Transformer::forward_on_host`, the packed CPU path). Between two
 //! kernel calls the activations are already in host memory, so doing this here instead of
 //! in MLX saves a hand-off to MLX's stream thread per matmul input (each one two thread
 //! wake-ups, which the profile found to be most of a CPU decode step).
@@ -15,6 +16,7 @@ use rayon::prelude::*;
 use super::{
     activation::Activation,
     decoder::{Attention, FeedForward, Mlp, RmsNorm, Rope, Transformer},
+    host_attention::{QueryAttention, BLOCK},
 };
 use crate::{
     error::Result,
@@ -111,69 +113,6 @@ impl Rotary<'_> {
             }
         }
     }
-}
-
-/// One query position's attention (`q`: `heads` heads of `head_dim`, rotated) over the
-/// keys and values of positions `start..len` of `kv` (each head reads its group's KV
-/// head): `softmax(scale · q·k [soft-capped]) · v`, per head, in position order. A prefill
-/// chunk's queries and a decoding row's run the same computation.
-pub(super) struct QueryAttention {
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub scale: f32,
-    pub softcap: Option<f32>,
-}
-
-impl QueryAttention {
-    pub(super) fn attend(&self, q: &[f32], kv: &HostKv, start: usize, len: usize) -> Vec<f32> {
-        let (hd, repeats) = (self.head_dim, self.heads / self.kv_heads);
-        let mut out = vec![0.0f32; self.heads * hd];
-        let mut scores = vec![0.0f32; len - start];
-        for h in 0..self.heads {
-            let at = (h / repeats) * hd;
-            let q = &q[h * hd..(h + 1) * hd];
-            for (score, t) in scores.iter_mut().zip(start..len) {
-                let s = dot(q, &kv.keys[t * kv.width() + at..][..hd]) * self.scale;
-                *score = match self.softcap {
-                    Some(cap) => cap * (s / cap).tanh(),
-                    None => s,
-                };
-            }
-            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut total = 0.0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                total += *s;
-            }
-            let o = &mut out[h * hd..(h + 1) * hd];
-            for (&p, t) in scores.iter().zip(start..len) {
-                let weight = p / total;
-                for (o, v) in o.iter_mut().zip(&kv.values[t * kv.width() + at..][..hd]) {
-                    *o += weight * v;
-                }
-            }
-        }
-        out
-    }
-}
-
-/// `a · b` in eight interleaved partial sums (a fixed order the compiler vectorizes).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8
-        .remainder()
-        .iter()
-        .zip(b8.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a8.zip(b8) {
-        for k in 0..8 {
-            lanes[k] += x[k] * y[k];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// Rows `rows` (each of `width` floats) of `x`, end to end.
@@ -310,23 +249,35 @@ impl Attention {
             .iter()
             .map(|c| (c.host().expect("appended above"), c.first() as usize))
             .collect();
-        let jobs: Vec<(usize, usize)> = plan
+        // Jobs: each row's query positions in blocks (a block reads the row's KV once), per
+        // KV head (each writes its own query heads).
+        let jobs: Vec<(usize, usize, usize, usize)> = plan
             .slots
             .iter()
             .enumerate()
-            .flat_map(|(i, slot)| (0..slot.len as usize).map(move |n| (i, n)))
+            .flat_map(|(i, slot)| {
+                let len = slot.len as usize;
+                (0..len)
+                    .step_by(BLOCK)
+                    .flat_map(move |n| (0..kv_heads).map(move |g| (i, n, (n + BLOCK).min(len), g)))
+            })
             .collect();
         let window = self.positions.window.map(|w| w as usize);
         let attended: Vec<Vec<f32>> = jobs
             .par_iter()
-            .map(|&(i, n)| {
+            .map(|&(i, from, to, g)| {
                 let (q, first) = &queries[i];
+                let (kv, kept) = held[i];
                 // The query at position `p` sees keys `(p - window, p]`; the store's `t`-th
                 // position is position `kept + t`.
-                let end = first + n + 1;
-                let start = window.map_or(0, |w| end.saturating_sub(w));
-                let (kv, kept) = held[i];
-                attention.attend(&q[n * qw..(n + 1) * qw], kv, start - kept, end - kept)
+                let ranges: Vec<(usize, usize)> = (from..to)
+                    .map(|n| {
+                        let end = first + n + 1;
+                        let start = window.map_or(0, |w| end.saturating_sub(w));
+                        (start - kept, end - kept)
+                    })
+                    .collect();
+                attention.attend(&q[from * qw..to * qw], kv, &ranges, g)
             })
             .collect();
         let mut outs: Vec<Vec<f32>> = plan
@@ -334,10 +285,14 @@ impl Attention {
             .iter()
             .map(|&w| vec![0.0; w as usize * qw])
             .collect();
-        for (&(i, n), out) in jobs.iter().zip(attended) {
+        // Each job's outputs: per query, KV head g's query heads, `group` floats.
+        let group = qw / kv_heads;
+        for (&(i, from, _, g), out) in jobs.iter().zip(attended) {
             let slot = &plan.slots[i];
-            let at = (slot.offset as usize + n) * qw;
-            outs[slot.group][at..at + qw].copy_from_slice(&out);
+            for (n, heads) in out.chunks_exact(group).enumerate() {
+                let at = (slot.offset as usize + from + n) * qw + g * group;
+                outs[slot.group][at..at + group].copy_from_slice(heads);
+            }
         }
         Ok(outs)
     }
@@ -452,46 +407,6 @@ mod tests {
         assert!((out[1] - 2.0 / (1.0 + (-2.0f32).exp()) * 3.0).abs() < 1e-6);
         let gelu = gated(Activation::GeluTanh, &[1.0, 1.0], 1)[0];
         assert!((gelu - 0.841_192).abs() < 1e-5);
-    }
-
-    #[test]
-    fn a_query_attends_over_its_window_as_softmax_says() {
-        // Two query heads sharing one KV head of 2 features, 3 positions held.
-        let kv = HostKv {
-            keys: vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0],
-            values: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-            kv_heads: 1,
-            head_dim: 2,
-        };
-        let attention = QueryAttention {
-            heads: 2,
-            kv_heads: 1,
-            head_dim: 2,
-            scale: 0.5,
-            softcap: None,
-        };
-        let q = [2.0, 0.0, 0.0, 4.0];
-        let expect = |q: [f64; 2], from: usize| -> Vec<f64> {
-            let scores: Vec<f64> = (from..3)
-                .map(|t| 0.5 * (q[0] * kv.keys[2 * t] as f64 + q[1] * kv.keys[2 * t + 1] as f64))
-                .collect();
-            let total: f64 = scores.iter().map(|s| s.exp()).sum();
-            (0..2)
-                .map(|f| {
-                    (from..3)
-                        .zip(&scores)
-                        .map(|(t, s)| s.exp() / total * kv.values[2 * t + f] as f64)
-                        .sum()
-                })
-                .collect()
-        };
-        for from in [0, 1] {
-            let out = attention.attend(&q, &kv, from, 3);
-            let wanted: Vec<f64> = [expect([2.0, 0.0], from), expect([0.0, 4.0], from)].concat();
-            for (got, want) in out.iter().zip(&wanted) {
-                assert!((*got as f64 - want).abs() < 1e-6, "{out:?} vs {wanted:?}");
-            }
-        }
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod activation;
 pub mod decoder;
 mod gemma3;
 mod host;
+mod host_attention;
 mod llama;
 mod mistral;
 mod mixtral;
