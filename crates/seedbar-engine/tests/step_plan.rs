@@ -81,8 +81,9 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
         assert!(drift < 1e-3, "{layout:?}: logits differ by {drift}");
     }
     // The target (row 0) first, last, and in the middle of a crowd; on this backend's
-    // layout and on the pooled GPU layouts, where the 13-row crowd spans two attention calls
-    // and the 20-row one two decode groups of the 16-row layout.
+    // layout and on two pooled GPU layouts: CUDA's unpadded row-wise groups (dense and
+    // quantized alike), and Metal's 4-bit one, where the 20-row crowd spans four decode
+    // groups of 5 rows and three attention calls of 8 slots.
     let crowds = [
         vec![0, 1, 2],
         vec![2, 1, 0],
@@ -91,8 +92,10 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
         vec![2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 0, 1, 2],
         [[1, 2].repeat(9), vec![0, 1]].concat(),
     ];
-    let pooled =
-        [WeightKind::Dense, WeightKind::Quantized].map(|w| Layout::for_backend(Backend::Cuda, w));
+    let pooled = [
+        Layout::for_backend(Backend::Cuda, WeightKind::Quantized),
+        Layout::for_backend(Backend::Metal, WeightKind::Quantized),
+    ];
     for layout in [here, pooled[0], pooled[1]] {
         let alone = decode(&model, &layout, &rows[..1]).remove(0);
         for crowd in &crowds {
