@@ -1,7 +1,7 @@
 """Seedbar vs llama.cpp's own llama-server on the same GGUF, over the same OpenAI HTTP API, in
 one run: aggregate throughput of 1, 8 and 16 concurrent seeded chats (llama-server with as many
 parallel slots, continuous batching), time to first token, batch-1 decode and the prefill of a
-512-token prompt. Both servers stay up side by side and each scenario runs on one, then the
+512-token and of a 4,096-token prompt (an agent's long system prompt). Both servers stay up side by side and each scenario runs on one, then the
 other, so drift on a shared machine hits both. Prints Seedbar / llama-server ratios.
 
 `make bench` builds llama-server (scripts/setup.sh --bench) and runs this from scripts/bench.py."""
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-CHATS, TOKENS, PREFILL_TOKENS, REPEAT = [1, 8, 16], 128, 512, 3
+CHATS, TOKENS, PREFILL_TOKENS, LONG_PROMPT_TOKENS, REPEAT = [1, 8, 16], 128, 512, 4096, 3
 # SmolLM2's end-of-reply ids (<|endoftext|>, <|im_end|>): banned, so every chat writes TOKENS.
 NO_EOS = {"0": -100, "2": -100}
 
@@ -97,15 +97,16 @@ def concurrent(url, model, prompts, n):
 
 
 def prefill(url, model, filler):
-    """(prompt tokens, best tokens per second) of a ~512-token prompt, fresh each run (no prompt
-    cache can serve it)."""
+    """(prompt tokens, best tokens per second) of a prompt of `filler`, fresh each run (no
+    prompt cache can serve it)."""
     runs = [chat(url, model, f"Run {run}: {filler}", run, 1) for run in range(REPEAT)]
     return runs[0][2], max(r[2] / r[0] for r in runs)
 
 
 def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> None:
     cores = str(os.cpu_count() or 2)
-    filler = "The quick brown fox jumps over the lazy dog. " * (PREFILL_TOKENS // 10)
+    sentence = "The quick brown fox jumps over the lazy dog. "
+    fillers = [sentence * (tokens // 10) for tokens in (PREFILL_TOKENS, LONG_PROMPT_TOKENS)]
     print(f"Seedbar vs llama-server (-np N -t {cores}), same GGUF, {TOKENS} tokens per chat, temperature 0.8, seeded")
     print(f"{'chats':<7}{'seedbar tok/s':>14}{'llama tok/s':>13}{'ratio':>8}{'seedbar ttft':>14}{'llama ttft':>12}")
     seedbar_port = free_port()
@@ -115,7 +116,7 @@ def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> No
         for n in CHATS:
             port = free_port()
             argv = [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", str(n), "-t", cores,
-                    "-c", str(1024 * n), "--log-disable"]
+                    "-c", str(max(1024 * n, 2 * LONG_PROMPT_TOKENS)), "--log-disable"]
             with running(argv, port) as peer:
                 concurrent(ours, model, prompts, n)  # warm-up: shapes, caches
                 concurrent(peer, model, prompts, n)
@@ -123,9 +124,10 @@ def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> No
                 print(f"{n:<7}{a['tok_s']:>14.1f}{b['tok_s']:>13.1f}{a['tok_s'] / b['tok_s']:>7.2f}x"
                       f"{a['ttft_s']:>13.2f}s{b['ttft_s']:>11.2f}s")
                 if n == 1:
-                    single = {"ours": a, "peer": b, "ours_prefill": prefill(ours, model, filler),
-                              "peer_prefill": prefill(peer, model, filler)}
+                    single = {"ours": a, "peer": b,
+                              "ours_prefill": [prefill(ours, model, f) for f in fillers],
+                              "peer_prefill": [prefill(peer, model, f) for f in fillers]}
     a, b = single["ours"]["decode_tok_s"], single["peer"]["decode_tok_s"]
     print(f"batch-1 decode: seedbar {a:.1f} tok/s, llama-server {b:.1f} tok/s ({a / b:.2f}x)")
-    (tokens, a), (_, b) = single["ours_prefill"], single["peer_prefill"]
-    print(f"prefill of {tokens} tokens: seedbar {a:.0f} tok/s, llama-server {b:.0f} tok/s ({a / b:.2f}x)")
+    for (tokens, a), (_, b) in zip(single["ours_prefill"], single["peer_prefill"]):
+        print(f"prefill of {tokens} tokens: seedbar {a:.0f} tok/s, llama-server {b:.0f} tok/s ({a / b:.2f}x)")
