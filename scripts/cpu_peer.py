@@ -109,15 +109,27 @@ def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> No
     fillers = [sentence * (tokens // 10) for tokens in (PREFILL_TOKENS, LONG_PROMPT_TOKENS)]
     print(f"Seedbar vs llama-server (-np N -t {cores}), same GGUF, {TOKENS} tokens per chat, temperature 0.8, seeded")
     print(f"{'chats':<7}{'seedbar tok/s':>14}{'llama tok/s':>13}{'ratio':>8}{'seedbar ttft':>14}{'llama ttft':>12}")
+    def peer_argv(n, port, extra):
+        return [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", str(n), "-t", cores,
+                "-c", str(max(1024 * n, 2 * LONG_PROMPT_TOKENS)), *extra]
+
+    extra = []
+    try:
+        port = free_port()
+        with running(peer_argv(1, port, extra), port):
+            pass
+    except RuntimeError:
+        # llama.cpp's AMX kernels crash at the warm-up where the CPU reports AMX but the
+        # machine (a VM) does not enable it; --no-repack leaves them (and weight repacking) out.
+        extra = ["--no-repack"]
+        print("llama-server crashed at start: running it with --no-repack (no AMX, no repacked weights)")
     seedbar_port = free_port()
     with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port)], seedbar_port) as ours:
         model = httpx.get(ours + "/v1/models").json()["data"][0]["id"]
         single = {}
         for n in CHATS:
             port = free_port()
-            argv = [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", str(n), "-t", cores,
-                    "-c", str(max(1024 * n, 2 * LONG_PROMPT_TOKENS)), "--log-disable"]
-            with running(argv, port) as peer:
+            with running(peer_argv(n, port, extra), port) as peer:
                 concurrent(ours, model, prompts, n)  # warm-up: shapes, caches
                 concurrent(peer, model, prompts, n)
                 a, b = concurrent(ours, model, prompts, n), concurrent(peer, model, prompts, n)
