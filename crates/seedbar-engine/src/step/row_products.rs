@@ -55,9 +55,7 @@ pub struct AffineQuantized<'a> {
 /// `[..., N]`, each row's values independent of the other rows.
 pub fn product(x: &Array, w: &Array) -> Result<Array> {
     let depth = *x.shape().last().expect("a matrix input");
-    let on_kernel = matches!(w.dtype(), Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
-        && depth % 8 == 0
-        && Backend::current() == Backend::Cuda;
+    let on_kernel = depth % 8 == 0 && kernels_run(w.dtype());
     each_row(x, w.shape()[0], |matrix| {
         if on_kernel {
             DENSE.with_borrow_mut(|kernel| {
@@ -79,11 +77,7 @@ pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
     let on_kernel = matches!(w.bits, 4 | 8)
         && depth % span == 0
         && w.group_size % span == 0
-        && matches!(
-            w.scales.dtype(),
-            Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32
-        )
-        && Backend::current() == Backend::Cuda;
+        && kernels_run(w.scales.dtype());
     each_row(x, w.weight.shape()[0], |matrix| {
         if on_kernel {
             QUANTIZED.with_borrow_mut(|kernel| {
@@ -109,6 +103,13 @@ pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
             })
         }
     })
+}
+
+/// Whether the kernels run a product computed in `dtype`: float types, on MLX's CUDA
+/// backend.
+fn kernels_run(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
+        && Backend::current() == Backend::Cuda
 }
 
 /// `x` of `[..., K]` as a `[rows, K]` matrix through `product`, whose `[rows, outputs]`
