@@ -4,7 +4,7 @@ mod bench;
 mod probe;
 mod serve;
 
-use std::{io::Write, path::PathBuf, process::ExitCode};
+use std::{io::Write, path::PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -111,19 +111,20 @@ impl From<ConvertDtype> for mlx_rs::Dtype {
     }
 }
 
-fn main() -> ExitCode {
+fn main() {
     seedbar_engine::runtime::prepare();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("SEEDBAR_LOG"))
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse()) {
+    let code = match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("seedbar: {e:#}");
-            ExitCode::FAILURE
+            1
         }
-    }
+    };
+    seedbar_engine::runtime::exit(code)
 }
 
 /// Resolve `--model` through the store and load it.
@@ -133,7 +134,7 @@ fn load_model(arg: &ModelArg) -> Result<Model> {
     Model::load(&path).with_context(|| format!("loading {}", path.display()))
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
+fn run(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Run {
             model,
@@ -237,7 +238,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Probe(args) => probe::run(args, load_model)?,
         Command::Serve(args) => return Ok(serve::run(args)),
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 /// `seedbar pull`'s progress on the terminal.

@@ -1,6 +1,6 @@
 //! `seedbar serve`: the local API server in the foreground until Ctrl-C or SIGTERM.
 
-use std::{io::Write, net::IpAddr, path::PathBuf, process::ExitCode};
+use std::{io::Write, net::IpAddr, path::PathBuf};
 
 use seedbar_engine::store::{ModelStore, DEFAULT_MODEL};
 use seedbar_scheduler::SchedulerConfig;
@@ -40,12 +40,13 @@ pub struct ServeArgs {
     ui_dir: Option<PathBuf>,
 }
 
-pub fn run(args: ServeArgs) -> ExitCode {
+/// Serves until a shutdown signal; the process's exit status.
+pub fn run(args: ServeArgs) -> u8 {
     let ui_dir = match ui_dir(args.ui_dir) {
         Ok(dir) => dir,
         Err(message) => {
             eprintln!("seedbar: {message}");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     let config = ServerConfig {
@@ -64,7 +65,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
     };
     if let Err(message) = config.check() {
         eprintln!("seedbar: {message}");
-        return ExitCode::from(2);
+        return 2;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -73,7 +74,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("seedbar: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     let result = runtime.block_on(async {
@@ -110,10 +111,10 @@ pub fn run(args: ServeArgs) -> ExitCode {
         anyhow::Ok(())
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             eprintln!("seedbar: {e:#}");
-            ExitCode::FAILURE
+            1
         }
     }
 }
