@@ -2,7 +2,8 @@
 batch-1 decode, aggregate throughput at 1/2/4/8 concurrent streams (mlx-lm's batched
 generation, and mlx-lm's server behaviour for seeded requests: one at a time), and Seedbar's
 seeded identity rate in random concurrent mixes. Prints the ratios (Seedbar / mlx-lm). Then the
-CPU peer a Linux user would pick, llama.cpp's llama-server, over HTTP (scripts/cpu_peer.py).
+CPU peer a Linux user would pick, llama.cpp's llama-server, over HTTP, plain and with
+speculative decoding on both sides (scripts/cpu_peer.py).
 
 Run through `make bench` (which prepares everything); mlx-lm reads the MLX directory that
 `seedbar convert` makes from the default GGUF."""
@@ -86,6 +87,8 @@ def main() -> None:
     llama_server = CACHE / "llama-server.path"
     if llama_server.exists():
         cpu_peer.compare(SEEDBAR, Path(llama_server.read_text().strip()), gguf, PROMPTS)
+        print()
+        cpu_peer.speculative(SEEDBAR, Path(llama_server.read_text().strip()), gguf, PROMPTS)
     else:
         print("llama-server is not built: `make bench` builds it (scripts/setup.sh --bench)")
 

@@ -4,6 +4,11 @@ parallel slots, continuous batching), time to first token, batch-1 decode and th
 512-token and of a 4,096-token prompt (an agent's long system prompt). Both servers stay up side by side and each scenario runs on one, then the
 other, so drift on a shared machine hits both. Prints Seedbar / llama-server ratios.
 
+`speculative` puts speculative decoding side by side for one chat: Seedbar with prompt lookup
+and without it (the request's `speculative: false`), llama-server plain and with its own n-gram
+speculation (`--spec-type ngram-simple`, and `ngram-mod`), on an editor's request (a file sent
+back with a small change; scripts/bench-editor.txt) and a plain chat.
+
 `make bench` builds llama-server (scripts/setup.sh --bench) and runs this from scripts/bench.py."""
 
 import os
@@ -55,12 +60,13 @@ def running(argv, port, env=None):
         process.wait(30)
 
 
-def chat(url, model, prompt, seed, max_tokens):
-    """One streamed seeded chat: (seconds to first token, seconds to end, prompt and reply tokens)."""
+def chat(url, model, prompt, seed, max_tokens, **fields):
+    """One streamed seeded chat (temperature 0.8, end-of-reply banned, unless `fields` say
+    otherwise): (seconds to first token, seconds to end, prompt and reply tokens, reply text)."""
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "seed": seed,
             "temperature": 0.8, "max_tokens": max_tokens, "logit_bias": NO_EOS, "stream": True,
-            "stream_options": {"include_usage": True}}
-    start, first, usage, chunks = time.perf_counter(), None, None, 0
+            "stream_options": {"include_usage": True}, **fields}
+    start, first, usage, chunks, text = time.perf_counter(), None, None, 0, ""
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():
@@ -69,13 +75,15 @@ def chat(url, model, prompt, seed, max_tokens):
             chunk = httpx.Response(200, content=line[6:]).json()
             if chunk.get("usage"):
                 usage = chunk["usage"]
-            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+            content = "".join(c.get("delta", {}).get("content") or "" for c in chunk.get("choices", []))
+            if content:
                 chunks += 1
+                text += content
                 first = first or time.perf_counter() - start
     end = time.perf_counter() - start
     prompt_tokens = usage["prompt_tokens"] if usage else 0
     completion = usage["completion_tokens"] if usage else chunks
-    return first or end, end, prompt_tokens, completion
+    return first or end, end, prompt_tokens, completion, text
 
 
 def concurrent(url, model, prompts, n):
@@ -143,3 +151,61 @@ def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> No
     print(f"batch-1 decode: seedbar {a:.1f} tok/s, llama-server {b:.1f} tok/s ({a / b:.2f}x)")
     for (tokens, a), (_, b) in zip(single["ours_prefill"], single["peer_prefill"]):
         print(f"prefill of {tokens} tokens: seedbar {a:.0f} tok/s, llama-server {b:.0f} tok/s ({a / b:.2f}x)")
+
+
+EDITOR_PROMPT = (Path(__file__).parent / "bench-editor.txt").read_text()
+# (name, prompt, fields): greedy and sampled editor requests (end-of-reply allowed: the reply
+# is the file), and a plain chat.
+SPECULATIVE_WORKLOADS = [
+    ("editor, greedy", EDITOR_PROMPT, {"temperature": 0.0, "logit_bias": {}}),
+    ("editor, t0.7", EDITOR_PROMPT, {"temperature": 0.7, "logit_bias": {}}),
+    ("chat, t0.8", None, {}),
+]
+SPECULATIVE_TOKENS = 512
+
+
+def speculative(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> None:
+    """One chat per workload, best of REPEAT decode rates (reply tokens after the first over the
+    time after it): Seedbar with and without prompt lookup, llama-server plain and with each of
+    its n-gram speculation types; whether Seedbar's two replies were the same."""
+    cores = str(os.cpu_count() or 2)
+    peers = {"plain": [], "ngram-simple": ["--spec-type", "ngram-simple"], "ngram-mod": ["--spec-type", "ngram-mod"]}
+    repack = []
+    try:
+        port = free_port()
+        with running([str(llama_bin), "-m", str(gguf), "--port", str(port), "-t", cores], port):
+            pass
+    except RuntimeError:
+        repack = ["--no-repack"]  # see compare()
+
+    def best(url, model, prompt, fields):
+        runs = [chat(url, model, prompt, 2, SPECULATIVE_TOKENS, **fields) for _ in range(REPEAT)]
+        rate = max((r[3] - 1) / max(r[1] - r[0], 1e-9) for r in runs)
+        return rate, runs[0][3], runs[0][4]
+
+    print(f"Speculative decoding, one chat, same GGUF, up to {SPECULATIVE_TOKENS} tokens, decode tok/s (best of {REPEAT})")
+    rows = {name: {} for name, _, _ in SPECULATIVE_WORKLOADS}
+    seedbar_port = free_port()
+    with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port)], seedbar_port) as ours:
+        model = httpx.get(ours + "/v1/models").json()["data"][0]["id"]
+        for name, prompt, fields in SPECULATIVE_WORKLOADS:
+            prompt = prompt or prompts[1]
+            best(ours, model, prompt, fields)  # warm-up
+            on = best(ours, model, prompt, fields)
+            off = best(ours, model, prompt, {**fields, "speculative": False})
+            rows[name].update(seedbar=on[0], seedbar_plain=off[0], tokens=on[1], identical=on[2] == off[2])
+    for peer, extra in peers.items():
+        port = free_port()
+        argv = [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", "1", "-t", cores, "-c", "4096", *repack, *extra]
+        with running(argv, port) as url:
+            for name, prompt, fields in SPECULATIVE_WORKLOADS:
+                prompt = prompt or prompts[1]
+                best(url, model, prompt, fields)
+                rows[name][peer] = best(url, model, prompt, fields)[0]
+    print(f"{'workload':<16}{'tokens':>7}{'seedbar':>9}{'no spec':>9}{'llama':>8}{'ngram-simple':>13}{'ngram-mod':>10}"
+          f"{'vs no spec':>11}{'vs best llama':>14}{'same reply':>11}")
+    for name, r in rows.items():
+        peer_best = max(r["plain"], r["ngram-simple"], r["ngram-mod"])
+        print(f"{name:<16}{r['tokens']:>7}{r['seedbar']:>9.1f}{r['seedbar_plain']:>9.1f}{r['plain']:>8.1f}"
+              f"{r['ngram-simple']:>13.1f}{r['ngram-mod']:>10.1f}{r['seedbar'] / r['seedbar_plain']:>10.2f}x"
+              f"{r['seedbar'] / peer_best:>13.2f}x{str(r['identical']):>11}")

@@ -193,18 +193,24 @@ fn follow(shell: &Arc<Shell>, app: &Arc<App>) {
     });
     let (shell, app) = (shell.clone(), Arc::downgrade(app));
     tauri::async_runtime::spawn(async move {
-        let mut last: Option<(Instant, u64)> = None;
+        let mut last: Option<(Instant, u64, [u64; 2])> = None;
         loop {
             tokio::time::sleep(SAMPLE_EVERY).await;
             let Some(app) = app.upgrade() else { break };
             let now = app.activity();
             let at = Instant::now();
-            let tokens_per_second = last.and_then(|(then, tokens)| {
+            let drafts = [now.drafted_tokens, now.accepted_tokens];
+            let tokens_per_second = last.and_then(|(then, tokens, _)| {
                 let seconds = at.duration_since(then).as_secs_f32();
                 let made = now.generated_tokens.saturating_sub(tokens);
                 (now.running > 0 && made > 0).then(|| made as f32 / seconds)
             });
-            last = Some((at, now.generated_tokens));
+            let drafts_kept = last.and_then(|(_, _, [drafted, kept])| {
+                let drafted = drafts[0].saturating_sub(drafted);
+                let kept = drafts[1].saturating_sub(kept);
+                (now.running > 0 && drafted > 0).then(|| kept as f32 / drafted as f32)
+            });
+            last = Some((at, now.generated_tokens, drafts));
             let downloads = app
                 .downloads()
                 .into_iter()
@@ -219,6 +225,7 @@ fn follow(shell: &Arc<Shell>, app: &Arc<App>) {
             let activity = Activity {
                 running: now.running,
                 tokens_per_second,
+                drafts_kept,
             };
             shell.set_activity(activity, downloads);
         }

@@ -337,6 +337,7 @@ mod tests {
         let busy = Activity {
             running: 1,
             tokens_per_second: Some(50.0),
+            drafts_kept: None,
         };
         shell.set_activity(busy, Vec::new());
         assert!(changes.has_changed().unwrap());

@@ -2,11 +2,16 @@
 //! peers in the same run (`scripts/bench.py`).
 //! - `speed`: prefill of a long prompt and batch-1 decode.
 //! - `throughput`: aggregate decode rate and time to first token at several concurrencies.
+//! - `speculative`: one chat (an editor's request, a plain chat) and eight with and without
+//!   speculative decoding, and whether the replies are the same.
 //! - `determinism`: random mixes of concurrent seeded requests; how often a request's reply
 //!   equals its reply alone (with `--trace`, also whether its numbers did, and where they
 //!   first parted: the step and layer).
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -41,6 +46,17 @@ pub enum BenchCommand {
         /// Run the fastest layout without the invariance promise (what invariance costs).
         #[arg(long)]
         reference: bool,
+    },
+    /// Speed with and without speculative decoding (prompt lookup), same replies.
+    Speculative {
+        #[command(flatten)]
+        model: ModelArg,
+        /// The most tokens a reply takes.
+        #[arg(long, default_value_t = 512)]
+        tokens: usize,
+        /// Runs of each side, alternating; the best is reported.
+        #[arg(long, default_value_t = 2)]
+        repeat: usize,
     },
     /// Identity rate of seeded replies in random concurrent mixes.
     Determinism {
@@ -85,6 +101,11 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             tokens,
             reference,
         } => throughput(load(&model)?, &streams, tokens, !reference),
+        BenchCommand::Speculative {
+            model,
+            tokens,
+            repeat,
+        } => speculative([load(&model)?, load(&model)?], tokens, repeat),
         BenchCommand::Determinism {
             model,
             mixes,
@@ -240,6 +261,91 @@ fn throughput(model: Model, streams: &[usize], tokens: usize, batch_invariant: b
                    "ttft_mean_s": ttft.iter().sum::<f64>() / ttft.len() as f64,
                    "ttft_max_s": ttft.iter().cloned().fold(0.0, f64::max),
                    "steps": times.steps, "step_ms": step_ms})
+        );
+    }
+    Ok(())
+}
+
+/// An editor's request: a file sent back with a small change (shared with
+/// `scripts/cpu_peer.py`).
+const EDITOR_PROMPT: &str = include_str!("../../../scripts/bench-editor.txt");
+
+/// Each workload on a scheduler without speculation (`models[0]`) and one with it
+/// (`models[1]`), alternating `repeat` times: the best aggregate rate of each, their ratio,
+/// whether every reply was the same on both, and how many drafted tokens were kept.
+fn speculative(models: [Model; 2], tokens: usize, repeat: usize) -> Result<()> {
+    let prompts = prompts();
+    let request = |model: &Model, text: &str, temperature: f32, seed: u64| -> Result<Request> {
+        let mut r = Request::new(
+            model.chat_prompt(&[ChatMessage::new("user", text)], None)?,
+            tokens,
+        );
+        r.seed = Some(seed);
+        r.sampling.temperature = temperature;
+        Ok(r)
+    };
+    let workloads: Vec<(&str, Vec<Request>)> = vec![
+        (
+            "editor, greedy",
+            vec![request(&models[0], EDITOR_PROMPT, 0.0, 1)?],
+        ),
+        (
+            "editor, t0.7",
+            vec![request(&models[0], EDITOR_PROMPT, 0.7, 2)?],
+        ),
+        (
+            "chat, t0.8",
+            vec![request(&models[0], &prompts[1], 0.8, 1)?],
+        ),
+        (
+            "8 chats, t0.8",
+            (0..8)
+                .map(|i| request(&models[0], &prompts[i % prompts.len()], 0.8, i as u64))
+                .collect::<Result<_>>()?,
+        ),
+    ];
+    let [without, with] = models;
+    let plain = Scheduler::start(
+        without,
+        SchedulerConfig {
+            speculative: false,
+            ..SchedulerConfig::default()
+        },
+    );
+    let drafting = Scheduler::start(with, SchedulerConfig::default());
+    for (name, requests) in workloads {
+        let mut best = [0.0f64; 2];
+        let mut replies: [Vec<Vec<u32>>; 2] = Default::default();
+        let mut steps = [0u64; 2];
+        let mut kept = (0u64, 0u64);
+        for _ in 0..repeat.max(1) {
+            for (side, scheduler) in [&plain, &drafting].into_iter().enumerate() {
+                let stats = scheduler.stats();
+                let (steps0, drafted0, accepted0) = (
+                    stats.steps.load(Ordering::SeqCst),
+                    stats.drafted_tokens.load(Ordering::SeqCst),
+                    stats.accepted_tokens.load(Ordering::SeqCst),
+                );
+                let (outcomes, wall) = run_together(scheduler, requests.clone())?;
+                let total: usize = outcomes.iter().map(|o| o.tokens.len()).sum();
+                best[side] = best[side].max(total as f64 / wall.as_secs_f64());
+                steps[side] = stats.steps.load(Ordering::SeqCst) - steps0;
+                replies[side] = outcomes.into_iter().map(|o| o.tokens).collect();
+                if side == 1 {
+                    kept = (
+                        stats.drafted_tokens.load(Ordering::SeqCst) - drafted0,
+                        stats.accepted_tokens.load(Ordering::SeqCst) - accepted0,
+                    );
+                }
+            }
+        }
+        println!(
+            "{}",
+            json!({"workload": name, "tokens": replies[1].iter().map(Vec::len).sum::<usize>(),
+                   "plain_tok_s": best[0], "speculative_tok_s": best[1],
+                   "ratio": best[1] / best[0], "identical": replies[0] == replies[1],
+                   "steps_plain": steps[0], "steps_speculative": steps[1],
+                   "drafted": kept.0, "accepted": kept.1})
         );
     }
     Ok(())

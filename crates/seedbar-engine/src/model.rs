@@ -239,7 +239,7 @@ impl Forward for Model {
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
         pool: &mut KvPool,
-        logits: Logits,
+        logits: Logits<'_>,
         trace: Option<&mut RowTrace>,
     ) -> Result<Array> {
         self.transformer

@@ -35,6 +35,10 @@ pub struct SchedulerConfig {
     /// where every row's sampling allows it (`Worker::step`): a GPU's default, so the host
     /// builds, reads and streams while the device runs. The tokens are the host draw's.
     pub pipelined: bool,
+    /// Decoding rows draft tokens by prompt lookup and verify them in the step
+    /// (`speculation.rs`), where the layout verifies drafts exactly and steps are not
+    /// pipelined: the CPU's packed path. Replies are the same with it on or off.
+    pub speculative: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -57,6 +61,7 @@ impl Default for SchedulerConfig {
             batch_invariant: true,
             layout: None,
             pipelined: runtime::default_device_is_gpu(),
+            speculative: true,
         }
     }
 }

@@ -32,8 +32,16 @@ pub(crate) struct Draw<'a> {
     pub(crate) logits: &'a [f32],
     /// The tokens its output format allows, when it has one.
     pub(crate) allowed: Option<&'a TokenMask>,
-    /// The noise of this draw ([`NoiseJob`]).
-    pub(crate) noise: &'a [f32],
+    pub(crate) noise: Noise<'a>,
+}
+
+/// The noise a draw adds to its logits.
+#[derive(Clone, Copy)]
+pub(crate) enum Noise<'a> {
+    /// Computed ahead over the whole vocabulary ([`NoiseJob`]; empty when greedy).
+    Computed(&'a [f32]),
+    /// Computed while drawing, for the candidates alone: the noise of this position.
+    At(u64),
 }
 
 impl Draw<'_> {
@@ -44,7 +52,10 @@ impl Draw<'_> {
         if let Some(allowed) = self.allowed {
             allowed.apply(&mut adjusted);
         }
-        sampling::sample_with_noise(&adjusted, self.sampling, self.noise)
+        match self.noise {
+            Noise::Computed(noise) => sampling::sample_with_noise(&adjusted, self.sampling, noise),
+            Noise::At(position) => sampling::sample(&adjusted, self.sampling, position),
+        }
     }
 }
 

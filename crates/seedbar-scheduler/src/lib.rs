@@ -3,7 +3,8 @@
 //!
 //! `scheduler` is the handle callers hold; it starts the engine thread (`worker`), which
 //! keeps each request in a `row`, runs steps through the engine and has the rows' tokens
-//! drawn (`draw`), reusing prompts' KV from the `prefix_cache`.
+//! drawn (`draw`), reusing prompts' KV from the `prefix_cache`; decoding rows may draft
+//! tokens and verify them in a step (`speculation`).
 
 mod config;
 mod draw;
@@ -13,6 +14,7 @@ mod prefix_cache;
 mod request;
 mod row;
 mod scheduler;
+mod speculation;
 mod stats;
 mod step_timing;
 mod stop;

@@ -22,6 +22,10 @@ pub struct Request {
     pub constraint: Option<Constraint>,
     /// Keep this row's numbers through every step (diagnostics: `SchedulerStats::traces`).
     pub trace: bool,
+    /// Let the row draft tokens by prompt lookup where the scheduler speculates
+    /// ([`SchedulerConfig::speculative`](crate::SchedulerConfig::speculative)): the reply is
+    /// the same either way, only its speed differs.
+    pub speculative: bool,
 }
 
 impl Request {
@@ -35,6 +39,7 @@ impl Request {
             logprobs: None,
             constraint: None,
             trace: false,
+            speculative: true,
         }
     }
 }

@@ -10,6 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::{
     request::{Event, Request, TokenLogprob, Usage},
+    speculation::Speculation,
     stop::{Released, StopMatcher},
 };
 
@@ -27,6 +28,8 @@ pub(crate) struct Row {
     pub(crate) decoder: StreamDecoder,
     pub(crate) stop: StopMatcher,
     pub(crate) finished: bool,
+    /// How many tokens it drafts next (where the scheduler speculates).
+    pub(crate) speculation: Speculation,
 }
 
 impl Row {

@@ -19,6 +19,9 @@ pub struct SchedulerStats {
     pub queued: AtomicUsize,
     pub steps: AtomicU64,
     pub generated_tokens: AtomicU64,
+    /// Tokens rows drafted by prompt lookup, and of those the ones verification kept.
+    pub drafted_tokens: AtomicU64,
+    pub accepted_tokens: AtomicU64,
     /// Set once the engine thread has ended (shut down, or failed).
     pub stopped: AtomicBool,
     /// Where the steps' time went.

@@ -28,11 +28,12 @@ use crate::{
     config::SchedulerConfig,
     draw::{
         draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
-        NoiseJob,
+        Noise, NoiseJob,
     },
     prefix_cache::PrefixCache,
     request::{Event, Request},
     row::{emit, token_logprob, Row},
+    speculation::{self, Speculation},
     stats::{SchedulerStats, TraceRecord},
     step_timing::Phase,
     stop::StopMatcher,
@@ -94,6 +95,9 @@ struct InFlight {
 enum Input {
     /// Tokens known on the host: a prefill chunk, or the last drawn token.
     Host(Vec<u32>),
+    /// The last drawn token and the tokens drafted after it (`speculation.rs`): each
+    /// position's logits are drawn from.
+    Verify(Vec<u32>),
     /// The token it drew last step, still on the device: its index in [`InFlight::tokens`].
     Drawn(i32),
 }
@@ -101,8 +105,16 @@ enum Input {
 impl Input {
     fn len(&self) -> usize {
         match self {
-            Input::Host(tokens) => tokens.len(),
+            Input::Host(tokens) | Input::Verify(tokens) => tokens.len(),
             Input::Drawn(_) => 1,
+        }
+    }
+
+    /// How many of its positions the step's logits hold.
+    fn drawn_positions(&self) -> i32 {
+        match self {
+            Input::Verify(tokens) => tokens.len() as i32,
+            _ => 1,
         }
     }
 }
@@ -244,6 +256,7 @@ impl Worker {
                 decoder: StreamDecoder::default(),
                 stop,
                 finished: false,
+                speculation: Speculation::default(),
             });
         }
         self.stats.running.store(self.rows.len(), Ordering::SeqCst);
@@ -272,7 +285,7 @@ impl Worker {
         let drawn_rows: Vec<usize> = chosen
             .iter()
             .filter(|(i, input)| match input {
-                Input::Drawn(_) => true,
+                Input::Drawn(_) | Input::Verify(_) => true,
                 Input::Host(tokens) => {
                     let row = &self.rows[*i];
                     row.fed.len() + tokens.len() >= row.request.prompt.len()
@@ -288,6 +301,8 @@ impl Worker {
         let traced = chosen.iter().position(|(i, _)| self.rows[*i].request.trace);
         let (tokens, from_drawn) = step_tokens(&chosen);
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
+        let tails: Vec<i32> = chosen.iter().map(|(_, t)| t.drawn_positions()).collect();
+        let speculating = tails.iter().any(|&n| n > 1);
         let previous = self.in_flight.as_ref().map(|f| f.tokens.clone());
         let drawn = previous.as_ref().map(|t| (t, from_drawn.as_slice()));
         let (logits, masks, noise, evaluated) =
@@ -324,7 +339,11 @@ impl Worker {
                     &self.model,
                     input,
                     &mut picked,
-                    Logits::Last,
+                    if speculating {
+                        Logits::Tails(&tails)
+                    } else {
+                        Logits::Last
+                    },
                     trace.as_mut(),
                 )?;
                 if let (Some(trace), Some(position)) = (trace, position) {
@@ -379,7 +398,7 @@ impl Worker {
         let mut fed_drawn = Vec::new();
         for (i, input) in &chosen {
             match input {
-                Input::Host(t) => self.rows[*i].fed.extend_from_slice(t),
+                Input::Host(t) | Input::Verify(t) => self.rows[*i].fed.extend_from_slice(t),
                 Input::Drawn(_) => fed_drawn.push(self.rows[*i].id),
             }
         }
@@ -395,16 +414,20 @@ impl Worker {
         // The logits are read in place (where the device's memory is the host's, this read
         // is the copy), row by row on the draw's threads.
         let all = logits.as_slice::<f32>();
-        debug_assert_eq!(
-            all.len(),
-            chosen.len() * vocab,
-            "one logits row per chosen row"
-        );
+        let positions: usize = tails.iter().map(|&n| n as usize).sum();
+        debug_assert_eq!(all.len(), positions * vocab, "the logits rows asked for");
+        // Each chosen row's logits: its first drawn position's (a verifying row's other
+        // positions follow it).
+        let mut first = 0;
         let sampled: Vec<(usize, &[f32])> = chosen
             .iter()
-            .enumerate()
-            .filter(|(_, (i, _))| drawn_rows.contains(i))
-            .map(|(n, (i, _))| (*i, &all[n * vocab..(n + 1) * vocab]))
+            .zip(&tails)
+            .map(|((i, _), &n)| {
+                let at = first * vocab;
+                first += n as usize;
+                (*i, &all[at..at + n as usize * vocab])
+            })
+            .filter(|(i, _)| drawn_rows.contains(i))
             .collect();
         let draws: Vec<Draw> = sampled
             .iter()
@@ -415,9 +438,9 @@ impl Worker {
                     sampling: &row.request.sampling,
                     prompt: &row.request.prompt,
                     generated: &row.generated,
-                    logits,
+                    logits: &logits[..vocab],
                     allowed: allowed.as_ref(),
-                    noise: noise_of(&noise, i),
+                    noise: Noise::Computed(noise_of(&noise, i)),
                 }
             })
             .collect();
@@ -425,16 +448,42 @@ impl Worker {
         let drawn = times.lap(Phase::Draw, evaluated);
         self.noise_ahead = noise_ahead(noise, vocab, self.draw_threads);
         for ((i, logits), token) in sampled.into_iter().zip(draws) {
+            let drafts = chosen.iter().find_map(|(c, input)| match input {
+                Input::Verify(tokens) if *c == i => Some(&tokens[1..]),
+                _ => None,
+            });
             let row = &mut self.rows[i];
-            if row.finished || !row.follows_constraint(token) {
-                continue;
+            let before = row.generated.len();
+            if !row.finished && row.follows_constraint(token) {
+                let logprob = row
+                    .request
+                    .logprobs
+                    .map(|top_n| token_logprob(&logits[..vocab], token, top_n));
+                emit(row, token, logprob, &self.model);
             }
-            let logprob = row
-                .request
-                .logprobs
-                .map(|top_n| token_logprob(logits, token, top_n));
-            emit(row, token, logprob, &self.model);
-            self.stats.generated_tokens.fetch_add(1, Ordering::Relaxed);
+            if let Some(drafts) = drafts {
+                let kept = speculation::verify(row, token, drafts, logits, vocab, &self.model);
+                row.speculation.learn(drafts.len(), kept);
+                // The drafts after the last one kept ran on positions plain decoding does
+                // not reach: their KV goes.
+                let fed = row.fed.len() - (drafts.len() - kept);
+                row.fed.truncate(fed);
+                row.caches
+                    .iter_mut()
+                    .try_for_each(|c| c.truncate(fed as i32))?;
+                self.stats
+                    .drafted_tokens
+                    .fetch_add(drafts.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .accepted_tokens
+                    .fetch_add(kept as u64, Ordering::Relaxed);
+            } else {
+                row.speculation.observe(token);
+            }
+            let emitted = row.generated.len() - before;
+            self.stats
+                .generated_tokens
+                .fetch_add(emitted as u64, Ordering::Relaxed);
         }
         times.lap(Phase::Emit, drawn);
         Ok(())
@@ -443,7 +492,7 @@ impl Worker {
     /// The rows that run this step, with their inputs: every decode row, and prefill rows
     /// while the chunk budget lasts (a chunk as the layout cuts it: `Layout::chunk_end`). A
     /// row whose token is in flight feeds it back, unless it is the row's last.
-    fn choose(&self) -> Vec<(usize, Input)> {
+    fn choose(&mut self) -> Vec<(usize, Input)> {
         let budget = self.config.prefill_tokens_per_step;
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
@@ -463,7 +512,50 @@ impl Worker {
             }
             chosen.push((i, Input::Host(input)));
         }
+        self.draft(&mut chosen, budget.saturating_sub(prefill_tokens));
         chosen
+    }
+
+    /// Where the scheduler speculates, decoding rows draft tokens after their last one
+    /// (`speculation.rs`) with the step's token budget that prefill chunks left (`left`).
+    fn draft(&mut self, chosen: &mut [(usize, Input)], mut left: usize) {
+        if !self.config.speculative
+            || self.config.pipelined
+            || !self.batch.layout().verifies_drafts()
+        {
+            return;
+        }
+        let decoding = chosen
+            .iter()
+            .filter(|(i, _)| !self.rows[*i].prefilling())
+            .count();
+        for (i, input) in chosen {
+            let row = &mut self.rows[*i];
+            let Input::Host(tokens) = input else {
+                continue;
+            };
+            if row.prefilling() || !row.request.speculative || left == 0 {
+                continue;
+            }
+            // Tokens the reply may still take after the one this step draws.
+            let room = row
+                .request
+                .max_tokens
+                .saturating_sub(row.generated.len() + 1);
+            let drafts = row.speculation.draft(
+                &row.request.prompt,
+                &row.generated,
+                left.min(room),
+                decoding,
+            );
+            if drafts.is_empty() {
+                continue;
+            }
+            left -= drafts.len();
+            let mut verify = std::mem::take(tokens);
+            verify.extend(drafts);
+            *input = Input::Verify(verify);
+        }
     }
 
     /// Where the row's token is among the tokens in flight, if it is.
@@ -566,7 +658,7 @@ fn step_tokens(chosen: &[(usize, Input)]) -> (Vec<u32>, Vec<Option<i32>>) {
     let mut from_drawn = Vec::new();
     for (_, input) in chosen {
         match input {
-            Input::Host(t) => {
+            Input::Host(t) | Input::Verify(t) => {
                 tokens.extend_from_slice(t);
                 from_drawn.extend(std::iter::repeat_n(None, t.len()));
             }

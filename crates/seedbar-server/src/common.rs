@@ -32,6 +32,8 @@ pub struct CommonFields {
     #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) stream: bool,
     stream_options: Option<StreamOptions>,
+    /// Seedbar's: `false` turns speculative decoding off (the reply is the same).
+    speculative: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +87,7 @@ impl CommonFields {
             },
             logprobs,
             constraint: None,
+            speculative: self.speculative,
         };
         if settings.sampling.temperature > 2.0 {
             return Err(ApiError::bad_param(

@@ -40,6 +40,9 @@ pub struct Settings {
     pub logprobs: Option<usize>,
     /// The output format every choice must follow, fresh (see `structured`).
     pub constraint: Option<Constraint>,
+    /// `Some(false)` turns speculative decoding off for this request (Seedbar's
+    /// `speculative` field); the reply is the same either way.
+    pub speculative: Option<bool>,
 }
 
 impl Settings {
@@ -333,6 +336,7 @@ impl Generation {
                     logprobs: settings.logprobs,
                     constraint: settings.constraint.clone(),
                     trace: false,
+                    speculative: settings.speculative.unwrap_or(true),
                 };
                 // On an error the streams already submitted are dropped, which cancels them.
                 let events = model.scheduler.submit(request)?;

@@ -123,6 +123,9 @@ async fn metrics(State(app): State<Arc<App>>) -> String {
         running_rows: activity.running,
         queued_requests: activity.queued,
         loaded_models: app.models.loaded().len(),
+        engine_steps: activity.steps,
+        drafted_tokens: activity.drafted_tokens,
+        accepted_tokens: activity.accepted_tokens,
     };
     app.metrics.render(&gauges)
 }

@@ -1,6 +1,6 @@
 //! Prometheus metrics (`GET /metrics`): request counts by route and status, prompt and
-//! generated tokens, running and queued rows, and latency histograms, written in the text
-//! exposition format.
+//! generated tokens, running and queued rows, the engines' steps and speculative decoding's
+//! drafted and kept tokens, and latency histograms, written in the text exposition format.
 
 use std::{
     collections::BTreeMap,
@@ -58,11 +58,15 @@ pub struct Metrics {
     pub inter_token_latency: Histogram,
 }
 
-/// Engine gauges read at scrape time.
+/// Engine gauges and counters read at scrape time (the counters are the loaded models',
+/// since each was loaded).
 pub struct Gauges {
     pub running_rows: usize,
     pub queued_requests: usize,
     pub loaded_models: usize,
+    pub engine_steps: u64,
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
 }
 
 impl Metrics {
@@ -98,11 +102,31 @@ impl Metrics {
                 &self.generated_tokens,
             ),
         ];
+        let engine_counters = [
+            (
+                "seedbar_engine_steps_total",
+                "Engine steps run (generated tokens over steps: tokens per step).",
+                gauges.engine_steps,
+            ),
+            (
+                "seedbar_drafted_tokens_total",
+                "Tokens drafted by speculative decoding (prompt lookup).",
+                gauges.drafted_tokens,
+            ),
+            (
+                "seedbar_accepted_draft_tokens_total",
+                "Drafted tokens verification kept (over drafted: the acceptance rate).",
+                gauges.accepted_tokens,
+            ),
+        ];
+        let counters = counters
+            .into_iter()
+            .map(|(name, help, value)| (name, help, value.load(Ordering::Relaxed)))
+            .chain(engine_counters);
         for (name, help, value) in counters {
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Ordering::Relaxed)
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
         let gauges = [

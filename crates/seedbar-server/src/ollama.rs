@@ -49,6 +49,8 @@ struct Options {
     repeat_penalty: Option<f32>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
+    /// Seedbar's: `false` turns speculative decoding off (the reply is the same).
+    speculative: Option<bool>,
 }
 
 impl Options {
@@ -70,6 +72,7 @@ impl Options {
             stop: self.stop.clone().unwrap_or_default(),
             logprobs: None,
             constraint: None,
+            speculative: self.speculative,
         };
         settings.validate("options.")?;
         Ok(settings)

@@ -108,6 +108,11 @@ pub struct Activity {
     pub queued: usize,
     /// Tokens generated since the server started.
     pub generated_tokens: u64,
+    /// The loaded models' engine steps, tokens drafted by speculative decoding and drafts
+    /// kept, since each was loaded.
+    pub steps: u64,
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
 }
 
 impl App {
@@ -167,16 +172,23 @@ impl App {
             .iter()
             .map(|m| {
                 let stats = m.scheduler.stats();
-                (
-                    stats.running.load(Ordering::SeqCst),
-                    stats.queued.load(Ordering::SeqCst),
-                )
+                [
+                    stats.running.load(Ordering::SeqCst) as u64,
+                    stats.queued.load(Ordering::SeqCst) as u64,
+                    stats.steps.load(Ordering::Relaxed),
+                    stats.drafted_tokens.load(Ordering::Relaxed),
+                    stats.accepted_tokens.load(Ordering::Relaxed),
+                ]
             })
             .collect();
+        let sum = |k: usize| stats.iter().map(|s| s[k]).sum::<u64>();
         Activity {
-            running: stats.iter().map(|s| s.0).sum(),
-            queued: stats.iter().map(|s| s.1).sum(),
+            running: sum(0) as usize,
+            queued: sum(1) as usize,
             generated_tokens: self.metrics.generated_tokens.load(Ordering::Relaxed),
+            steps: sum(2),
+            drafted_tokens: sum(3),
+            accepted_tokens: sum(4),
         }
     }
 

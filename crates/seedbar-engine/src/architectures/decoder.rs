@@ -640,7 +640,7 @@ impl Forward for Transformer {
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
         pool: &mut KvPool,
-        logits: Logits,
+        logits: Logits<'_>,
         mut trace: Option<&mut RowTrace>,
     ) -> Result<Array> {
         if self.weight_kind == WeightKind::Packed && plan.attention == AttentionLayout::PerRow {

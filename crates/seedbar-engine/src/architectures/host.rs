@@ -330,7 +330,7 @@ impl Transformer {
         tokens: &[u32],
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
-        logits: Logits,
+        logits: Logits<'_>,
     ) -> Result<Array> {
         let d = self.config.hidden_size as usize;
         let embedded = self.embed(tokens.into(), plan)?;
@@ -365,11 +365,8 @@ impl Transformer {
         }
         // The positions the head runs on, in row order.
         let mut picked = Vec::new();
-        for slot in &plan.slots {
-            let from = match logits {
-                Logits::All => 0,
-                Logits::Last => slot.len - 1,
-            };
+        for (i, slot) in plan.slots.iter().enumerate() {
+            let from = logits.first(i, slot.len);
             let rows = (slot.offset + from..slot.offset + slot.len).map(|r| r as usize);
             picked.extend(gather_rows(&h[slot.group], d, rows));
         }

@@ -24,7 +24,7 @@ pub trait Forward {
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
         pool: &mut KvPool,
-        logits: Logits,
+        logits: Logits<'_>,
         trace: Option<&mut RowTrace>,
     ) -> Result<Array>;
 }
@@ -94,7 +94,7 @@ impl Batch {
         model: &impl Forward,
         input: StepInput,
         caches: &mut [&mut [KvCache]],
-        logits: Logits,
+        logits: Logits<'_>,
         mut trace: Option<&mut RowTrace>,
     ) -> Result<Array> {
         let plan = StepPlan::new(&self.layout, input.lens);

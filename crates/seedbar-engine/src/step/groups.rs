@@ -9,11 +9,27 @@ use crate::error::Result;
 
 /// Which positions the output head runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Logits {
+pub enum Logits<'a> {
     /// Only each row's last position (generation).
     Last,
     /// Every position (evaluation).
     All,
+    /// Row `i`'s last `n[i]` positions, rows in order (a row verifying drafted tokens needs
+    /// the logits after each of them; a row of 1 is `Last`'s). One head call over all of
+    /// them: row-invariant where the head's product is at any row count (the CPU's packed
+    /// kernels), which is where the scheduler verifies drafts.
+    Tails(&'a [i32]),
+}
+
+impl Logits<'_> {
+    /// The first position of the `row`-th row (of `len` this step) the head runs on.
+    pub fn first(self, row: usize, len: i32) -> i32 {
+        match self {
+            Logits::Last => len - 1,
+            Logits::All => 0,
+            Logits::Tails(n) => len - n[row],
+        }
+    }
 }
 
 /// A step's input tokens, in the plan's row order: known on the host, or drawn by the
@@ -139,18 +155,20 @@ pub fn group_token_ids(tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>
 /// The output head over the positions `logits` asks for, from the groups' final hidden
 /// states `h` (`h[g]`: `[1, W, D]`): `[1, rows, V]` for each row's last position, through
 /// `head` in groups of the plan's head widths (zero rows pad the last where the plan says),
-/// or `[1, N, V]` for every position.
+/// or `[1, N, V]` for every position (or every row's tail) in one call.
 pub fn head_rows(
     h: &[Array],
     plan: &StepPlan,
-    logits: Logits,
+    logits: Logits<'_>,
     head: impl Fn(&Array) -> Result<Array>,
 ) -> Result<Array> {
     let positions = |slot: &super::plan::Slot, from: i32| {
         h[slot.group].index((.., slot.offset + from..slot.offset + slot.len, ..))
     };
-    if logits == Logits::All {
-        let all: Vec<Array> = plan.slots.iter().map(|s| positions(s, 0)).collect();
+    if logits != Logits::Last {
+        let all: Vec<Array> = (plan.slots.iter().enumerate())
+            .map(|(i, s)| positions(s, logits.first(i, s.len)))
+            .collect();
         return head(&ops::concatenate(&all, 1)?);
     }
     let mut last = plan.slots.iter().map(|s| positions(s, s.len - 1));

@@ -224,6 +224,15 @@ impl Layout {
         ((start / self.prefill_chunk + 1) * self.prefill_chunk).min(len)
     }
 
+    /// Whether drafted tokens can be verified exactly: a row running its last token and its
+    /// drafts as one chunk gets, at each of their positions, the logits one decode step a
+    /// token would give (every position is computed the same way in any chunk, and the
+    /// output head's product is row-invariant at any row count), so a draft kept is the
+    /// token plain decoding draws there.
+    pub fn verifies_drafts(&self) -> bool {
+        self.kv_independent_of_steps
+    }
+
     /// Reused prompt KV ends at a multiple of this many tokens: the prefill chunk where KV
     /// depends on how steps split a row (so the rest is prefilled in the chunks a cold
     /// start uses), any position where it does not.

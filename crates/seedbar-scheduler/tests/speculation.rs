@@ -1,0 +1,209 @@
+//! Speculative decoding never changes a reply: on the real SmolLM2 model (CPU, its packed
+//! path, where the scheduler verifies drafts), a seeded reply with prompt lookup is the
+//! reply without it, greedy or sampled with filters and penalties, under an output format,
+//! alone, among 1 to 15 others (some speculating, some not) and after a prefix-cache hit;
+//! and where a reply copies its prompt, it takes fewer steps than tokens.
+
+use seedbar_engine::{ChatMessage, Model, SamplingParams};
+use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig};
+
+fn model() -> Model {
+    seedbar_engine::runtime::prepare();
+    Model::load(&seedbar_dev::default_model_path()).unwrap()
+}
+
+/// A file an editor sends back with a small change asked for: a reply that copies it.
+const FILE: &str = "def area(width, height):
+    \"\"\"The area of a rectangle.\"\"\"
+    return width * height
+
+
+def perimeter(width, height):
+    \"\"\"The perimeter of a rectangle.\"\"\"
+    return 2 * (width + height)
+
+
+def describe(width, height):
+    print(\"width:\", width)
+    print(\"height:\", height)
+    print(\"area:\", area(width, height))
+    print(\"perimeter:\", perimeter(width, height))
+";
+
+fn prompt(model: &Model, text: &str) -> Vec<u32> {
+    model
+        .chat_prompt(&[ChatMessage::new("user", text)], None)
+        .unwrap()
+}
+
+fn editor_request(
+    model: &Model,
+    seed: u64,
+    sampling: SamplingParams,
+    max_tokens: usize,
+) -> Request {
+    let text = format!(
+        "Here is a Python file:\n\n{FILE}\nReturn the whole file with `area` renamed to \
+         `surface`. Reply with the code only."
+    );
+    let mut r = Request::new(prompt(model, &text), max_tokens);
+    r.seed = Some(seed);
+    r.sampling = sampling;
+    r
+}
+
+fn tokens(stream: RequestStream) -> Vec<u32> {
+    let mut stream = stream;
+    let mut out = Vec::new();
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            Event::Token { id, .. } => out.push(id),
+            Event::Finished { .. } => break,
+            Event::Failed(e) => panic!("generation failed: {e}"),
+        }
+    }
+    out
+}
+
+/// The sampling each case draws with: greedy, then sampled with each filter and penalty.
+fn samplings() -> Vec<(&'static str, SamplingParams)> {
+    let base = SamplingParams::default();
+    vec![
+        (
+            "greedy",
+            SamplingParams {
+                temperature: 0.0,
+                ..base.clone()
+            },
+        ),
+        (
+            "t0.7 top-p top-k",
+            SamplingParams {
+                temperature: 0.7,
+                top_p: 0.9,
+                top_k: 40,
+                ..base.clone()
+            },
+        ),
+        (
+            "t1.2 min-p penalties",
+            SamplingParams {
+                temperature: 1.2,
+                min_p: 0.05,
+                repetition_penalty: 1.1,
+                presence_penalty: 0.3,
+                frequency_penalty: 0.2,
+                ..base
+            },
+        ),
+    ]
+}
+
+#[test]
+fn drafted_replies_equal_plain_ones_alone_batched_and_after_a_prefix_hit() {
+    let model = model();
+    let vocabulary = seedbar_grammar::Vocabulary::new(&model.tokenizer, &model.eos_ids).unwrap();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"code": {"type": "string", "maxLength": 200}},
+        "required": ["code"],
+        "additionalProperties": false
+    });
+    let mut cases: Vec<(&str, Request)> = samplings()
+        .into_iter()
+        .enumerate()
+        .map(|(k, (name, sampling))| (name, editor_request(&model, 40 + k as u64, sampling, 64)))
+        .collect();
+    let mut constrained = editor_request(&model, 77, samplings()[1].1.clone(), 64);
+    constrained.constraint = Some(
+        vocabulary
+            .compile(&seedbar_grammar::Format::JsonSchema(schema))
+            .unwrap(),
+    );
+    cases.push(("json schema", constrained));
+    // Siblings: other editor requests (speculating) and chats, some not speculating.
+    let siblings: Vec<Request> = (0..15)
+        .map(|i| {
+            let mut r = if i % 2 == 0 {
+                editor_request(&model, 500 + i, samplings()[1].1.clone(), 24)
+            } else {
+                let mut r = Request::new(prompt(&model, "Tell me about the sea."), 24);
+                r.seed = Some(600 + i);
+                r.sampling.temperature = 0.8;
+                r
+            };
+            r.speculative = i % 3 != 0;
+            r
+        })
+        .collect();
+
+    let plain = Scheduler::start(
+        self::model(),
+        SchedulerConfig {
+            speculative: false,
+            ..SchedulerConfig::default()
+        },
+    );
+    let expected: Vec<Vec<u32>> = cases
+        .iter()
+        .map(|(_, r)| tokens(plain.submit(r.clone()).unwrap()))
+        .collect();
+    drop(plain);
+
+    let scheduler = Scheduler::start(model, SchedulerConfig::default());
+    let stats = scheduler.stats();
+    for ((name, request), expected) in cases.iter().zip(&expected) {
+        assert!(expected.len() >= 16, "{name}: a reply to compare");
+        let steps = stats.steps.load(std::sync::atomic::Ordering::SeqCst);
+        let alone = tokens(scheduler.submit(request.clone()).unwrap());
+        assert_eq!(&alone, expected, "{name}: alone");
+        if *name == "greedy" {
+            let took = stats.steps.load(std::sync::atomic::Ordering::SeqCst) - steps;
+            assert!(
+                (took as usize) < expected.len(),
+                "{name}: {took} steps for {} tokens: the drafts were not kept",
+                expected.len()
+            );
+        }
+        for others in [1usize, 15] {
+            let early: Vec<RequestStream> = siblings[..others / 2 + 1]
+                .iter()
+                .map(|s| scheduler.submit(s.clone()).unwrap())
+                .collect();
+            let target = scheduler.submit(request.clone()).unwrap();
+            let late: Vec<RequestStream> = siblings[others / 2 + 1..others]
+                .iter()
+                .map(|s| scheduler.submit(s.clone()).unwrap())
+                .collect();
+            assert_eq!(&tokens(target), expected, "{name}: among {others} others");
+            for s in early.into_iter().chain(late) {
+                assert!(!tokens(s).is_empty());
+            }
+        }
+    }
+    // The prompts are in the prefix cache now: a hit gives the same reply.
+    let (name, request) = &cases[1];
+    let mut stream = scheduler.submit(request.clone()).unwrap();
+    let mut hit = Vec::new();
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            Event::Token { id, .. } => hit.push(id),
+            Event::Finished { usage, .. } => {
+                assert!(usage.cached_tokens > 0, "{name}: a prefix hit");
+                break;
+            }
+            Event::Failed(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(hit, expected[1], "{name}: after a prefix hit");
+    let drafted = stats
+        .drafted_tokens
+        .load(std::sync::atomic::Ordering::SeqCst);
+    let accepted = stats
+        .accepted_tokens
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        accepted > 0 && accepted <= drafted,
+        "{accepted} of {drafted}"
+    );
+}
