@@ -1,7 +1,8 @@
 //! The layouts on the real SmolLM2 model: on this machine's backend, a decode row's logits
 //! are the same bits alone and among other rows at any position of its group; and every
 //! backend's layout, run here, computes the same model as one row alone in a one-row
-//! matmul with unpadded attention (within float noise).
+//! matmul with unpadded attention (within float noise); and where a layout verifies drafted
+//! tokens, a chunk's positions get a decode step's logits.
 
 use seedbar_engine::{
     runtime::Backend,
@@ -140,6 +141,51 @@ fn decode_steps(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) 
             logits.as_slice::<f32>().to_vec()
         })
         .collect()
+}
+
+/// The logits of `forced` run as one chunk after `prompt` under `layout`, one per position:
+/// the chunk a row verifying drafted tokens runs (its last token, then the drafts).
+fn verify_chunk(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
+    let mut sequence = model.sequence();
+    model.prefill(prompt, &mut sequence).unwrap();
+    let lens = [forced.len() as i32];
+    let input = StepInput::one_row(&lens, forced);
+    let caches: &mut [KvCache] = &mut sequence.caches;
+    let logits = Batch::new(*layout)
+        .run(model, input, &mut [caches], Logits::Tails(&lens), None)
+        .unwrap();
+    logits.eval().unwrap();
+    let all = logits.as_slice::<f32>();
+    all.chunks(all.len() / forced.len())
+        .map(<[f32]>::to_vec)
+        .collect()
+}
+
+/// Speculative decoding keeps a drafted token only where the chunk that verifies it gives
+/// each position the bits one decode step there gives (`Layout::verifies_drafts`): true of
+/// the CPU's packed path, SmolLM2's here. A GPU's pooled decode, run here, attends a
+/// decoding row another way than a chunk, and the comparison sees the bits differ.
+#[test]
+fn a_verify_chunk_gets_each_positions_decode_logits_where_the_layout_says_so() {
+    let model = model();
+    let prompt = model
+        .chat_prompt(&[ChatMessage::new("user", "Count from one to ten.")], None)
+        .unwrap();
+    let forced = model.tokenizer.encode("One, two, three, four").unwrap();
+    let layout = model.layout();
+    if !seedbar_engine::runtime::default_device_is_gpu() {
+        assert!(layout.verifies_drafts());
+        assert_eq!(
+            verify_chunk(&model, &layout, &prompt, &forced),
+            decode_steps(&model, &layout, &prompt, &forced)
+        );
+    }
+    let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Quantized);
+    assert!(!pooled.verifies_drafts());
+    assert_ne!(
+        verify_chunk(&model, &pooled, &prompt, &forced),
+        decode_steps(&model, &pooled, &prompt, &forced)
+    );
 }
 
 #[test]

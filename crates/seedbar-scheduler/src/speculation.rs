@@ -9,8 +9,8 @@
 //! ([`Layout::verifies_drafts`](seedbar_engine::step::plan::Layout::verifies_drafts)) a
 //! chunk's position gets a decode step's logits. So a reply does not depend on whether, how
 //! many or which tokens were drafted; only its speed does. How many tokens a row drafts
-//! follows how many it got accepted, and a row whose drafts keep failing stops drafting for
-//! a while.
+//! follows how often its lookups guess right, drafted or not, and how many rows share the
+//! step: a row whose guesses do not pay drafts nothing.
 
 use seedbar_engine::Model;
 
@@ -21,8 +21,6 @@ use crate::{
 
 /// The most tokens a row drafts in one step.
 const MAX_DRAFT: usize = 16;
-/// What a row drafts first, and after a miss.
-const FIRST_DRAFT: usize = 4;
 /// The n-gram sizes looked up, longest first: a longer match predicts better, and a single
 /// token matches too often to pay.
 const NGRAMS: [usize; 3] = [4, 3, 2];
@@ -32,11 +30,10 @@ const FIXED_COST_IN_ROWS: f32 = 2.3;
 /// How fast a row's hit rate follows its lookups.
 const HIT_RATE_WEIGHT: f32 = 0.15;
 
-/// One row's drafting: how many tokens it drafts at most, and how often its lookup guesses
-/// the next token, learnt from every step, drafted or not.
+/// One row's drafting: how often its lookups guess the next token, learnt from every step,
+/// drafted or not.
 #[derive(Debug, Clone)]
 pub(crate) struct Speculation {
-    len: usize,
     hit_rate: f32,
     /// The lookup's next token where the row did not draft, scored against the draw.
     guess: Option<u32>,
@@ -45,19 +42,26 @@ pub(crate) struct Speculation {
 impl Default for Speculation {
     fn default() -> Self {
         Speculation {
-            len: FIRST_DRAFT,
             hit_rate: 0.5,
             guess: None,
         }
     }
 }
 
-/// The hit rate a draft needs to pay in a step of `rows` decoding rows. A drafted token
-/// costs what a row does; a kept one saves its row a later step, which costs a row plus the
-/// step's fixed cost shared among the rows: it pays when
-/// `hit_rate > rows / (rows + FIXED_COST_IN_ROWS)` (0.3 alone, 0.78 among 8).
-fn worth_drafting(rows: usize) -> f32 {
-    rows as f32 / (rows as f32 + FIXED_COST_IN_ROWS)
+/// How many tokens to draft with a hit rate of `p` in a step of `rows` decoding rows. A
+/// drafted token costs what a row does; the `j`-th is kept with chance `p^j` (each kept only
+/// after the ones before it), and a kept one saves its row a later step: a row plus the
+/// step's fixed cost shared among its rows. So the `j`-th pays while
+/// `p^j > rows / (rows + FIXED_COST_IN_ROWS)` (0.3 alone, 0.78 among 8).
+fn draft_len(p: f32, rows: usize) -> usize {
+    let worth = rows as f32 / (rows as f32 + FIXED_COST_IN_ROWS);
+    if p <= worth {
+        0
+    } else if p >= 1.0 {
+        MAX_DRAFT
+    } else {
+        ((worth.ln() / p.ln()) as usize).min(MAX_DRAFT)
+    }
 }
 
 impl Speculation {
@@ -72,9 +76,10 @@ impl Speculation {
         rows: usize,
     ) -> Vec<u32> {
         let history: Vec<u32> = prompt.iter().chain(generated).copied().collect();
-        let mut drafts = lookup(&history, self.len.min(limit).max(1));
+        let len = draft_len(self.hit_rate, rows).min(limit);
+        let mut drafts = lookup(&history, len.max(1));
         self.guess = None;
-        if limit == 0 || self.hit_rate < worth_drafting(rows) {
+        if len == 0 {
             self.guess = drafts.first().copied();
             drafts.clear();
         }
@@ -96,11 +101,6 @@ impl Speculation {
         if kept < drafted {
             self.score(false);
         }
-        self.len = if kept == drafted {
-            (self.len * 2).min(MAX_DRAFT)
-        } else {
-            (kept + 1).clamp(2, MAX_DRAFT)
-        };
     }
 
     fn score(&mut self, hit: bool) {
@@ -191,28 +191,35 @@ mod tests {
     }
 
     #[test]
-    fn drafts_grow_while_kept_and_stop_where_they_do_not_pay() {
+    fn drafts_grow_with_the_hit_rate_and_stop_where_they_do_not_pay() {
+        assert_eq!(draft_len(0.5, 1), 1);
+        assert_eq!(draft_len(0.9, 1), 11);
+        assert_eq!(draft_len(0.99, 1), MAX_DRAFT);
+        assert_eq!(draft_len(0.25, 1), 0);
+        assert_eq!(
+            draft_len(0.75, 8),
+            0,
+            "among 8 rows a draft needs a better hit rate"
+        );
+        assert_eq!(draft_len(0.9, 8), 2);
         let history = [1, 2, 1, 2];
         let mut s = Speculation::default();
         assert_eq!(
             s.draft(&history, &[], 4, 1),
-            [1, 2],
+            [1],
             "alone, a fresh row drafts"
         );
-        s.learn(2, 2);
-        assert_eq!(s.len, 8);
-        s.learn(8, 3);
-        assert_eq!(s.len, 4);
-        // Among 8 rows a draft needs a better hit rate than a fresh row's.
-        assert!(s.draft(&history, &[], 4, 8).is_empty());
         for _ in 0..6 {
-            s.learn(4, 0);
+            s.learn(1, 0);
         }
         assert!(s.draft(&history, &[], 4, 1).is_empty(), "missed too often");
-        // Guesses it did not run still teach it: right ones bring the drafts back.
+        // Guesses it did not run still teach it: right ones bring the drafts back, and
+        // drafts kept make them longer.
         for _ in 0..20 {
-            assert!(s.draft(&history, &[], 4, 1).is_empty() || s.hit_rate >= 0.3);
-            s.observe(1);
+            match s.draft(&history, &[], 4, 1) {
+                drafts if drafts.is_empty() => s.observe(1),
+                drafts => s.learn(drafts.len(), drafts.len()),
+            }
         }
         assert_eq!(s.draft(&history, &[], 4, 1), [1, 2]);
     }
