@@ -1,7 +1,8 @@
 """Speculative decoding through the real `openai` SDK: a seeded reply is the same with prompt
 lookup on (the default) and off (`"speculative": false`), for an editor's request sampled with
 filters and penalties, under a JSON schema and with a forced tool call; `/metrics` counts the
-drafted and kept tokens; a wrong `speculative` value is a 400 in OpenAI's error shape."""
+drafted and kept tokens; `seedbar serve --no-speculative` drafts nothing; a wrong
+`speculative` value is a 400 in OpenAI's error shape."""
 
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from conftest import DEFAULT_MODEL
+from conftest import DEFAULT_MODEL, serving
 
 EDITOR = (Path(__file__).resolve().parent.parent / "scripts" / "bench-editor.txt").read_text()
 READ_FILE = {
@@ -68,3 +69,15 @@ def test_a_wrong_speculative_value_is_refused(client):
         client.chat.completions.create(model=DEFAULT_MODEL, messages=[{"role": "user", "content": "hi"}],
                                        max_tokens=2, extra_body={"speculative": "sometimes"})
     assert "speculative" in str(refused.value)
+
+
+def test_the_server_setting_turns_it_off(seedbar, client):
+    with serving(seedbar, "--no-speculative") as plain:
+        off = OpenAI(base_url=plain.base_url, api_key="unused", max_retries=0, timeout=300)
+        kwargs = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": EDITOR}], "seed": 11,
+                  "temperature": 0, "max_tokens": 96}
+        reply = off.chat.completions.create(**kwargs).choices[0].message.content
+        metrics = plain.metrics()
+        assert metrics["seedbar_drafted_tokens_total"] == 0
+        assert metrics["seedbar_engine_steps_total"] >= metrics["seedbar_generated_tokens_total"]
+    assert reply == client.chat.completions.create(**kwargs).choices[0].message.content

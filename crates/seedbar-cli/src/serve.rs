@@ -31,6 +31,11 @@ pub struct ServeArgs {
     /// request without `max_tokens` generates until the model stops or this is reached.
     #[arg(long, default_value_t = SchedulerConfig::default().max_context)]
     max_context: usize,
+    /// Turn speculative decoding (prompt lookup, on the CPU's packed path) off for every
+    /// request; replies are the same either way, a request may also turn it off with
+    /// `"speculative": false`.
+    #[arg(long, env = "SEEDBAR_NO_SPECULATIVE")]
+    no_speculative: bool,
     /// Largest request body accepted.
     #[arg(long, default_value_t = 1 << 20)]
     max_body_bytes: usize,
@@ -60,6 +65,7 @@ pub fn run(args: ServeArgs) -> u8 {
         ui_dir,
         scheduler: SchedulerConfig {
             max_context: args.max_context,
+            speculative: !args.no_speculative,
             ..SchedulerConfig::default()
         },
     };
