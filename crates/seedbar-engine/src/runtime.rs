@@ -42,6 +42,8 @@ pub fn exit(code: u8) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
+    // CUDA runs on Linux alone.
+    #[cfg(target_os = "linux")]
     if Backend::current() == Backend::Cuda {
         // SAFETY: `_exit` ends the process at once; nothing of this process runs after it.
         unsafe { libc::_exit(i32::from(code)) }
