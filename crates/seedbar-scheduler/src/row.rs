@@ -162,7 +162,22 @@ pub(crate) fn emit(row: &mut Row, token: u32, logprob: Option<TokenLogprob>, mod
     }
 }
 
-pub(crate) fn token_logprob(logits: &[f32], token: u32, top_n: usize) -> TokenLogprob {
+/// Stream a token drawn on the host from `logits`, with its log probabilities where the
+/// request asks for them, unless the row's output format rejects it (the row then fails):
+/// whether the row took it.
+pub(crate) fn take_drawn(row: &mut Row, token: u32, logits: &[f32], model: &Model) -> bool {
+    if !row.follows_constraint(token) {
+        return false;
+    }
+    let logprob = row
+        .request
+        .logprobs
+        .map(|top_n| token_logprob(logits, token, top_n));
+    emit(row, token, logprob, model);
+    true
+}
+
+fn token_logprob(logits: &[f32], token: u32, top_n: usize) -> TokenLogprob {
     let lp = log_softmax(logits);
     let mut order: Vec<u32> = (0..lp.len() as u32).collect();
     let n = top_n.min(order.len());

@@ -16,7 +16,7 @@ use seedbar_engine::Model;
 
 use crate::{
     draw::{Draw, Noise},
-    row::{emit, token_logprob, Row},
+    row::{take_drawn, Row},
 };
 
 /// The most tokens a row drafts in one step.
@@ -160,14 +160,9 @@ pub(crate) fn verify(
             noise: Noise::At(position),
         }
         .token();
-        if !row.follows_constraint(token) {
+        if !take_drawn(row, token, logits, model) {
             break;
         }
-        let logprob = row
-            .request
-            .logprobs
-            .map(|top_n| token_logprob(logits, token, top_n));
-        emit(row, token, logprob, model);
         last = token;
     }
     kept

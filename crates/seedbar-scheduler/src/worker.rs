@@ -32,7 +32,7 @@ use crate::{
     },
     prefix_cache::PrefixCache,
     request::{Event, Request},
-    row::{emit, token_logprob, Row},
+    row::{emit, take_drawn, Row},
     speculation::{self, Speculation},
     stats::{SchedulerStats, TraceRecord},
     step_timing::Phase,
@@ -416,23 +416,27 @@ impl Worker {
         let all = logits.as_slice::<f32>();
         let positions: usize = tails.iter().map(|&n| n as usize).sum();
         debug_assert_eq!(all.len(), positions * vocab, "the logits rows asked for");
-        // Each chosen row's logits: its first drawn position's (a verifying row's other
-        // positions follow it).
+        // Each drawn row's logits from its first drawn position on (a verifying row's other
+        // positions follow it), and a verifying row's drafts.
         let mut first = 0;
-        let sampled: Vec<(usize, &[f32])> = chosen
+        let sampled: Vec<_> = chosen
             .iter()
             .zip(&tails)
-            .map(|((i, _), &n)| {
+            .map(|((i, input), &n)| {
                 let at = first * vocab;
                 first += n as usize;
-                (*i, &all[at..at + n as usize * vocab])
+                let drafts = match input {
+                    Input::Verify(tokens) => Some(&tokens[1..]),
+                    _ => None,
+                };
+                (*i, &all[at..at + n as usize * vocab], drafts)
             })
-            .filter(|(i, _)| drawn_rows.contains(i))
+            .filter(|(i, _, _)| drawn_rows.contains(i))
             .collect();
         let draws: Vec<Draw> = sampled
             .iter()
             .zip(&masks)
-            .map(|(&(i, logits), allowed)| {
+            .map(|(&(i, logits, _), allowed)| {
                 let row = &self.rows[i];
                 Draw {
                     sampling: &row.request.sampling,
@@ -447,19 +451,11 @@ impl Worker {
         let draws = draw_all(&draws, threads);
         let drawn = times.lap(Phase::Draw, evaluated);
         self.noise_ahead = noise_ahead(noise, vocab, self.draw_threads);
-        for ((i, logits), token) in sampled.into_iter().zip(draws) {
-            let drafts = chosen.iter().find_map(|(c, input)| match input {
-                Input::Verify(tokens) if *c == i => Some(&tokens[1..]),
-                _ => None,
-            });
+        for ((i, logits, drafts), token) in sampled.into_iter().zip(draws) {
             let row = &mut self.rows[i];
             let before = row.generated.len();
-            if !row.finished && row.follows_constraint(token) {
-                let logprob = row
-                    .request
-                    .logprobs
-                    .map(|top_n| token_logprob(&logits[..vocab], token, top_n));
-                emit(row, token, logprob, &self.model);
+            if !row.finished {
+                take_drawn(row, token, &logits[..vocab], &self.model);
             }
             if let Some(drafts) = drafts {
                 let kept = speculation::verify(row, token, drafts, logits, vocab, &self.model);
