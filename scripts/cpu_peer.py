@@ -111,6 +111,19 @@ def prefill(url, model, filler):
     return runs[0][2], max(r[2] / r[0] for r in runs)
 
 
+def repack_flags(llama_bin: Path, gguf: Path, cores: str) -> list:
+    """llama-server's flags for this machine: none, or `--no-repack` where it crashes at start.
+    llama.cpp's AMX kernels crash at the warm-up where the CPU reports AMX but the machine (a
+    VM) does not enable it; --no-repack leaves them (and weight repacking) out."""
+    try:
+        port = free_port()
+        with running([str(llama_bin), "-m", str(gguf), "--port", str(port), "-t", cores], port):
+            return []
+    except RuntimeError:
+        print("llama-server crashed at start: running it with --no-repack (no AMX, no repacked weights)")
+        return ["--no-repack"]
+
+
 def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> None:
     cores = str(os.cpu_count() or 2)
     sentence = "The quick brown fox jumps over the lazy dog. "
@@ -121,16 +134,7 @@ def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> No
         return [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", str(n), "-t", cores,
                 "-c", str(max(1024 * n, 2 * LONG_PROMPT_TOKENS)), *extra]
 
-    extra = []
-    try:
-        port = free_port()
-        with running(peer_argv(1, port, extra), port):
-            pass
-    except RuntimeError:
-        # llama.cpp's AMX kernels crash at the warm-up where the CPU reports AMX but the
-        # machine (a VM) does not enable it; --no-repack leaves them (and weight repacking) out.
-        extra = ["--no-repack"]
-        print("llama-server crashed at start: running it with --no-repack (no AMX, no repacked weights)")
+    extra = repack_flags(llama_bin, gguf, cores)
     seedbar_port = free_port()
     with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port)], seedbar_port) as ours:
         model = httpx.get(ours + "/v1/models").json()["data"][0]["id"]
@@ -170,13 +174,7 @@ def speculative(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -
     its n-gram speculation types; whether Seedbar's two replies were the same."""
     cores = str(os.cpu_count() or 2)
     peers = {"plain": [], "ngram-simple": ["--spec-type", "ngram-simple"], "ngram-mod": ["--spec-type", "ngram-mod"]}
-    repack = []
-    try:
-        port = free_port()
-        with running([str(llama_bin), "-m", str(gguf), "--port", str(port), "-t", cores], port):
-            pass
-    except RuntimeError:
-        repack = ["--no-repack"]  # see compare()
+    repack = repack_flags(llama_bin, gguf, cores)
 
     def best(url, model, prompt, fields):
         runs = [chat(url, model, prompt, 2, SPECULATIVE_TOKENS, **fields) for _ in range(REPEAT)]

@@ -272,7 +272,8 @@ const EDITOR_PROMPT: &str = include_str!("../../../scripts/bench-editor.txt");
 
 /// Each workload on a scheduler without speculation (`models[0]`) and one with it
 /// (`models[1]`), alternating `repeat` times: the best aggregate rate of each, their ratio,
-/// whether every reply was the same on both, and how many drafted tokens were kept.
+/// whether every reply was the same on both in every round, and the last round's steps and
+/// drafted and kept tokens.
 fn speculative(models: [Model; 2], tokens: usize, repeat: usize) -> Result<()> {
     let prompts = prompts();
     let request = |model: &Model, text: &str, temperature: f32, seed: u64| -> Result<Request> {
@@ -318,6 +319,7 @@ fn speculative(models: [Model; 2], tokens: usize, repeat: usize) -> Result<()> {
         let mut replies: [Vec<Vec<u32>>; 2] = Default::default();
         let mut steps = [0u64; 2];
         let mut kept = (0u64, 0u64);
+        let mut identical = true;
         for _ in 0..repeat.max(1) {
             for (side, scheduler) in [&plain, &drafting].into_iter().enumerate() {
                 let stats = scheduler.stats();
@@ -338,12 +340,13 @@ fn speculative(models: [Model; 2], tokens: usize, repeat: usize) -> Result<()> {
                     );
                 }
             }
+            identical &= replies[0] == replies[1];
         }
         println!(
             "{}",
             json!({"workload": name, "tokens": replies[1].iter().map(Vec::len).sum::<usize>(),
                    "plain_tok_s": best[0], "speculative_tok_s": best[1],
-                   "ratio": best[1] / best[0], "identical": replies[0] == replies[1],
+                   "ratio": best[1] / best[0], "identical": identical,
                    "steps_plain": steps[0], "steps_speculative": steps[1],
                    "drafted": kept.0, "accepted": kept.1})
         );
