@@ -142,6 +142,39 @@ RICH_TEMPLATE = """{%- if messages[0].role != 'system' and messages[0].role != '
 {% endif -%}"""
 
 
+# A Qwen3-style template that thinks: the reply opens inside `<think>` (as DeepSeek-R1
+# distills and Qwen3's thinking models do), `enable_thinking=false` closes it empty first, and
+# earlier turns' thinking is left out (the reasoning of a turn after the last user message,
+# e.g. before a tool call, is kept).
+THINKING_TEMPLATE = """{%- set ns = namespace(last_user=-1) -%}
+{%- for m in messages %}{% if m.role == 'user' %}{% set ns.last_user = loop.index0 %}{% endif %}{% endfor -%}
+{%- for message in messages %}
+{%- if message.role == 'assistant' %}
+{%- set content = message.content.split('</think>')[-1].lstrip('\\n') %}
+<|im_start|>assistant
+{% if message.reasoning_content and loop.index0 > ns.last_user %}<think>
+{{ message.reasoning_content.strip('\\n') }}
+</think>
+
+{% endif %}{{ content }}<|im_end|>
+{% else %}
+<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% if enable_thinking is defined and enable_thinking is false %}<think>
+
+</think>
+
+{% else %}<think>
+{% endif %}{% endif -%}"""
+
+# Added (not special) tokens of a thinking checkpoint, ids 256 and 257 as in Qwen3's vocabulary
+# they are ordinary added tokens that decode to their text.
+THINK_TOKENS = ["<think>", "</think>"]
+
+
 def byte_tokenizer() -> Tokenizer:
     """Byte-level BPE whose 256 tokens are the 256 bytes (no merges)."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
@@ -167,13 +200,19 @@ def byte_tokenizer() -> Tokenizer:
 FIM_TOKENS = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]
 
 
-def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False, overrides=None) -> Path:
+def write_checkpoint(
+    directory: Path, arch: str, quantize_bits=None, dtype=None, seed=0, fim=False, overrides=None, thinking=False
+) -> Path:
     """A random-weight checkpoint of `arch` in `directory`, loadable by mlx-lm and Seedbar.
-    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258); `overrides`
+    With `fim`, the vocabulary also holds FIM_TOKENS (ids 256, 257, 258); with `thinking`, it
+    holds THINK_TOKENS (ids 256, 257) and its template is THINKING_TEMPLATE; `overrides`
     replace config values (a wider `vocab_size` keeps the tokenizer's 256 tokens)."""
+    assert not (fim and thinking), "one set of added tokens"
     config = {**BASE, **ARCHITECTURES[arch], **(overrides or {})}
     if fim:
         config["vocab_size"] = VOCAB + len(FIM_TOKENS)
+    if thinking:
+        config["vocab_size"] = VOCAB + len(THINK_TOKENS)
     module_name = {"mistral": "llama"}.get(config["model_type"], config["model_type"])
     module = importlib.import_module(f"mlx_lm.models.{module_name}")
     mx.random.seed(seed)
@@ -201,9 +240,12 @@ def write_checkpoint(directory: Path, arch: str, quantize_bits=None, dtype=None,
     tokenizer = byte_tokenizer()
     if fim:
         tokenizer.add_special_tokens(FIM_TOKENS)
+    if thinking:
+        tokenizer.add_tokens(THINK_TOKENS)
     tokenizer.save(str(directory / "tokenizer.json"))
+    template = THINKING_TEMPLATE if thinking else RICH_TEMPLATE
     (directory / "tokenizer_config.json").write_text(
-        json.dumps({"chat_template": RICH_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"})
+        json.dumps({"chat_template": template, "bos_token": "<s>", "eos_token": "</s>"})
     )
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [VOCAB - 1]}))
     return directory

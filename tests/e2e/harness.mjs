@@ -20,11 +20,13 @@ const { chromium } = require('playwright-core');
 export const MOCK = process.env.SEEDBAR_E2E_MOCK === '1';
 const BIN = resolve(ROOT, process.env.SEEDBAR_BIN ?? 'target/debug/seedbar');
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const DEV_CACHE = process.env.SEEDBAR_DEV_CACHE ?? join(homedir(), '.cache/seedbar-dev');
+/** The Python of the tests' virtualenv (mlx-lm, to write test checkpoints). */
+export const VENV_PYTHON = join(DEV_CACHE, 'venv/bin/python');
 
 /** The GGUF file of the default model, as the set-up script recorded it. */
 export function defaultModelPath() {
-  const cache = process.env.SEEDBAR_DEV_CACHE ?? join(homedir(), '.cache/seedbar-dev');
-  const file = join(cache, 'default-model.path');
+  const file = join(DEV_CACHE, 'default-model.path');
   if (!existsSync(file)) throw new Error(`${file} is missing: run scripts/setup.sh first`);
   return readFileSync(file, 'utf8').trim();
 }
@@ -38,10 +40,22 @@ export function missing() {
 }
 
 /**
- * Starts a server of our own. Resolves with { url, stop, log } once it prints
- * "Seedbar serving <model> at http://127.0.0.1:<port>/v1".
+ * Writes into `dir` a random-weight Qwen3-shaped checkpoint that thinks (tests/checkpoints.py):
+ * its chat template opens a `<think>` block, so every reply starts inside the thinking.
  */
-export async function startServer({ apiKey, allowOrigin } = {}) {
+export function writeThinkingCheckpoint(dir) {
+  const code = 'import sys; sys.path.insert(0, "tests"); from pathlib import Path; from checkpoints import write_checkpoint; '
+    + 'write_checkpoint(Path(sys.argv[1]), "qwen3", thinking=True)';
+  const run = spawnSync(VENV_PYTHON, ['-c', code, dir], { cwd: ROOT, encoding: 'utf8', timeout: 300_000 });
+  if (run.status !== 0) throw new Error(`writing the thinking checkpoint failed (${run.status}):\n${run.stdout}\n${run.stderr}`);
+}
+
+/**
+ * Starts a server of our own. Resolves with { url, stop, log } once it prints
+ * "Seedbar serving <model> at http://127.0.0.1:<port>/v1". `models`: more to add to its store
+ * besides the default one, as [{ path, name }] (the mock has its own, `thinker` among them).
+ */
+export async function startServer({ apiKey, allowOrigin, models = [] } = {}) {
   const home = mkdtempSync(join(tmpdir(), 'seedbar-e2e-'));
   let command;
   let args;
@@ -49,10 +63,12 @@ export async function startServer({ apiKey, allowOrigin } = {}) {
     command = process.execPath;
     args = [join(ROOT, 'ui/scripts/mock-server.mjs'), '--port', '0', '--dir', UI_DIST];
   } else {
-    const add = spawnSync(BIN, ['models', 'add', defaultModelPath(), '--name', MODEL], {
-      env: { ...process.env, SEEDBAR_HOME: home }, encoding: 'utf8', timeout: 120_000,
-    });
-    if (add.status !== 0) throw new Error(`seedbar models add failed (${add.status}):\n${add.stdout}\n${add.stderr}`);
+    for (const { path, name } of [{ path: defaultModelPath(), name: MODEL }, ...models]) {
+      const add = spawnSync(BIN, ['models', 'add', path, '--name', name], {
+        env: { ...process.env, SEEDBAR_HOME: home }, encoding: 'utf8', timeout: 120_000,
+      });
+      if (add.status !== 0) throw new Error(`seedbar models add ${name} failed (${add.status}):\n${add.stdout}\n${add.stderr}`);
+    }
     command = BIN;
     args = ['serve', '--port', '0', '--ui-dir', UI_DIST, '--model', MODEL];
   }

@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // A stand-in for `seedbar serve` for UI work without the engine: the /app routes of
-// docs/app-api.md in memory, replies (and quick chat's /v1/chat/completions stream) made up
-// from the seed, and dist/ served at /.
-// Usage: node scripts/mock-server.mjs [--port 7338] [--api-key KEY] [--dir dist]
+// docs/app-api.md in memory, replies (and quick chat's chat/completions stream) made up from
+// the seed, and dist/ served at /. Models whose name holds "think" (the library's "thinker")
+// think first, as Qwen3 does: their replies stream a short reasoning before the answer.
+// Usage: node scripts/mock-server.mjs [--port 7338] [--api-key KEY] [--dir dist] [--model NAME]
+//   --model: the default model quick chat asks (SmolLM2-135M-Instruct; `thinker` thinks)
 import { createServer } from 'node:http';
 import { readFile } from 'node:fs/promises';
 import { extname, join, normalize } from 'node:path';
@@ -15,6 +17,7 @@ const arg = (name, fallback) => {
 const port = Number(arg('--port', '7338'));
 const apiKey = arg('--api-key', null);
 const dir = arg('--dir', new URL('../dist', import.meta.url).pathname);
+const defaultModel = arg('--model', 'SmolLM2-135M-Instruct');
 
 const now = () => new Date().toISOString();
 const defaults = { model: 'SmolLM2-135M-Instruct', system_prompt: '', temperature: 0.7, top_p: 1, max_tokens: 512, seed: null };
@@ -22,8 +25,9 @@ let nextId = 1;
 const conversations = new Map();
 const messages = new Map(); // conversation id -> Message[]
 const models = [
-  { name: 'SmolLM2-135M-Instruct', format: 'gguf', bytes: 105_000_000, quantization: 'Q4_1', loaded: true },
-  { name: 'Qwen2.5-0.5B-Instruct-4bit', format: 'safetensors', bytes: 278_000_000, quantization: '4bit', loaded: false },
+  { name: 'SmolLM2-135M-Instruct', format: 'gguf', bytes: 105_000_000, quantization: 'Q4_1', architecture: 'llama', supported: true, loaded: true },
+  { name: 'Qwen2.5-0.5B-Instruct-4bit', format: 'safetensors', bytes: 278_000_000, quantization: '4bit', architecture: 'qwen2', supported: true, loaded: false },
+  { name: 'thinker', format: 'safetensors', bytes: 1_200_000, quantization: null, architecture: 'qwen3', supported: true, loaded: false },
 ];
 const pulls = new Map();
 let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space' };
@@ -37,6 +41,22 @@ function replyFor(seed, history) {
   const out = [];
   for (let i = 0; i < 14; i++) out.push(words[Math.floor(rand() * words.length)]);
   return `**Seed ${seed}**: ${out.join(' ')}`;
+}
+
+// What a thinking model mulls over first: markup in it must show as text, never as HTML.
+function thoughtFor(seed, history) {
+  const last = history.filter((m) => m.role === 'user').at(-1)?.content ?? '';
+  return `The user asks <b>${JSON.stringify(last.slice(0, 40))}</b>.\nSeed ${seed} picks the words; a short answer will do.`;
+}
+
+/** A reply as the pieces it streams: the thinking first (models that think), then the answer. */
+function replyPieces(model, seed, history) {
+  const split = (text) => text.match(/\S+\s*|\s+/g) ?? [];
+  const thinking = /think/i.test(model) ? split(thoughtFor(seed, history)) : [];
+  return [
+    ...thinking.map((text) => ({ kind: 'reasoning', text })),
+    ...split(replyFor(seed, history)).map((text) => ({ kind: 'content', text })),
+  ];
 }
 
 function send(res, status, body, headers = {}) {
@@ -69,7 +89,7 @@ async function streamReply(req, res, id, input) {
       user = list[at];
       user.content = input.edit.content;
     } else {
-      user = { id: nextId++, conversation_id: id, role: 'user', content: input.content, seed: null, sampling: null, status: 'complete', created_at: now() };
+      user = { id: nextId++, conversation_id: id, role: 'user', content: input.content, seed: null, sampling: null, status: 'complete', created_at: now(), reasoning: null, reasoning_ms: null };
       list.push(user);
     }
     event({ type: 'user', message: user });
@@ -77,21 +97,33 @@ async function streamReply(req, res, id, input) {
     while (list.length && list.at(-1).role === 'assistant') list.pop();
   }
   const seed = conv.settings.seed ?? Math.floor(Math.random() * 2 ** 32);
-  const reply = { id: nextId++, conversation_id: id, role: 'assistant', content: '', seed, sampling: { ...conv.settings, seed: undefined }, status: 'complete', created_at: now() };
+  const reply = {
+    id: nextId++, conversation_id: id, role: 'assistant', content: '', seed, sampling: { ...conv.settings, seed: undefined }, status: 'complete',
+    created_at: now(), reasoning: null, reasoning_ms: null,
+  };
   list.push(reply);
   conv.updated_at = now();
   event({ type: 'start', message_id: reply.id, seed });
-  const text = replyFor(seed, list);
-  const pieces = text.match(/\S+\s*|\s+/g) ?? [];
+  const pieces = replyPieces(conv.settings.model, seed, list);
   let closed = false;
+  let thinkingSince = null;
   req.on('close', () => { closed = true; });
   res.on('close', () => { closed = true; });
-  for (const piece of pieces.slice(0, conv.settings.max_tokens)) {
+  // max_tokens counts the thinking too; a reply cut off while thinking thought until its end.
+  for (const { kind, text } of pieces.slice(0, conv.settings.max_tokens)) {
     await new Promise((r) => setTimeout(r, 60));
     if (closed) { reply.status = 'stopped'; return; }
-    reply.content += piece;
-    event({ type: 'delta', text: piece });
+    if (kind === 'reasoning') {
+      thinkingSince ??= Date.now();
+      reply.reasoning = (reply.reasoning ?? '') + text;
+      event({ type: 'reasoning', text });
+    } else {
+      if (thinkingSince !== null) reply.reasoning_ms ??= Date.now() - thinkingSince;
+      reply.content += text;
+      event({ type: 'delta', text });
+    }
   }
+  if (thinkingSince !== null) reply.reasoning_ms ??= Date.now() - thinkingSince;
   event({ type: 'done', message: reply });
   res.end();
 }
@@ -102,10 +134,11 @@ async function streamCompletion(req, res, input) {
   res.writeHead(200, { 'Content-Type': 'text/event-stream', 'x-seedbar-seed': String(seed) });
   let closed = false;
   res.on('close', () => { closed = true; });
-  for (const piece of replyFor(seed, input.messages ?? []).match(/\S+\s*|\s+/g) ?? []) {
+  for (const { kind, text } of replyPieces(input.model ?? '', seed, input.messages ?? [])) {
     await new Promise((r) => setTimeout(r, 60));
     if (closed) return;
-    res.write(`data: ${JSON.stringify({ seed, choices: [{ index: 0, delta: { content: piece } }] })}\n\n`);
+    const delta = kind === 'reasoning' ? { reasoning_content: text } : { content: text };
+    res.write(`data: ${JSON.stringify({ seed, choices: [{ index: 0, delta }] })}\n\n`);
   }
   res.end('data: [DONE]\n\n');
 }
@@ -132,6 +165,7 @@ const server = createServer(async (req, res) => {
     }
     const m = req.method;
     let match;
+    if (path === '/app/chat/completions' && m === 'POST') return streamCompletion(req, res, await body(req));
     if (path === '/app/conversations' && m === 'GET') {
       const q = (url.searchParams.get('q') ?? '').toLowerCase();
       const list = [...conversations.values()]
@@ -146,7 +180,7 @@ const server = createServer(async (req, res) => {
       const sampling = { ...c.settings, seed: undefined };
       messages.set(c.id, (b.messages ?? []).map((x) => ({
         id: nextId++, conversation_id: c.id, role: x.role, content: x.content, seed: x.seed ?? null,
-        sampling: x.seed === undefined ? null : sampling, status: 'complete', created_at: now(),
+        sampling: x.seed === undefined ? null : sampling, status: 'complete', created_at: now(), reasoning: null, reasoning_ms: null,
       })));
       return send(res, 200, c);
     }
@@ -214,7 +248,7 @@ const server = createServer(async (req, res) => {
     }
     if (path === '/app/status' && m === 'GET') {
       return send(res, 200, {
-        state: 'ready', model: 'SmolLM2-135M-Instruct', percent: null, problem: null, fix: null, actions: [],
+        state: 'ready', model: defaultModel, percent: null, problem: null, fix: null, actions: [],
         endpoint: `http://127.0.0.1:${server.address().port}/v1`, paused: false, message: null,
       });
     }
@@ -225,5 +259,5 @@ const server = createServer(async (req, res) => {
 });
 
 server.listen(port, '127.0.0.1', () => {
-  console.log(`Seedbar serving SmolLM2-135M-Instruct at http://127.0.0.1:${server.address().port}/v1 (mock)`);
+  console.log(`Seedbar serving ${defaultModel} at http://127.0.0.1:${server.address().port}/v1 (mock)`);
 });

@@ -163,10 +163,11 @@ export class Client {
 
   /**
    * Streams a one-off answer (quick chat) from the app's copy of the OpenAI route, which
-   * answers while the server is paused for outside clients: calls onText with each piece of
-   * text; resolves with the seed it was sampled with. Throws like `reply`.
+   * answers while the server is paused for outside clients: calls onPiece with each piece of
+   * the answer or of the thinking before it; resolves with the seed it was sampled with.
+   * Throws like `reply`.
    */
-  async complete(body: CompletionRequest, onText: (text: string) => void, signal?: AbortSignal): Promise<number | null> {
+  async complete(body: CompletionRequest, onPiece: (piece: AnswerPiece) => void, signal?: AbortSignal): Promise<number | null> {
     const what = 'The answer failed';
     const response = await this.send('POST', '/app/chat/completions', what, { ...body, stream: true }, signal);
     if (!response.body) throw new ApiError(`${what}: the server sent no stream`, response.status);
@@ -176,8 +177,9 @@ export class Client {
       const chunk = parseEvent<CompletionChunk>(data, what);
       if (chunk === DONE) return true;
       if (chunk.error) throw new ApiError(`${what}: ${chunk.error.message}`, 200);
-      const text = chunk.choices?.[0]?.delta?.content;
-      if (text) onText(text);
+      const delta = chunk.choices?.[0]?.delta;
+      if (delta?.reasoning_content) onPiece({ kind: 'reasoning', text: delta.reasoning_content });
+      if (delta?.content) onPiece({ kind: 'content', text: delta.content });
       return false;
     });
     return seed;
@@ -290,8 +292,11 @@ export type CompletionRequest = {
   max_tokens: number;
 };
 
+/** A piece of a streamed answer: its text, or (models that think) of the thinking before it. */
+export type AnswerPiece = { kind: 'content' | 'reasoning'; text: string };
+
 type CompletionChunk = {
-  choices?: { delta?: { content?: string | null } }[];
+  choices?: { delta?: { content?: string | null; reasoning_content?: string | null } }[];
   error?: { message: string };
 };
 

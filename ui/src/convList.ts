@@ -37,6 +37,8 @@ export type UiMessage = Message & {
   pending?: boolean;
   /** Why the reply failed, when it did. */
   error?: string;
+  /** When this page saw the reply begin to think (ms since the epoch), for a live timer. */
+  thinkingSince?: number;
 };
 
 let nextTempId = -1;
@@ -54,7 +56,7 @@ export function beginReply(messages: UiMessage[], conversationId: number, reques
   const now = new Date().toISOString();
   const pendingUser = (content: string): UiMessage => ({
     id: tempId(), conversation_id: conversationId, role: 'user', content, seed: null, sampling: null,
-    status: 'complete', created_at: now, pending: true,
+    status: 'complete', created_at: now, reasoning: null, reasoning_ms: null, pending: true,
   });
   switch (request.kind) {
     case 'send':
@@ -73,8 +75,8 @@ export function beginReply(messages: UiMessage[], conversationId: number, reques
   }
 }
 
-/** Applies one stream event to the shown messages. */
-export function applyReplyEvent(messages: UiMessage[], conversationId: number, event: ReplyEvent): UiMessage[] {
+/** Applies one stream event to the shown messages (`now`: when it came, ms since the epoch). */
+export function applyReplyEvent(messages: UiMessage[], conversationId: number, event: ReplyEvent, now = Date.now()): UiMessage[] {
   switch (event.type) {
     case 'user': {
       // The stored user message replaces the pending one (or the edited one).
@@ -85,12 +87,17 @@ export function applyReplyEvent(messages: UiMessage[], conversationId: number, e
     case 'start': {
       const reply: UiMessage = {
         id: event.message_id, conversation_id: conversationId, role: 'assistant', content: '', seed: event.seed,
-        sampling: null, status: 'complete', created_at: new Date().toISOString(), streaming: true,
+        sampling: null, status: 'complete', created_at: new Date(now).toISOString(), reasoning: null, reasoning_ms: null,
+        streaming: true,
       };
       return [...messages.filter((m) => m.id !== event.message_id), reply];
     }
+    case 'reasoning':
+      return updateStreaming(messages, (m) => ({
+        ...m, reasoning: (m.reasoning ?? '') + event.text, thinkingSince: m.thinkingSince ?? now,
+      }));
     case 'delta':
-      return updateStreaming(messages, (m) => ({ ...m, content: m.content + event.text }));
+      return updateStreaming(messages, (m) => ({ ...endThinking(m, now), content: m.content + event.text }));
     case 'done': {
       const at = messages.findIndex((m) => m.id === event.message.id || m.streaming);
       if (at === -1) return [...messages, event.message];
@@ -108,10 +115,17 @@ export function applyReplyEvent(messages: UiMessage[], conversationId: number, e
   }
 }
 
+/** The answer's first piece ends the thinking: how long it took as this page saw it, until
+ * the stored reply (the done event) brings the server's figure. */
+function endThinking(m: UiMessage, now: number): UiMessage {
+  if (m.thinkingSince === undefined || m.reasoning_ms !== null) return m;
+  return { ...m, reasoning_ms: now - m.thinkingSince };
+}
+
 function errorMessage(conversationId: number, error: string): UiMessage {
   return {
     id: tempId(), conversation_id: conversationId, role: 'assistant', content: '', seed: null, sampling: null,
-    status: 'error', created_at: new Date().toISOString(), error,
+    status: 'error', created_at: new Date().toISOString(), reasoning: null, reasoning_ms: null, error,
   };
 }
 

@@ -12,6 +12,8 @@ export type Exchange = {
   answer: string;
   model: string;
   seed: number | null;
+  /** When the model began to think (models that think; ms since the epoch), else null. */
+  thinkingSince: number | null;
   state: 'streaming' | 'complete' | 'stopped' | 'error';
   error: string | null;
 };
@@ -40,8 +42,8 @@ export function titleOf(question: string): string {
   return line.length > 60 ? `${line.slice(0, 59).trimEnd()}…` : line;
 }
 
-/** The conversation an answered exchange becomes: its question and answer, with the
- * sampling and seed the answer came from. */
+/** The conversation an answered exchange becomes: its question and answer (not the
+ * thinking before it), with the sampling and seed the answer came from. */
 export function conversationOf(exchange: Exchange): { title: string; settings: Partial<Settings>; messages: StartingMessage[] } {
   const answer: StartingMessage = { role: 'assistant', content: exchange.answer };
   if (exchange.seed !== null) answer.seed = exchange.seed;

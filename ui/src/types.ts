@@ -38,6 +38,10 @@ export type Message = {
   sampling: Sampling | null;
   status: MessageStatus;
   created_at: string;
+  /** Assistant replies of models that think: the thinking before the content (null when none). */
+  reasoning: string | null;
+  /** How long the model thought, in milliseconds: null when it did not, or was cut off thinking. */
+  reasoning_ms: number | null;
 };
 
 export type ConversationDetail = Conversation & { messages: Message[] };
@@ -102,6 +106,8 @@ export type AppStatus = {
 export type ReplyEvent =
   | { type: 'user'; message: Message }
   | { type: 'start'; message_id: number; seed: number }
+  /** A piece of the thinking (models that think), before any delta of the answer. */
+  | { type: 'reasoning'; text: string }
   | { type: 'delta'; text: string }
   | { type: 'done'; message: Message }
   | { type: 'error'; message: string };

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { ApiError, Client, errorFromResponse, readReplyStream } from '../src/api';
+import { ApiError, Client, errorFromResponse, readReplyStream, type AnswerPiece } from '../src/api';
 import type { ReplyEvent } from '../src/types';
 
 function json(status: number, body: unknown, statusText = '') {
@@ -115,6 +115,15 @@ describe('readReplyStream', () => {
     expect(events).toEqual([{ type: 'delta', text: 'a' }]);
   });
 
+  it('passes the thinking on as reasoning events, before the deltas', async () => {
+    const events: ReplyEvent[] = [];
+    await readReplyStream(streamOf([
+      'data: {"type":"reasoning","text":"Hmm"}\n\ndata: {"type":"delta","text":"Hi"}\n\n',
+      'data: {"type":"done","message":{"id":1,"reasoning":"Hmm","reasoning_ms":5}}\n\n',
+    ]), (e) => events.push(e));
+    expect(events.map((e) => e.type)).toEqual(['reasoning', 'delta', 'done']);
+  });
+
   it('reports an error event and finishes', async () => {
     const events: ReplyEvent[] = [];
     await readReplyStream(streamOf(['data: {"type":"error","message":"out of memory"}\n\n']), (e) => events.push(e));
@@ -154,13 +163,29 @@ describe('complete (quick chat)', () => {
         'data: [DONE]\n\n',
       ]), { status: 200, headers: { 'x-seedbar-seed': '1234' } });
     }) as unknown as typeof fetch);
-    const pieces: string[] = [];
-    const seed = await client.complete({ model: 'm', messages: [{ role: 'user', content: 'Capital?' }], temperature: 0.7, top_p: 1, max_tokens: 8 }, (t) => pieces.push(t));
-    expect(pieces.join('')).toBe('Paris.');
+    const pieces: AnswerPiece[] = [];
+    const seed = await client.complete({ model: 'm', messages: [{ role: 'user', content: 'Capital?' }], temperature: 0.7, top_p: 1, max_tokens: 8 }, (p) => pieces.push(p));
+    expect(pieces).toEqual([{ kind: 'content', text: 'Par' }, { kind: 'content', text: 'is.' }]);
     expect(seed).toBe(1234);
     expect(JSON.parse(sent[0].body as string)).toMatchObject({ model: 'm', stream: true });
     // Under /app: it answers while the server is paused for outside clients.
     expect(new URL(urls[0], 'http://x').pathname).toBe('/app/chat/completions');
+  });
+
+  it('gives the thinking (reasoning_content) apart from the answer', async () => {
+    const { client } = clientWith((async () => new Response(streamOf([
+      'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
+      'data: {"choices":[{"delta":{"reasoning_content":"The capital of France"}}]}\n\n',
+      'data: {"choices":[{"delta":{"reasoning_content":" is <b>Paris</b>.","content":null}}]}\n\n',
+      'data: {"choices":[{"delta":{"content":"Paris."}}]}\n\ndata: [DONE]\n\n',
+    ]), { status: 200 })) as unknown as typeof fetch);
+    const pieces: AnswerPiece[] = [];
+    await client.complete({ model: 'm', messages: [], temperature: 0.7, top_p: 1, max_tokens: 8 }, (p) => pieces.push(p));
+    expect(pieces).toEqual([
+      { kind: 'reasoning', text: 'The capital of France' },
+      { kind: 'reasoning', text: ' is <b>Paris</b>.' },
+      { kind: 'content', text: 'Paris.' },
+    ]);
   });
 
   it('throws an error event as the message, and a stream cut short', async () => {

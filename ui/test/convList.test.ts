@@ -8,7 +8,8 @@ import type { Conversation, Message, ReplyEvent } from '../src/types';
 const settings = { model: 'm', system_prompt: '', temperature: 0.7, top_p: 1, max_tokens: 24, seed: null };
 const conv = (id: number, updated: string, title = `c${id}`): Conversation => ({ id, title, created_at: updated, updated_at: updated, settings });
 const msg = (id: number, role: 'user' | 'assistant', content: string, extra: Partial<Message> = {}): Message => ({
-  id, conversation_id: 1, role, content, seed: role === 'assistant' ? 11 : null, sampling: null, status: 'complete', created_at: '2025-01-01T00:00:00Z', ...extra,
+  id, conversation_id: 1, role, content, seed: role === 'assistant' ? 11 : null, sampling: null, status: 'complete', created_at: '2025-01-01T00:00:00Z',
+  reasoning: null, reasoning_ms: null, ...extra,
 });
 
 describe('conversation list', () => {
@@ -45,8 +46,8 @@ describe('conversation list', () => {
   });
 });
 
-function run(messages: UiMessage[], events: ReplyEvent[]) {
-  return events.reduce((m, e) => applyReplyEvent(m, 1, e), messages);
+function run(messages: UiMessage[], events: ReplyEvent[], now?: number) {
+  return events.reduce((m, e) => applyReplyEvent(m, 1, e, now), messages);
 }
 
 describe('reply stream into messages', () => {
@@ -99,7 +100,31 @@ describe('reply stream into messages', () => {
     expect(refused[3]).toMatchObject({ status: 'error', error: 'The reply failed: 404' });
   });
 
+  it('thinking: reasoning pieces gather apart from the answer, and the stored reply replaces both', () => {
+    let m = run(history, [{ type: 'start', message_id: 5, seed: 7 }], 1_000);
+    expect(m[2]).toMatchObject({ reasoning: null, reasoning_ms: null });
+    expect(m[2].thinkingSince).toBeUndefined();
+    m = run(m, [{ type: 'reasoning', text: 'The user greets' }, { type: 'reasoning', text: ' me.' }], 2_000);
+    expect(m[2]).toMatchObject({ content: '', reasoning: 'The user greets me.', reasoning_ms: null, thinkingSince: 2_000, streaming: true });
+    // The answer's first piece ends the thinking (as this page timed it)...
+    m = run(m, [{ type: 'delta', text: 'Hel' }], 6_200);
+    m = run(m, [{ type: 'delta', text: 'lo!' }], 9_000);
+    expect(m[2]).toMatchObject({ content: 'Hello!', reasoning: 'The user greets me.', reasoning_ms: 4_200 });
+    // ...until the stored reply brings the server's figures.
+    const final = msg(5, 'assistant', 'Hello!', { seed: 7, reasoning: 'The user greets me.', reasoning_ms: 4_150 });
+    m = run(m, [{ type: 'done', message: final }]);
+    expect(m[2]).toEqual(final);
+  });
+
+  it('a reply without thinking keeps reasoning null, and one stopped while thinking keeps it', () => {
+    const plain = run(history, [{ type: 'start', message_id: 5, seed: 7 }, { type: 'delta', text: 'Hi' }]);
+    expect(plain[2]).toMatchObject({ content: 'Hi', reasoning: null, reasoning_ms: null });
+    const thinking = run(history, [{ type: 'start', message_id: 5, seed: 7 }, { type: 'reasoning', text: 'Hmm' }]);
+    expect(endReply(thinking, 1, { stopped: true })[2]).toMatchObject({ content: '', reasoning: 'Hmm', reasoning_ms: null, status: 'stopped' });
+  });
+
   it('delta without a streaming reply changes nothing', () => {
     expect(run(history, [{ type: 'delta', text: 'x' }])).toBe(history);
+    expect(run(history, [{ type: 'reasoning', text: 'x' }])).toBe(history);
   });
 });

@@ -15,8 +15,8 @@ describe('quick chat', () => {
     expect(missing).toEqual({ text: 'No model is installed.', fix: 'Import a GGUF file.', canImport: true });
   });
 
-  it('saves the question and the answer with its seed and sampling', () => {
-    const body = conversationOf({ question: '  What is the capital of France?\nBe brief.', answer: 'Paris.', model: 'SmolLM2', seed: 7, state: 'complete', error: null });
+  it('saves the question and the answer (not when it thought) with its seed and sampling', () => {
+    const body = conversationOf({ question: '  What is the capital of France?\nBe brief.', answer: 'Paris.', model: 'SmolLM2', seed: 7, thinkingSince: 5, state: 'complete', error: null });
     expect(body.title).toBe('What is the capital of France?');
     expect(body.settings).toEqual({ model: 'SmolLM2', ...QUICK_SAMPLING });
     expect(body.messages).toEqual([

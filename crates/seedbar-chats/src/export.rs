@@ -73,8 +73,15 @@ pub fn markdown(conversation: &Conversation, messages: &[Message]) -> String {
                 }
             }
         };
+        let thinking = match &message.reasoning {
+            Some(reasoning) => format!(
+                "<details><summary>Thinking</summary>\n\n{}\n\n</details>\n\n",
+                reasoning.trim_end()
+            ),
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "\n## {heading}\n\n{}\n",
+            "\n## {heading}\n\n{thinking}{}\n",
             message.content.trim_end()
         ));
     }
@@ -112,6 +119,8 @@ mod tests {
             }),
             status,
             created_at: "2026-12-01T10:00:00Z".into(),
+            reasoning: None,
+            reasoning_ms: None,
         }
     }
 

@@ -22,8 +22,8 @@ use rusqlite::{
 };
 
 pub use types::{
-    AppSettings, Conversation, Message, NewMessage, Role, Sampling, Settings, SettingsPatch,
-    Status, Turn, DEFAULT_QUICK_CHAT_SHORTCUT,
+    AppSettings, Conversation, Message, NewMessage, ReplyText, Role, Sampling, Settings,
+    SettingsPatch, Status, Turn, DEFAULT_QUICK_CHAT_SHORTCUT,
 };
 
 /// What the store refuses or fails at.
@@ -71,7 +71,7 @@ const CONVERSATION_COLUMNS: &str =
     "id, title, created_at, updated_at, model, system_prompt, temperature, top_p, max_tokens, seed";
 
 const MESSAGE_COLUMNS: &str = "id, conversation_id, role, content, seed, model, temperature, \
-     top_p, max_tokens, system_prompt, status, created_at";
+     top_p, max_tokens, system_prompt, status, created_at, reasoning, reasoning_ms";
 
 /// The conversations database. Thread-safe: one connection behind a mutex.
 pub struct ChatStore {
@@ -290,21 +290,25 @@ impl ChatStore {
     /// Save the text a reply has so far while it streams, so that a process killed
     /// mid-reply leaves it behind (the next [`open`](Self::open) marks the row stopped).
     /// Does nothing to a reply that is no longer streaming.
-    pub fn checkpoint_reply(&self, id: i64, content: &str) -> Result<()> {
+    pub fn checkpoint_reply(&self, id: i64, text: &ReplyText) -> Result<()> {
+        let (reasoning, reasoning_ms) = reasoning_values(text);
         self.lock().execute(
-            "UPDATE messages SET content = ?2 WHERE id = ?1 AND status = ?3",
-            params![id, content, Status::Streaming],
+            "UPDATE messages SET content = ?2, reasoning = ?3, reasoning_ms = ?4
+             WHERE id = ?1 AND status = ?5",
+            params![id, text.content, reasoning, reasoning_ms, Status::Streaming],
         )?;
         Ok(())
     }
 
     /// Set a reply's final text and status; durable once this returns.
-    pub fn finish_message(&self, id: i64, content: &str, status: Status) -> Result<Message> {
+    pub fn finish_message(&self, id: i64, text: &ReplyText, status: Status) -> Result<Message> {
+        let (reasoning, reasoning_ms) = reasoning_values(text);
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         tx.execute(
-            "UPDATE messages SET content = ?2, status = ?3 WHERE id = ?1",
-            params![id, content, status],
+            "UPDATE messages SET content = ?2, status = ?3, reasoning = ?4, reasoning_ms = ?5
+             WHERE id = ?1",
+            params![id, text.content, status, reasoning, reasoning_ms],
         )?;
         let message = get_message(&tx, id)?;
         touch(&tx, message.conversation_id)?;
@@ -475,7 +479,16 @@ fn message(row: &Row) -> rusqlite::Result<Message> {
         sampling,
         status: row.get(10)?,
         created_at: row.get(11)?,
+        reasoning: row.get(12)?,
+        reasoning_ms: row.get::<_, Option<i64>>(13)?.map(|ms| ms as u64),
     })
+}
+
+/// A reply's thinking columns: none when it did not think.
+fn reasoning_values(text: &ReplyText) -> (Option<&str>, Option<i64>) {
+    let reasoning = Some(text.reasoning.as_str()).filter(|r| !r.is_empty());
+    let ms = text.reasoning_ms.map(|ms| ms.min(i64::MAX as u64) as i64);
+    (reasoning, ms)
 }
 
 /// SQLite integers are signed: seeds must fit.

@@ -43,6 +43,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY CHECK (id = 1),
         value TEXT NOT NULL
     );",
+    // 3: a reply's thinking (models that think) and how long it took.
+    "ALTER TABLE messages ADD COLUMN reasoning TEXT;
+    ALTER TABLE messages ADD COLUMN reasoning_ms INTEGER;",
 ];
 
 /// Bring the database up to version `target`; refuse one newer than this build knows.

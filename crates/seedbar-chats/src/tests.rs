@@ -75,7 +75,7 @@ fn conversation_with_reply(
         .unwrap();
     assert_eq!(row.status, Status::Streaming);
     let answer = store
-        .finish_message(row.id, reply, Status::Complete)
+        .finish_message(row.id, &ReplyText::content(reply), Status::Complete)
         .unwrap();
     (
         store.get(conversation.id).unwrap(),
@@ -179,7 +179,9 @@ fn child_writes_then_aborts() {
     let (_, reply) = store
         .begin_reply(conversation, &Turn::Send("And 3+3?".into()), &reply_row())
         .unwrap();
-    store.checkpoint_reply(reply.id, "It is").unwrap();
+    store
+        .checkpoint_reply(reply.id, &ReplyText::content("It is"))
+        .unwrap();
     std::process::abort();
 }
 
@@ -493,7 +495,7 @@ fn a_conversation_streams_one_reply_at_a_time() {
         .unwrap();
 
     store
-        .finish_message(reply.id, "Hello!", Status::Stopped)
+        .finish_message(reply.id, &ReplyText::content("Hello!"), Status::Stopped)
         .unwrap();
     store
         .begin_reply(conversation.id, &turns[2], &reply_row())
@@ -508,8 +510,12 @@ fn checkpoints_write_a_streaming_reply_only() {
     let (_, reply) = store
         .begin_reply(conversation.id, &Turn::Send("hi".into()), &reply_row())
         .unwrap();
-    store.checkpoint_reply(reply.id, "Hel").unwrap();
-    store.checkpoint_reply(reply.id, "Hello").unwrap();
+    store
+        .checkpoint_reply(reply.id, &ReplyText::content("Hel"))
+        .unwrap();
+    store
+        .checkpoint_reply(reply.id, &ReplyText::content("Hello"))
+        .unwrap();
     let streaming = &store.messages(conversation.id).unwrap()[1];
     assert_eq!(
         (streaming.content.as_str(), streaming.status),
@@ -517,11 +523,63 @@ fn checkpoints_write_a_streaming_reply_only() {
     );
 
     let finished = store
-        .finish_message(reply.id, "Hello!", Status::Complete)
+        .finish_message(reply.id, &ReplyText::content("Hello!"), Status::Complete)
         .unwrap();
-    store.checkpoint_reply(reply.id, "late").unwrap();
-    store.checkpoint_reply(12345, "nowhere").unwrap();
+    store
+        .checkpoint_reply(reply.id, &ReplyText::content("late"))
+        .unwrap();
+    store
+        .checkpoint_reply(12345, &ReplyText::content("nowhere"))
+        .unwrap();
     assert_eq!(store.messages(conversation.id).unwrap()[1], finished);
+}
+
+#[test]
+fn a_replys_thinking_is_checkpointed_and_stored_beside_its_content() {
+    let dir = TempDir::new();
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let conversation = store.create("Thinking", &settings()).unwrap();
+    let (_, reply) = store
+        .begin_reply(conversation.id, &Turn::Send("2+2?".into()), &reply_row())
+        .unwrap();
+    assert_eq!(
+        (reply.reasoning.as_deref(), reply.reasoning_ms),
+        (None, None)
+    );
+    let partial = ReplyText {
+        content: String::new(),
+        reasoning: "Two and two".into(),
+        reasoning_ms: None,
+    };
+    store.checkpoint_reply(reply.id, &partial).unwrap();
+    drop(store);
+    // A process killed while the model thought keeps the thinking.
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let stopped = &store.messages(conversation.id).unwrap()[1];
+    assert_eq!(stopped.reasoning.as_deref(), Some("Two and two"));
+    let whole = ReplyText {
+        content: "4".into(),
+        reasoning: "Two and two make four.".into(),
+        reasoning_ms: Some(1250),
+    };
+    let finished = store
+        .finish_message(reply.id, &whole, Status::Complete)
+        .unwrap();
+    assert_eq!(
+        (
+            finished.content.as_str(),
+            finished.reasoning.as_deref(),
+            finished.reasoning_ms
+        ),
+        ("4", Some("Two and two make four."), Some(1250))
+    );
+    let markdown = export::markdown(&store.get(conversation.id).unwrap(), &[finished]);
+    assert!(
+        markdown.contains(
+            "<details><summary>Thinking</summary>\n\nTwo and two make four.\n\n</details>\n\n4"
+        ),
+        "{markdown}"
+    );
 }
 
 #[test]
@@ -531,14 +589,14 @@ fn finishing_records_the_status() {
     let conversation = store.create("Stops", &settings()).unwrap();
     let row = store.add_message(conversation.id, &reply_row()).unwrap();
     let stopped = store
-        .finish_message(row.id, "Once upon", Status::Stopped)
+        .finish_message(row.id, &ReplyText::content("Once upon"), Status::Stopped)
         .unwrap();
     assert_eq!(
         (stopped.content.as_str(), stopped.status),
         ("Once upon", Status::Stopped)
     );
     assert!(matches!(
-        store.finish_message(12345, "x", Status::Error),
+        store.finish_message(12345, &ReplyText::content("x"), Status::Error),
         Err(ChatError::NoMessage(12345))
     ));
 }

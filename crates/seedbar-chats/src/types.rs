@@ -154,6 +154,29 @@ pub struct Message {
     pub status: Status,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// Assistant replies of models that think: the thinking before the content.
+    pub reasoning: Option<String>,
+    /// How long the model thought, in milliseconds.
+    pub reasoning_ms: Option<u64>,
+}
+
+/// What a streaming reply has written: its content and, from models that think, its
+/// thinking and how long that took.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplyText {
+    pub content: String,
+    pub reasoning: String,
+    pub reasoning_ms: Option<u64>,
+}
+
+impl ReplyText {
+    /// A reply of `content` alone.
+    pub fn content(content: impl Into<String>) -> Self {
+        ReplyText {
+            content: content.into(),
+            ..ReplyText::default()
+        }
+    }
 }
 
 /// A message to add to a conversation.

@@ -9,7 +9,7 @@ use seedbar_engine::{
     sampling,
     step::{Batch, Logits, StepInput},
     tokenizer::StreamDecoder,
-    ChatMessage, Model,
+    ChatMessage, Model, TemplateKwargs,
 };
 use serde_json::{json, Value};
 
@@ -37,7 +37,8 @@ pub struct ProbeArgs {
     chats: Option<PathBuf>,
 }
 
-/// A chat for `--chats`: its messages, alone or with the tools offered.
+/// A chat for `--chats`: its messages, alone or with the tools offered and the template's
+/// keyword arguments (`{"enable_thinking": false}`).
 #[derive(serde::Deserialize)]
 #[serde(untagged)]
 enum Chat {
@@ -45,6 +46,8 @@ enum Chat {
     WithTools {
         messages: Vec<ChatMessage>,
         tools: Option<Vec<Value>>,
+        #[serde(default)]
+        kwargs: TemplateKwargs,
     },
 }
 
@@ -116,10 +119,18 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
         let rendered = chats
             .iter()
             .map(|chat| match chat {
-                Chat::Messages(messages) => model.template.render(messages, None, true),
-                Chat::WithTools { messages, tools } => {
-                    model.template.render(messages, tools.as_deref(), true)
+                Chat::Messages(messages) => {
+                    model
+                        .template
+                        .render(messages, None, &TemplateKwargs::new(), true)
                 }
+                Chat::WithTools {
+                    messages,
+                    tools,
+                    kwargs,
+                } => model
+                    .template
+                    .render(messages, tools.as_deref(), kwargs, true),
             })
             .collect::<Result<Vec<_>, _>>()?;
         out.insert("rendered".into(), json!(rendered));

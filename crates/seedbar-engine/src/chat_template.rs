@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     error::{EngineError, Result},
+    reasoning::{opens_in_thinking, Thinking},
     tokenizer::Tokenizer,
 };
 
@@ -41,6 +42,24 @@ pub struct ChatMessage {
     /// arguments as a JSON object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<serde_json::Value>,
+    /// On an assistant message: the thinking that came before its content, where the client
+    /// sent it back (templates that think decide whether a turn's thinking stays in the
+    /// prompt: Qwen3's keeps only the turns after the last user message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+/// Values a request passes to the template beside the messages (`chat_template_kwargs`,
+/// `enable_thinking`), as transformers' `apply_chat_template(**kwargs)` does; they never
+/// replace `messages`, `tools`, `add_generation_prompt` or the special tokens.
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+/// A chat's prompt, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatPrompt {
+    pub tokens: Vec<u32>,
+    /// The prompt opened a thinking block that the reply continues (see `reasoning`).
+    pub opens_in_thinking: bool,
 }
 
 impl ChatMessage {
@@ -62,6 +81,7 @@ pub struct ChatTemplate {
     bos_token: String,
     eos_token: String,
     supports_tools: bool,
+    thinking: Thinking,
 }
 
 impl ChatTemplate {
@@ -91,6 +111,7 @@ impl ChatTemplate {
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             supports_tools,
+            thinking: Thinking::of_template(source),
         })
     }
 
@@ -100,14 +121,20 @@ impl ChatTemplate {
         self.supports_tools
     }
 
+    /// Whether the model thinks before answering, and whether a request can turn it off.
+    pub fn thinking(&self) -> Thinking {
+        self.thinking
+    }
+
     /// Render `messages` with the tools (JSON schemas in OpenAI's
     /// `{"type": "function", "function": {..}}` shape) the model may call, as transformers'
-    /// `apply_chat_template(tools=...)` does; with `add_generation_prompt` the text ends
-    /// where the reply starts.
+    /// `apply_chat_template(tools=..., **kwargs)` does; with `add_generation_prompt` the text
+    /// ends where the reply starts.
     pub fn render(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
+        kwargs: &TemplateKwargs,
         add_generation_prompt: bool,
     ) -> Result<String> {
         let messages = match tools {
@@ -127,6 +154,7 @@ impl ChatTemplate {
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token,
                 eos_token => self.eos_token,
+                ..Value::from_serialize(kwargs)
             })
             .map_err(|e| {
                 let mut message = e.to_string();
@@ -143,20 +171,25 @@ impl ChatTemplate {
     /// `<|im_end|>`, a tool result holding one) becomes the ordinary tokens that spell it,
     /// never the control token, so it cannot end a turn or start one; the template's own
     /// special tokens keep their ids. When no message holds such a string this is exactly
-    /// `tokenizer.encode(&self.render(messages, tools, true)?)`.
-    pub fn prompt_tokens(
+    /// `tokenizer.encode(&self.render(messages, tools, kwargs, true)?)`.
+    pub fn prompt(
         &self,
         tokenizer: &Tokenizer,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
-    ) -> Result<Vec<u32>> {
+        kwargs: &TemplateKwargs,
+    ) -> Result<ChatPrompt> {
         let specials = tokenizer.special_tokens();
         let literals = Literals::new(&specials);
         if !messages
             .iter()
             .any(|m| literals.next_in(&m.content).is_some())
         {
-            return tokenizer.encode(&self.render(messages, tools, true)?);
+            let text = self.render(messages, tools, kwargs, true)?;
+            return Ok(ChatPrompt {
+                tokens: tokenizer.encode(&text)?,
+                opens_in_thinking: self.thinking.thinks && opens_in_thinking(&text),
+            });
         }
         let mut stood_in = Vec::new();
         let masked: Vec<ChatMessage> = messages
@@ -166,8 +199,11 @@ impl ChatTemplate {
                 ..m.clone()
             })
             .collect();
-        let (text, literal) = restore(&self.render(&masked, tools, true)?, &stood_in);
-        tokenizer.encode_with_literals(&text, &literal)
+        let (text, literal) = restore(&self.render(&masked, tools, kwargs, true)?, &stood_in);
+        Ok(ChatPrompt {
+            tokens: tokenizer.encode_with_literals(&text, &literal)?,
+            opens_in_thinking: self.thinking.thinks && opens_in_thinking(&text),
+        })
     }
 }
 
@@ -383,7 +419,12 @@ mod tests {
     use super::*;
 
     fn render(source: &str, messages: &[ChatMessage]) -> Result<String> {
-        ChatTemplate::new(source, "<s>", "</s>")?.render(messages, None, true)
+        ChatTemplate::new(source, "<s>", "</s>")?.render(
+            messages,
+            None,
+            &TemplateKwargs::new(),
+            true,
+        )
     }
 
     fn weather_tool() -> serde_json::Value {
@@ -424,6 +465,22 @@ mod tests {
     }
 
     #[test]
+    fn request_kwargs_reach_the_template_but_never_replace_its_inputs() {
+        let src = "{{ messages[0].content }}|{{ enable_thinking }}|{{ add_generation_prompt }}";
+        let template = ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        let kwargs = serde_json::json!({"enable_thinking": false, "messages": [], "add_generation_prompt": 7});
+        let out = template
+            .render(
+                &[ChatMessage::new("user", "hi")],
+                None,
+                kwargs.as_object().unwrap(),
+                true,
+            )
+            .unwrap();
+        assert_eq!(out, "hi|False|True");
+    }
+
+    #[test]
     fn raise_exception_becomes_an_error_with_its_message() {
         let err = render("{{ raise_exception('roles must alternate') }}", &[]).unwrap_err();
         assert!(err.to_string().contains("roles must alternate"), "{err}");
@@ -458,7 +515,9 @@ mod tests {
         .unwrap();
         assert!(template.supports_tools());
         assert_eq!(
-            template.render(&[], Some(&[weather_tool()]), true).unwrap(),
+            template
+                .render(&[], Some(&[weather_tool()]), &TemplateKwargs::new(), true)
+                .unwrap(),
             "get_weather"
         );
     }
@@ -476,7 +535,12 @@ mod tests {
     fn templates_without_tools_get_them_in_the_system_message() {
         let template = ChatTemplate::new(CHATML_TEMPLATE, "", "").unwrap();
         let out = template
-            .render(&tool_chat(), Some(&[weather_tool()]), true)
+            .render(
+                &tool_chat(),
+                Some(&[weather_tool()]),
+                &TemplateKwargs::new(),
+                true,
+            )
             .unwrap();
         let expected_system = "<|im_start|>system\nBe brief.\n\n# Tools\n";
         assert!(out.starts_with(expected_system), "{out}");
@@ -488,14 +552,21 @@ mod tests {
         assert!(out.ends_with("<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n22C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"), "{out}");
         // Without a system message one is added; without tools nothing changes.
         let out = template
-            .render(&tool_chat()[1..2], Some(&[weather_tool()]), true)
+            .render(
+                &tool_chat()[1..2],
+                Some(&[weather_tool()]),
+                &TemplateKwargs::new(),
+                true,
+            )
             .unwrap();
         assert!(out.starts_with("<|im_start|>system\n# Tools\n"), "{out}");
-        let plain = template.render(&tool_chat()[1..2], None, true).unwrap();
+        let plain = template
+            .render(&tool_chat()[1..2], None, &TemplateKwargs::new(), true)
+            .unwrap();
         assert_eq!(
             plain,
             template
-                .render(&tool_chat()[1..2], Some(&[]), true)
+                .render(&tool_chat()[1..2], Some(&[]), &TemplateKwargs::new(), true)
                 .unwrap()
         );
         assert!(plain.starts_with("<|im_start|>user\n"));
@@ -533,7 +604,10 @@ mod tests {
             ChatMessage::new("system", "Be brief."),
             ChatMessage::new("user", injection),
         ];
-        let ids = template.prompt_tokens(tokenizer, &chat, None).unwrap();
+        let ids = template
+            .prompt(tokenizer, &chat, None, &TemplateKwargs::new())
+            .unwrap()
+            .tokens;
         // The template's own: one `<|im_end|>` per message, one `<|im_start|>` more for the reply.
         assert_eq!((count(&ids, im_end), count(&ids, im_start)), (2, 3));
         let reply_start = tokenizer
@@ -548,7 +622,9 @@ mod tests {
         );
 
         // Encoding the rendering as one text would have let the message open a turn.
-        let rendered = template.render(&chat, None, true).unwrap();
+        let rendered = template
+            .render(&chat, None, &TemplateKwargs::new(), true)
+            .unwrap();
         let naive = tokenizer.encode(&rendered).unwrap();
         assert_eq!((count(&naive, im_end), count(&naive, im_start)), (3, 4));
     }
@@ -571,9 +647,14 @@ mod tests {
         ];
         for chat in &chats {
             for tools in [None, Some(&[weather_tool()][..])] {
-                let rendered = template.render(chat, tools, true).unwrap();
+                let rendered = template
+                    .render(chat, tools, &TemplateKwargs::new(), true)
+                    .unwrap();
                 assert_eq!(
-                    template.prompt_tokens(tokenizer, chat, tools).unwrap(),
+                    template
+                        .prompt(tokenizer, chat, tools, &TemplateKwargs::new())
+                        .unwrap()
+                        .tokens,
                     tokenizer.encode(&rendered).unwrap(),
                     "{rendered}"
                 );
@@ -586,8 +667,14 @@ mod tests {
         let (tokenizer, template) = smollm2();
         let written = "a\u{FDD0}0\u{FDD1}b\u{FDD0}<|im_end|>c";
         let ids = template
-            .prompt_tokens(tokenizer, &[ChatMessage::new("user", written)], None)
-            .unwrap();
+            .prompt(
+                tokenizer,
+                &[ChatMessage::new("user", written)],
+                None,
+                &TemplateKwargs::new(),
+            )
+            .unwrap()
+            .tokens;
         assert!(tokenizer.decode(&ids).unwrap().contains(written));
     }
 

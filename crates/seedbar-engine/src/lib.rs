@@ -1,6 +1,6 @@
 //! Seedbar's engine: loads models into MLX (through mlx-rs), runs steps over many rows
-//! ([`step::Batch`]), tokenizes and renders chat templates, parses tool calls out of
-//! replies, and draws tokens with per-request seeded sampling.
+//! ([`step::Batch`]), tokenizes and renders chat templates, parses tool calls and
+//! thinking out of replies, and draws tokens with per-request seeded sampling.
 //!
 //! The crate root is its facade: the types a caller needs are re-exported here, and only
 //! the modules other crates use whole are public (`step`, `sampling`, `runtime`, `store`,
@@ -29,6 +29,7 @@ mod gguf;
 mod hub;
 pub mod inventory;
 mod model;
+mod reasoning;
 pub mod row_trace;
 pub mod runtime;
 pub mod sampling;
@@ -39,11 +40,12 @@ pub mod tokenizer;
 mod tool_calls;
 mod weights;
 
-pub use chat_template::{ChatMessage, ChatTemplate};
+pub use chat_template::{ChatMessage, ChatPrompt, ChatTemplate, TemplateKwargs};
 pub use config::ModelConfig;
 pub use error::{EngineError, Result};
 pub use finish_reason::FinishReason;
 pub use model::{Model, ModelFormat};
+pub use reasoning::{ReasoningOutput, ReasoningParser, Thinking};
 pub use sampling::SamplingParams;
 pub use sequence::Sequence;
 pub use tool_calls::{ToolCall, ToolCallParser, ToolOutput};

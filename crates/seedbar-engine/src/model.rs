@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::{
     architectures::{self, Transformer},
-    chat_template::{ChatMessage, ChatTemplate, CHATML_TEMPLATE},
+    chat_template::{ChatMessage, ChatTemplate, TemplateKwargs, CHATML_TEMPLATE},
     config::{ModelConfig, TokenIds},
     error::{EngineError, Result},
     gguf,
@@ -148,14 +148,17 @@ impl Model {
 
     /// The prompt tokens for a chat, ending where the assistant's reply begins; `tools` are
     /// the functions (OpenAI-style JSON schemas) the model may call. Message text is
-    /// encoded as text (see [`ChatTemplate::prompt_tokens`]).
+    /// encoded as text (see [`ChatTemplate::prompt`]); the template's own defaults (a
+    /// model that thinks, thinks).
     pub fn chat_prompt(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[Value]>,
     ) -> Result<Vec<u32>> {
-        self.template
-            .prompt_tokens(&self.tokenizer, messages, tools)
+        let prompt =
+            self.template
+                .prompt(&self.tokenizer, messages, tools, &TemplateKwargs::new())?;
+        Ok(prompt.tokens)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Anthropic's Messages API: `POST /v1/messages` (as Anthropic's server-sent events when
 //! `stream` is set) and `POST /v1/messages/count_tokens`. A request becomes the same chat
 //! prompt, sampling settings and template tools as an OpenAI chat request; the reply is
-//! split into `text` and `tool_use` blocks by the same tool-call parser. Errors come in
+//! split into `thinking`, `text` and `tool_use` blocks by the same parsers. Errors come in
 //! Anthropic's shape. As on the OpenAI routes, a `seed` field pins the reply and the
 //! `x-seedbar-seed` header (and `seed` field) says which seed it used.
 
@@ -48,6 +48,17 @@ pub struct MessagesFields {
     max_tokens: usize,
     #[serde(default, deserialize_with = "null_as_default")]
     stop_sequences: Vec<String>,
+    /// Whether a model that thinks should; absent, it does as its template says.
+    thinking: Option<ThinkingConfig>,
+}
+
+/// Anthropic's `thinking`. The thinking counts toward `max_tokens`, as Anthropic's does;
+/// `budget_tokens` must be below `max_tokens`, as Anthropic requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ThinkingConfig {
+    Enabled { budget_tokens: usize },
+    Disabled,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,9 +108,14 @@ enum InBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<TextOr<TextBlock>>,
     },
-    /// An earlier assistant turn's reasoning (clients send it back, from whichever model
-    /// wrote it): left out of the prompt, as Anthropic leaves earlier turns' thinking out.
-    Thinking {},
+    /// An assistant turn's thinking (clients send it back, from whichever model wrote it):
+    /// the turn's `reasoning_content`, which a template that thinks keeps or leaves out as
+    /// the model wants (Qwen3's keeps it only after the last user message, as Anthropic keeps
+    /// it only in a tool loop); other templates leave it out.
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+    },
     RedactedThinking {},
 }
 
@@ -198,13 +214,15 @@ fn push_turns(
         TextOr::Items(blocks) => blocks,
     };
     let (mut text, mut calls, mut results) = (Vec::new(), Vec::new(), 0);
+    let mut thinking: Vec<String> = Vec::new();
     for (i, block) in blocks.into_iter().enumerate() {
         match (block, role) {
             (InBlock::Text { text: t }, _) => text.push(t),
             (InBlock::ToolUse { id, name, input }, Role::Assistant) => {
                 calls.push((id, name, input))
             }
-            (InBlock::Thinking {} | InBlock::RedactedThinking {}, Role::Assistant) => {}
+            (InBlock::Thinking { thinking: t }, Role::Assistant) => thinking.push(t),
+            (InBlock::RedactedThinking {}, Role::Assistant) => {}
             (
                 InBlock::ToolResult {
                     tool_use_id,
@@ -224,7 +242,7 @@ fn push_turns(
             (block, _) => {
                 let (kind, belongs) = match block {
                     InBlock::ToolUse { .. } => ("tool_use", "assistant"),
-                    InBlock::Thinking {} | InBlock::RedactedThinking {} => {
+                    InBlock::Thinking { .. } | InBlock::RedactedThinking {} => {
                         ("thinking", "assistant")
                     }
                     _ => ("tool_result", "user"),
@@ -241,6 +259,7 @@ fn push_turns(
         if !calls.is_empty() {
             turn.tool_calls = Some(template_calls(calls));
         }
+        turn.reasoning_content = Some(thinking.join("\n")).filter(|t| !t.is_empty());
         chat.push(turn);
     }
     Ok(())
@@ -251,6 +270,17 @@ fn push_turns(
 fn settings(common: &CommonFields, fields: MessagesFields) -> Result<Settings, ApiError> {
     let mut settings = common.settings(Some(fields.max_tokens), None)?;
     settings.stop = fields.stop_sequences;
+    settings.thinking = match fields.thinking {
+        None => None,
+        Some(ThinkingConfig::Disabled) => Some(false),
+        Some(ThinkingConfig::Enabled { budget_tokens }) if budget_tokens >= fields.max_tokens => {
+            return Err(ApiError::bad_param(
+                "thinking.budget_tokens",
+                "thinking.budget_tokens must be less than max_tokens",
+            ))
+        }
+        Some(ThinkingConfig::Enabled { .. }) => Some(true),
+    };
     settings.validate("")?;
     Ok(settings)
 }
@@ -282,6 +312,11 @@ pub struct Message {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum OutBlock {
+    /// The model's thinking before its answer (models that think).
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     Text {
         text: String,
     },
@@ -341,8 +376,14 @@ enum StreamEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum BlockDelta {
-    TextDelta { text: String },
-    InputJsonDelta { partial_json: String },
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: String },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -391,13 +432,17 @@ fn tool_use(call: ToolCall) -> OutBlock {
     }
 }
 
-/// The whole reply's blocks: its text and tool calls, in order; at least one (empty) text
-/// block.
+/// The whole reply's blocks: its thinking, text and tool calls, in order; at least one
+/// (empty) text block.
 fn content_blocks(reply: &Reply) -> Vec<OutBlock> {
     let mut blocks: Vec<OutBlock> = reply
         .pieces
         .iter()
         .map(|piece| match piece {
+            Delta::Reasoning(text) => OutBlock::Thinking {
+                thinking: text.clone(),
+                signature: signature(text),
+            },
             Delta::Text(text) => OutBlock::Text { text: text.clone() },
             Delta::ToolCall(call) => tool_use(call.clone()),
         })
@@ -410,14 +455,22 @@ fn content_blocks(reply: &Reply) -> Vec<OutBlock> {
     blocks
 }
 
-/// A streamed reply's block events, from its deltas: text goes into a text block opened on
-/// demand; a tool call closes it and comes as a whole `tool_use` block (its input as one
-/// `input_json_delta`). `ping` follows the first block's start.
+/// A streamed reply's block events, from its deltas: thinking goes into a thinking block and
+/// text into a text block, each opened on demand (a thinking block ends with its
+/// `signature_delta`); a tool call closes the open block and comes as a whole `tool_use`
+/// block (its input as one `input_json_delta`). `ping` follows the first block's start.
 #[derive(Default)]
 struct BlockStream {
     /// Blocks started so far.
     started: usize,
-    text_open: bool,
+    /// The block deltas go to now, with its text so far.
+    open: Option<(OpenBlock, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenBlock {
+    Thinking,
+    Text,
 }
 
 impl BlockStream {
@@ -426,34 +479,21 @@ impl BlockStream {
     fn finish(&mut self) -> Vec<StreamEvent> {
         let mut events = Vec::new();
         if self.started == 0 {
-            events.extend(self.start(OutBlock::Text {
-                text: String::new(),
-            }));
-            self.text_open = true;
+            events.extend(self.open(OpenBlock::Text));
         }
-        events.extend(self.close_text());
+        events.extend(self.close());
         events
     }
 
     fn push(&mut self, deltas: Vec<Delta>) -> Vec<StreamEvent> {
         let mut events = Vec::new();
         for delta in deltas {
-            match delta {
-                Delta::Text(text) if text.is_empty() => {}
-                Delta::Text(text) => {
-                    if !self.text_open {
-                        events.extend(self.start(OutBlock::Text {
-                            text: String::new(),
-                        }));
-                        self.text_open = true;
-                    }
-                    events.push(StreamEvent::ContentBlockDelta {
-                        index: self.started - 1,
-                        delta: BlockDelta::TextDelta { text },
-                    });
-                }
+            let (kind, text) = match delta {
+                Delta::Text(text) | Delta::Reasoning(text) if text.is_empty() => continue,
+                Delta::Text(text) => (OpenBlock::Text, text),
+                Delta::Reasoning(text) => (OpenBlock::Thinking, text),
                 Delta::ToolCall(call) => {
-                    events.extend(self.close_text());
+                    events.extend(self.close());
                     events.extend(self.start(OutBlock::ToolUse {
                         id: tool_use_id(&call),
                         name: call.name,
@@ -462,15 +502,45 @@ impl BlockStream {
                     let index = self.started - 1;
                     events.push(StreamEvent::ContentBlockDelta {
                         index,
-                        delta: BlockDelta::InputJsonDelta {
+                        delta: BlockDelta::InputJson {
                             partial_json: call.arguments,
                         },
                     });
                     events.push(StreamEvent::ContentBlockStop { index });
+                    continue;
                 }
+            };
+            if self.open.as_ref().map(|(open, _)| *open) != Some(kind) {
+                events.extend(self.close());
+                events.extend(self.open(kind));
             }
+            if let Some((_, so_far)) = self.open.as_mut() {
+                so_far.push_str(&text);
+            }
+            let delta = match kind {
+                OpenBlock::Text => BlockDelta::Text { text },
+                OpenBlock::Thinking => BlockDelta::Thinking { thinking: text },
+            };
+            events.push(StreamEvent::ContentBlockDelta {
+                index: self.started - 1,
+                delta,
+            });
         }
         events
+    }
+
+    /// Start a block of `kind`, empty.
+    fn open(&mut self, kind: OpenBlock) -> Vec<StreamEvent> {
+        self.open = Some((kind, String::new()));
+        self.start(match kind {
+            OpenBlock::Text => OutBlock::Text {
+                text: String::new(),
+            },
+            OpenBlock::Thinking => OutBlock::Thinking {
+                thinking: String::new(),
+                signature: String::new(),
+            },
+        })
     }
 
     fn start(&mut self, content_block: OutBlock) -> Vec<StreamEvent> {
@@ -485,11 +555,33 @@ impl BlockStream {
         events
     }
 
-    fn close_text(&mut self) -> Option<StreamEvent> {
-        std::mem::take(&mut self.text_open).then(|| StreamEvent::ContentBlockStop {
-            index: self.started - 1,
-        })
+    /// The open block's end: a thinking block's signature, then its stop.
+    fn close(&mut self) -> Vec<StreamEvent> {
+        let Some((kind, text)) = self.open.take() else {
+            return Vec::new();
+        };
+        let index = self.started - 1;
+        let mut events = Vec::new();
+        if kind == OpenBlock::Thinking {
+            events.push(StreamEvent::ContentBlockDelta {
+                index,
+                delta: BlockDelta::Signature {
+                    signature: signature(&text),
+                },
+            });
+        }
+        events.push(StreamEvent::ContentBlockStop { index });
+        events
     }
+}
+
+/// A thinking block's `signature`: Anthropic's clients send thinking back with it, and
+/// Seedbar never needs to check it, so it is a digest of the text that names its maker.
+fn signature(thinking: &str) -> String {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    thinking.hash(&mut hasher);
+    format!("seedbar:{:016x}", hasher.finish())
 }
 
 /// What shapes a message: its fixed fields, and the stop sequences (to name the one that

@@ -18,32 +18,24 @@ use axum::{
     Json, Router,
 };
 use seedbar_chats::{
-    AppSettings, ChatError, ChatStore, Conversation, Message, NewMessage, Role, Settings,
-    SettingsPatch, Status, Turn,
+    AppSettings, Conversation, Message, NewMessage, Role, Settings, SettingsPatch, Status, Turn,
 };
 use seedbar_engine::{ChatMessage, EngineError, SamplingParams};
 use seedbar_scheduler::draw_seed;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc::Sender;
 
 use crate::{
     error::ApiError,
     extract::ApiJson,
-    generation::{
-        self, drive, spawn_body, Delta, Ending, Finish, Generation, Job, Prompt, ServedModel,
-        Token, Translator,
-    },
+    generation::{self, spawn_body, Generation, Job, Prompt, ServedModel},
     pulls::Pull,
-    sse::{sse, with_seed, SseMessage},
+    sse::{sse, with_seed},
     App, Readiness,
 };
+use db::db;
 
 /// Seeds stay below 2^53 so that JavaScript numbers hold them exactly.
 const MAX_SEED: u64 = 1 << 53;
-
-/// How often a streaming reply's text is written to the store, so that a killed process
-/// keeps what the user saw.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub fn routes() -> Router<Arc<App>> {
     Router::new()
@@ -68,34 +60,6 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/app/settings", get(get_settings).put(put_settings))
         .route("/app/status", get(status))
         .route("/app/status/retry", post(retry))
-}
-
-/// Run `work` on the store off the async threads (every write waits for the disk).
-async fn db<T: Send + 'static>(
-    app: &App,
-    work: impl FnOnce(&ChatStore) -> seedbar_chats::Result<T> + Send + 'static,
-) -> Result<T, ApiError> {
-    let chats = app.chats.clone();
-    tokio::task::spawn_blocking(move || work(&chats))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(chat_error)
-}
-
-fn chat_error(error: ChatError) -> ApiError {
-    let message = error.to_string();
-    match error {
-        ChatError::NoConversation(_) | ChatError::NoMessage(_) => {
-            ApiError::new(StatusCode::NOT_FOUND, message)
-        }
-        ChatError::NotEditable { .. } => ApiError::bad_param("edit.message_id", message),
-        ChatError::Invalid(_) => ApiError::new(StatusCode::BAD_REQUEST, message),
-        ChatError::Busy(_) => ApiError {
-            code: Some("reply_in_progress"),
-            ..ApiError::new(StatusCode::CONFLICT, message)
-        },
-        _ => ApiError::internal(message),
-    }
 }
 
 /// A numeric id from the path, or a JSON 400.
@@ -430,7 +394,7 @@ async fn reply(
         },
     );
     let (user, reply) = db(&app, move |s| s.begin_reply(id, &turn, &row)).await?;
-    let body = spawn_body(move |tx| stream_reply(app, generation, user, reply, tx));
+    let body = spawn_body(move |tx| reply_stream::stream_reply(app, generation, user, reply, tx));
     Ok(with_seed(seed, sse(body)))
 }
 
@@ -503,141 +467,6 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
         .chain(new_text.map(|text| ChatMessage::new("user", text)))
         .collect();
     Ok((history, turn))
-}
-
-/// The events of a reply's stream (docs/app-api.md).
-#[derive(Debug, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum ReplyEvent {
-    /// The user's message as stored (not on regenerate).
-    User {
-        message: Message,
-    },
-    Start {
-        message_id: i64,
-        seed: Option<u64>,
-    },
-    Delta {
-        text: String,
-    },
-    /// The reply as stored, complete.
-    Done {
-        message: Message,
-    },
-    Error {
-        message: String,
-    },
-}
-
-impl ReplyEvent {
-    fn sse(&self) -> SseMessage {
-        SseMessage::json(None, self)
-    }
-}
-
-/// A reply's events from the neutral ones: its text as deltas, gathered for the store and
-/// checkpointed there twice a second; the stored message's events come after the loop.
-struct ReplyStream {
-    app: Arc<App>,
-    first: Vec<ReplyEvent>,
-    reply_id: i64,
-    text: String,
-    checkpointed: (std::time::Instant, usize),
-}
-
-impl ReplyStream {
-    fn delta(&mut self, deltas: Vec<Delta>) -> Vec<SseMessage> {
-        let mut events = Vec::new();
-        for delta in deltas {
-            if let Delta::Text(text) = delta {
-                if !text.is_empty() {
-                    self.text.push_str(&text);
-                    events.push(ReplyEvent::Delta { text }.sse());
-                }
-            }
-        }
-        self.checkpoint();
-        events
-    }
-
-    /// Write the text so far to the store when it grew and the last write is old enough.
-    /// A late write cannot undo the final one: it only touches a reply still streaming.
-    fn checkpoint(&mut self) {
-        let (at, length) = self.checkpointed;
-        if length >= self.text.len() || at.elapsed() < CHECKPOINT_EVERY {
-            return;
-        }
-        self.checkpointed = (std::time::Instant::now(), self.text.len());
-        let (app, id, partial) = (self.app.clone(), self.reply_id, self.text.clone());
-        tokio::spawn(async move {
-            if let Err(e) = db(&app, move |s| s.checkpoint_reply(id, &partial)).await {
-                tracing::warn!(error = %e.message, "cannot checkpoint a streaming reply");
-            }
-        });
-    }
-}
-
-impl Translator for ReplyStream {
-    type Wire = SseMessage;
-
-    fn start(&mut self) -> Vec<SseMessage> {
-        std::mem::take(&mut self.first)
-            .iter()
-            .map(ReplyEvent::sse)
-            .collect()
-    }
-
-    fn token(&mut self, _: usize, token: Token) -> Vec<SseMessage> {
-        self.delta(token.deltas)
-    }
-
-    fn finish(&mut self, _: usize, finish: Finish) -> Vec<SseMessage> {
-        self.delta(finish.deltas)
-    }
-
-    fn failed(&mut self, _: String) -> Vec<SseMessage> {
-        Vec::new()
-    }
-}
-
-/// Send the reply's events, storing its text once it ends however it ends.
-async fn stream_reply(
-    app: Arc<App>,
-    generation: Generation,
-    user: Option<Message>,
-    reply: Message,
-    tx: Sender<SseMessage>,
-) {
-    let start = ReplyEvent::Start {
-        message_id: reply.id,
-        seed: reply.seed,
-    };
-    let mut stream = ReplyStream {
-        app: app.clone(),
-        first: user
-            .map(|message| ReplyEvent::User { message })
-            .into_iter()
-            .chain([start])
-            .collect(),
-        reply_id: reply.id,
-        text: String::new(),
-        checkpointed: (std::time::Instant::now(), 0),
-    };
-    let ending = drive(generation, &mut stream, &tx).await;
-    let status = match ending {
-        Ending::Complete => Status::Complete,
-        Ending::ClientGone => Status::Stopped,
-        Ending::Failed(_) => Status::Error,
-    };
-    let text = stream.text;
-    let stored = db(&app, move |s| s.finish_message(reply.id, &text, status)).await;
-    let last = match (ending, stored) {
-        (_, Err(e)) => ReplyEvent::Error { message: e.message },
-        (Ending::Failed(message), Ok(_)) => ReplyEvent::Error { message },
-        (Ending::Complete, Ok(message)) => ReplyEvent::Done { message },
-        (Ending::ClientGone, Ok(_)) => return,
-    };
-    let _ = tx.send(last.sse()).await;
 }
 
 // ---- Models ----------------------------------------------------------------------------
@@ -867,5 +696,7 @@ async fn retry(State(app): State<Arc<App>>) -> Result<(StatusCode, Json<ServerSt
     Ok((StatusCode::ACCEPTED, Json(server_status(&app))))
 }
 
+mod db;
+mod reply_stream;
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,11 @@
 //! Request fields and chat-template shapes the protocols share: the sampling fields
 //! OpenAI's chat and legacy completions, Anthropic's messages and the Responses API name
-//! alike (`CommonFields`), a seed as JSON gives it, and tools and earlier tool calls in the
+//! alike (`CommonFields`, with the chat template's keyword arguments), a seed as JSON gives it, and tools and earlier tool calls in the
 //! shape chat templates take them whatever API declared them.
 
 use std::collections::HashMap;
 
-use seedbar_engine::SamplingParams;
+use seedbar_engine::{SamplingParams, TemplateKwargs};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -34,6 +34,9 @@ pub struct CommonFields {
     stream_options: Option<StreamOptions>,
     /// Seedbar's: `false` turns speculative decoding off (the reply is the same).
     speculative: Option<bool>,
+    /// Values for the chat template (vLLM's and llama-server's extension), e.g.
+    /// `{"enable_thinking": false}`.
+    chat_template_kwargs: Option<TemplateKwargs>,
 }
 
 #[derive(Deserialize)]
@@ -88,6 +91,8 @@ impl CommonFields {
             logprobs,
             constraint: None,
             speculative: self.speculative,
+            thinking: None,
+            template_kwargs: self.chat_template_kwargs.clone().unwrap_or_default(),
         };
         if settings.sampling.temperature > 2.0 {
             return Err(ApiError::bad_param(
@@ -122,6 +127,19 @@ impl CommonFields {
         self.stream_options
             .as_ref()
             .is_some_and(|o| o.include_usage)
+    }
+}
+
+/// Whether a model that thinks should, for a `reasoning_effort` (OpenAI's chat and
+/// Responses name the same levels); `param` names the field in the error.
+pub(crate) fn thinking_for_effort(effort: &str, param: &str) -> Result<bool, ApiError> {
+    match effort {
+        "none" => Ok(false),
+        "minimal" | "low" | "medium" | "high" | "xhigh" => Ok(true),
+        other => Err(ApiError::bad_param(
+            param,
+            format!("unknown reasoning effort '{other}' (none, minimal, low, medium, high)"),
+        )),
     }
 }
 

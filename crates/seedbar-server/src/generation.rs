@@ -2,7 +2,8 @@
 //! Responses, the app's replies): model lookup, prompt building (chat template with tools,
 //! fill-in-the-middle, raw text, token ids run as given), the structured-output constraint
 //! (compiled by `structured`), the choices as scheduler requests (choice `k` sampled with
-//! `seed + k`, so each is reproducible on its own), tool-call parsing, the finish-reason rule,
+//! `seed + k`, so each is reproducible on its own), thinking kept apart from the answer
+//! (models whose template thinks), tool-call parsing, the finish-reason rule,
 //! usage and timings. A running [`Generation`] yields neutral [`Event`]s per choice; the one
 //! streaming loop, [`drive`], feeds them to a protocol's [`Translator`], and
 //! [`Generation::collect`] folds them into whole [`Reply`]s for non-streamed responses.
@@ -16,7 +17,8 @@ use std::{
 
 use futures_util::{stream, Stream, StreamExt};
 use seedbar_engine::{
-    ChatMessage, FinishReason, SamplingParams, ToolCall, ToolCallParser, ToolOutput,
+    ChatMessage, ChatPrompt, FinishReason, ReasoningOutput, ReasoningParser, SamplingParams,
+    TemplateKwargs, ToolCall, ToolCallParser, ToolOutput,
 };
 use seedbar_grammar::Constraint;
 use seedbar_scheduler::{draw_seed, Request, RequestStream, TokenLogprob, Usage};
@@ -43,9 +45,30 @@ pub struct Settings {
     /// `Some(false)` turns speculative decoding off for this request (Seedbar's
     /// `speculative` field); the reply is the same either way.
     pub speculative: Option<bool>,
+    /// Whether a model that thinks should (`reasoning_effort`, Anthropic `thinking`, Ollama
+    /// `think`): the template's `enable_thinking` where it reads one; `None` leaves the
+    /// template's default.
+    pub thinking: Option<bool>,
+    /// Values for the chat template beside the messages (`chat_template_kwargs`).
+    pub template_kwargs: TemplateKwargs,
 }
 
 impl Settings {
+    /// The chat template's keyword arguments for `model`: the request's own, with
+    /// `enable_thinking` from [`Settings::thinking`] where the template reads it. A constrained
+    /// reply does not think (its format starts at the reply's first token).
+    fn template_kwargs(&self, model: &LoadedModel) -> TemplateKwargs {
+        let mut kwargs = self.template_kwargs.clone();
+        let thinking = match self.constraint {
+            Some(_) => Some(false),
+            None => self.thinking,
+        };
+        if let Some(on) = thinking.filter(|_| model.template.thinking().switchable) {
+            kwargs.insert("enable_thinking".into(), on.into());
+        }
+        kwargs
+    }
+
     /// Range checks, naming the parameter (with `prefix`, e.g. `options.` for Ollama).
     pub fn validate(&self, prefix: &str) -> Result<(), ApiError> {
         self.sampling
@@ -135,14 +158,36 @@ pub enum Prompt {
 }
 
 impl Prompt {
-    /// The prompt's token ids for `model`.
+    /// The prompt for `model`, a chat's rendered with `kwargs`.
+    pub fn build(
+        &self,
+        model: &LoadedModel,
+        kwargs: &TemplateKwargs,
+    ) -> Result<ChatPrompt, ApiError> {
+        let tokens = match self {
+            Prompt::Chat { messages, tools } => {
+                return model.chat_prompt(messages, tools.as_deref(), kwargs)
+            }
+            Prompt::Text(text) => model.encode(text)?,
+            Prompt::FillInTheMiddle { prefix, suffix } => {
+                model.fill_in_the_middle(prefix, suffix)?
+            }
+            Prompt::Tokens(ids) => ids.clone(),
+        };
+        Ok(ChatPrompt {
+            tokens,
+            opens_in_thinking: false,
+        })
+    }
+
+    /// The prompt's token ids for `model`, with the template's defaults.
     pub fn tokens(&self, model: &LoadedModel) -> Result<Vec<u32>, ApiError> {
-        match self {
-            Prompt::Chat { messages, tools } => model.chat_prompt(messages, tools.as_deref()),
-            Prompt::Text(text) => model.encode(text),
-            Prompt::FillInTheMiddle { prefix, suffix } => model.fill_in_the_middle(prefix, suffix),
-            Prompt::Tokens(ids) => Ok(ids.clone()),
-        }
+        Ok(self.build(model, &TemplateKwargs::new())?.tokens)
+    }
+
+    /// Whether the reply may think: a chat with a model whose template thinks.
+    fn may_think(&self, model: &LoadedModel) -> bool {
+        matches!(self, Prompt::Chat { .. }) && model.template.thinking().thinks
     }
 
     fn offers_tools(&self) -> bool {
@@ -181,6 +226,8 @@ impl Job {
 /// A piece of a choice's reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delta {
+    /// The model's thinking before its answer (models whose template thinks).
+    Reasoning(String),
     /// Reply text (tool-call markup taken out when tools were offered); may be empty while
     /// a token's text is held back.
     Text(String),
@@ -250,6 +297,8 @@ pub struct Finish {
     pub deltas: Vec<Delta>,
     pub reason: StopReason,
     pub usage: Usage,
+    /// Of `usage.completion_tokens`, those of the reply's thinking.
+    pub reasoning_tokens: usize,
     pub timings: Timings,
 }
 
@@ -284,12 +333,15 @@ pub struct TotalUsage {
     pub completion_tokens: usize,
     /// The most prompt tokens any choice found in the prefix cache.
     pub cached_tokens: usize,
+    /// Of the completion tokens, those of the replies' thinking.
+    pub reasoning_tokens: usize,
 }
 
 impl TotalUsage {
-    fn add(&mut self, usage: &Usage) {
+    fn add(&mut self, usage: &Usage, reasoning_tokens: usize) {
         self.completion_tokens += usage.completion_tokens;
         self.cached_tokens = self.cached_tokens.max(usage.cached_tokens);
+        self.reasoning_tokens += reasoning_tokens;
     }
 }
 
@@ -318,14 +370,25 @@ impl Generation {
         } = served;
         let settings = job.settings;
         let tools = job.prompts.iter().any(Prompt::offers_tools);
-        let prompts = job
+        let kwargs = settings.template_kwargs(&model);
+        let built = job
             .prompts
             .iter()
-            .map(|prompt| Ok([job.context.clone(), prompt.tokens(&model)?].concat()))
+            .map(|prompt| {
+                let chat = prompt.build(&model, &kwargs)?;
+                // A constrained reply is its format from the first token: nothing to split.
+                let thinks = prompt.may_think(&model) && settings.constraint.is_none();
+                let parser = thinks.then(|| match chat.opens_in_thinking {
+                    true => ReasoningParser::in_thinking(),
+                    false => ReasoningParser::new(),
+                });
+                Ok(([job.context.clone(), chat.tokens].concat(), parser))
+            })
             .collect::<Result<Vec<_>, ApiError>>()?;
         let seed = settings.seed.unwrap_or_else(draw_seed);
-        let mut choices = Vec::with_capacity(prompts.len() * job.n);
-        for prompt in &prompts {
+        let mut choices = Vec::with_capacity(built.len() * job.n);
+        let mut prompts = Vec::with_capacity(built.len());
+        for (prompt, reasoning) in built {
             for _ in 0..job.n {
                 let request = Request {
                     prompt: prompt.clone(),
@@ -342,6 +405,8 @@ impl Generation {
                 let events = model.scheduler.submit(request)?;
                 choices.push(ChoiceRun {
                     events,
+                    reasoning: reasoning.clone(),
+                    reasoning_tokens: 0,
                     parser: tools.then(ToolCallParser::new),
                     called_tools: false,
                     offset: 0,
@@ -354,6 +419,7 @@ impl Generation {
                     metrics: app.metrics.clone(),
                 });
             }
+            prompts.push(prompt);
         }
         let prompt_tokens = prompts.iter().map(Vec::len).sum();
         app.metrics
@@ -403,6 +469,7 @@ impl Generation {
                 }
                 Event::Finish(finish) => {
                     reply.push(finish.deltas);
+                    reply.reasoning_tokens = finish.reasoning_tokens;
                     reply.finish = Some((finish.reason, finish.usage, finish.timings));
                 }
                 Event::Failed(message) => return Err(ApiError::internal(message)),
@@ -415,7 +482,11 @@ impl Generation {
 /// One choice's run: its scheduler events made neutral.
 struct ChoiceRun {
     events: RequestStream,
-    /// Set when tools were offered.
+    /// Set when the reply may think: splits its thinking from its answer.
+    reasoning: Option<ReasoningParser>,
+    /// Tokens of the reply's thinking.
+    reasoning_tokens: usize,
+    /// Set when tools were offered: splits calls out of the answer.
     parser: Option<ToolCallParser>,
     called_tools: bool,
     /// Bytes of reply text so far.
@@ -443,9 +514,18 @@ impl ChoiceRun {
                 self.observe_token();
                 let logprob = logprob.map(|lp| self.logprob(id, &lp));
                 self.offset += text.len();
+                let deltas = self.split(&text);
+                if self
+                    .reasoning
+                    .as_ref()
+                    .is_some_and(ReasoningParser::thinking)
+                    || deltas.iter().any(|d| matches!(d, Delta::Reasoning(_)))
+                {
+                    self.reasoning_tokens += 1;
+                }
                 Event::Token(Token {
                     id,
-                    deltas: self.split(&text),
+                    deltas,
                     logprob,
                 })
             }
@@ -456,12 +536,19 @@ impl ChoiceRun {
             } => {
                 self.ended = true;
                 let mut deltas = self.split(&text);
+                let held_back = self
+                    .reasoning
+                    .as_mut()
+                    .map(|p| p.finish())
+                    .unwrap_or_default();
+                deltas.extend(self.answer(held_back));
                 let held_back = self.parser.as_mut().map(|p| p.finish()).unwrap_or_default();
                 deltas.extend(self.deltas(held_back));
                 Event::Finish(Finish {
                     deltas,
                     reason: StopReason::new(reason, self.called_tools),
                     usage,
+                    reasoning_tokens: self.reasoning_tokens,
                     timings: self.timings(),
                 })
             }
@@ -507,8 +594,31 @@ impl ChoiceRun {
         }
     }
 
-    /// A token's text as deltas: split into text and calls when tools were offered.
+    /// A token's text as deltas: thinking split from the answer when the reply may think,
+    /// the answer split into text and calls when tools were offered.
     fn split(&mut self, text: &str) -> Vec<Delta> {
+        match self.reasoning.as_mut() {
+            Some(reasoning) => {
+                let outputs = reasoning.push(text);
+                self.answer(outputs)
+            }
+            None => self.answer_text(text),
+        }
+    }
+
+    /// Thinking as it is; the answer's text through [`ChoiceRun::answer_text`].
+    fn answer(&mut self, outputs: Vec<ReasoningOutput>) -> Vec<Delta> {
+        outputs
+            .into_iter()
+            .flat_map(|output| match output {
+                ReasoningOutput::Thinking(text) => vec![Delta::Reasoning(text)],
+                ReasoningOutput::Answer(text) => self.answer_text(&text),
+            })
+            .collect()
+    }
+
+    /// Answer text as deltas: split into text and calls when tools were offered.
+    fn answer_text(&mut self, text: &str) -> Vec<Delta> {
         match self.parser.as_mut() {
             Some(parser) => {
                 let outputs = parser.push(text);
@@ -543,34 +653,50 @@ pub struct Reply {
     pub logprobs: Vec<Logprob>,
     /// Why it ended, its usage and its timings (`None` before it has).
     pub finish: Option<(StopReason, Usage, Timings)>,
+    /// Tokens of the reply's thinking.
+    pub reasoning_tokens: usize,
 }
 
 impl Reply {
     fn push(&mut self, deltas: Vec<Delta>) {
         for delta in deltas {
             match (delta, self.pieces.last_mut()) {
-                (Delta::Text(text), _) if text.is_empty() => {}
-                (Delta::Text(text), Some(Delta::Text(last))) => last.push_str(&text),
+                (Delta::Text(text) | Delta::Reasoning(text), _) if text.is_empty() => {}
+                (Delta::Text(text), Some(Delta::Text(last)))
+                | (Delta::Reasoning(text), Some(Delta::Reasoning(last))) => last.push_str(&text),
                 (delta, _) => self.pieces.push(delta),
             }
         }
     }
 
-    /// All of the reply's text.
+    /// All of the reply's answer text.
     pub fn text(&self) -> String {
         self.pieces
             .iter()
             .filter_map(|piece| match piece {
                 Delta::Text(text) => Some(text.as_str()),
-                Delta::ToolCall(_) => None,
+                _ => None,
             })
             .collect()
+    }
+
+    /// The reply's thinking, `None` when it did not think.
+    pub fn reasoning(&self) -> Option<String> {
+        let thinking: String = self
+            .pieces
+            .iter()
+            .filter_map(|piece| match piece {
+                Delta::Reasoning(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!thinking.is_empty()).then_some(thinking)
     }
 
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
         self.pieces.iter().filter_map(|piece| match piece {
             Delta::ToolCall(call) => Some(call),
-            Delta::Text(_) => None,
+            _ => None,
         })
     }
 
@@ -594,7 +720,7 @@ pub fn total_usage(prompt_tokens: usize, replies: &[Reply]) -> TotalUsage {
         ..TotalUsage::default()
     };
     for reply in replies {
-        total.add(&reply.usage());
+        total.add(&reply.usage(), reply.reasoning_tokens);
     }
     total
 }
@@ -660,7 +786,7 @@ pub async fn drive<T: Translator>(
             Some(ChoiceEvent { index, event }) => match event {
                 Event::Token(token) => translator.token(index, token),
                 Event::Finish(finish) => {
-                    usage.add(&finish.usage);
+                    usage.add(&finish.usage, finish.reasoning_tokens);
                     translator.finish(index, finish)
                 }
                 Event::Failed(message) => {
@@ -746,6 +872,7 @@ pub mod test_events {
                 completion_tokens,
                 cached_tokens: 0,
             },
+            reasoning_tokens: 0,
             timings: Timings::default(),
         }
     }
@@ -816,18 +943,22 @@ mod tests {
             ..TotalUsage::default()
         };
         for (completion_tokens, cached_tokens) in [(3, 2), (4, 0)] {
-            total.add(&Usage {
-                prompt_tokens: 5,
-                completion_tokens,
-                cached_tokens,
-            });
+            total.add(
+                &Usage {
+                    prompt_tokens: 5,
+                    completion_tokens,
+                    cached_tokens,
+                },
+                1,
+            );
         }
         assert_eq!(
             total,
             TotalUsage {
                 prompt_tokens: 5,
                 completion_tokens: 7,
-                cached_tokens: 2
+                cached_tokens: 2,
+                reasoning_tokens: 2,
             }
         );
     }

@@ -18,7 +18,7 @@ use seedbar_engine::{
     inventory::Inventory,
     store::{ModelKind, ModelStore, StoredModel},
     tokenizer::Tokenizer,
-    ChatMessage, ChatTemplate, EngineError, Model, ModelConfig,
+    ChatMessage, ChatPrompt, ChatTemplate, EngineError, Model, ModelConfig, TemplateKwargs,
 };
 use seedbar_grammar::{GrammarError, Vocabulary};
 use seedbar_scheduler::{Scheduler, SchedulerConfig, SubmitError};
@@ -67,15 +67,16 @@ impl LoadedModel {
             .map_err(Clone::clone)
     }
 
-    /// Prompt tokens for a chat, ending where the assistant's reply begins; special-token
-    /// strings in the messages' text stay text.
+    /// The prompt for a chat rendered with the request's template `kwargs`, ending where the
+    /// assistant's reply begins; special-token strings in the messages' text stay text.
     pub fn chat_prompt(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
-    ) -> Result<Vec<u32>, ApiError> {
+        kwargs: &TemplateKwargs,
+    ) -> Result<ChatPrompt, ApiError> {
         self.template
-            .prompt_tokens(&self.tokenizer, messages, tools)
+            .prompt(&self.tokenizer, messages, tools, kwargs)
             .map_err(|e| match e {
                 EngineError::ChatTemplate(_) => ApiError::bad_param("messages", e.to_string()),
                 e => ApiError::internal(e),

@@ -73,22 +73,49 @@ impl Options {
             logprobs: None,
             constraint: None,
             speculative: self.speculative,
+            thinking: None,
+            template_kwargs: Default::default(),
         };
         settings.validate("options.")?;
         Ok(settings)
     }
 }
 
-/// The job for `prompt` on `model`, held to `format` when one is given.
+/// Ollama's `think`: on or off, or a level (gpt-oss's), which means on.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum Think {
+    On(bool),
+    Level(String),
+}
+
+impl Think {
+    fn on(&self) -> std::result::Result<bool, ApiError> {
+        match self {
+            Think::On(on) => Ok(*on),
+            Think::Level(level) if matches!(level.as_str(), "low" | "medium" | "high") => Ok(true),
+            Think::Level(level) => Err(ApiError::bad_param(
+                "think",
+                format!(
+                    "think must be true, false, \"low\", \"medium\" or \"high\", got \"{level}\""
+                ),
+            )),
+        }
+    }
+}
+
+/// The job for `prompt` on `model`, held to `format` when one is given, thinking as `think`
+/// says (absent: as the model's template does).
 async fn job(
     model: &ServedModel,
     prompt: Prompt,
     options: &Options,
-    format: Option<&OllamaFormat>,
+    (format, think): (Option<&OllamaFormat>, Option<&Think>),
     id_prefix: &'static str,
 ) -> std::result::Result<Job, ApiError> {
     let format = format.map(OllamaFormat::format).transpose()?.flatten();
     let mut settings = options.settings()?;
+    settings.thinking = think.map(Think::on).transpose()?;
     structured::constrain(&mut settings, &model.model, format.map(|f| (f, "format"))).await?;
     Ok(Job::new(vec![prompt], settings, id_prefix))
 }
@@ -207,18 +234,27 @@ struct Line {
     end: Option<Stats>,
 }
 
-/// A piece of reply: a chat message, or generated text.
+/// A piece of reply: a chat message, or generated text (and the thinking before it).
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Piece {
-    Chat { message: ReplyMessage },
-    Generate { response: String },
+    Chat {
+        message: ReplyMessage,
+    },
+    Generate {
+        response: String,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        thinking: String,
+    },
 }
 
 #[derive(Serialize)]
 struct ReplyMessage {
     role: &'static str,
     content: String,
+    /// The thinking before the answer (models that think).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    thinking: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<OllamaToolCall>,
 }
@@ -340,6 +376,9 @@ pub async fn show(
         }
         if model.fim_tokens().is_some() {
             capabilities.push("insert");
+        }
+        if model.template.thinking().thinks {
+            capabilities.push("thinking");
         }
         (model.template.source.clone(), capabilities)
     };
@@ -481,6 +520,7 @@ pub struct ChatRequest {
     options: Options,
     tools: Option<Vec<Value>>,
     format: Option<OllamaFormat>,
+    think: Option<Think>,
 }
 
 #[derive(Deserialize)]
@@ -491,6 +531,8 @@ struct OllamaMessage {
     #[serde(default, deserialize_with = "null_as_default")]
     images: Vec<Value>,
     tool_calls: Option<Value>,
+    /// An assistant turn's thinking, sent back.
+    thinking: Option<String>,
 }
 
 pub async fn chat(
@@ -516,11 +558,13 @@ pub async fn chat(
         }
         let mut message = ChatMessage::new(&m.role, &m.content);
         message.tool_calls = m.tool_calls;
+        message.reasoning_content = m.thinking.filter(|_| m.role == "assistant");
         messages.push(message);
     }
     let tools = req.tools.filter(|t| !t.is_empty());
     let prompt = Prompt::Chat { messages, tools };
-    let job = job(&model, prompt, &req.options, req.format.as_ref(), "chat-").await?;
+    let shape = (req.format.as_ref(), req.think.as_ref());
+    let job = job(&model, prompt, &req.options, shape, "chat-").await?;
     let generation = Generation::start(&app, model, job)?;
     Ok(respond(generation, req.stream, Route::Chat).await?)
 }
@@ -543,6 +587,7 @@ pub struct GenerateRequest {
     /// An earlier reply's `context`: run before the prompt as given.
     #[serde(default, deserialize_with = "null_as_default")]
     context: Vec<u32>,
+    think: Option<Think>,
 }
 
 pub async fn generate(
@@ -578,9 +623,10 @@ pub async fn generate(
             }
         }
     };
+    let shape = (req.format.as_ref(), req.think.as_ref());
     let job = Job {
         context: req.context,
-        ..job(&model, prompt, &req.options, req.format.as_ref(), "gen-").await?
+        ..job(&model, prompt, &req.options, shape, "gen-").await?
     };
     let generation = Generation::start(&app, model, job)?;
     Ok(respond(generation, req.stream, Route::Generate).await?)
@@ -618,10 +664,12 @@ impl ReplyLines {
 
     fn piece(&self, deltas: Vec<Delta>) -> Piece {
         let mut text = String::new();
+        let mut thinking = String::new();
         let mut tool_calls = Vec::new();
         for delta in deltas {
             match delta {
                 Delta::Text(t) => text.push_str(&t),
+                Delta::Reasoning(t) => thinking.push_str(&t),
                 Delta::ToolCall(call) => tool_calls.push(OllamaToolCall {
                     function: OllamaFunction {
                         name: call.name,
@@ -635,10 +683,14 @@ impl ReplyLines {
                 message: ReplyMessage {
                     role: "assistant",
                     content: text,
+                    thinking,
                     tool_calls,
                 },
             },
-            Route::Generate => Piece::Generate { response: text },
+            Route::Generate => Piece::Generate {
+                response: text,
+                thinking,
+            },
         }
     }
 
@@ -711,7 +763,7 @@ impl ReplyLines {
     fn pieces(&self, deltas: Vec<Delta>) -> Vec<String> {
         let empty = deltas
             .iter()
-            .all(|d| matches!(d, Delta::Text(t) if t.is_empty()));
+            .all(|d| matches!(d, Delta::Text(t) | Delta::Reasoning(t) if t.is_empty()));
         if empty {
             return Vec::new();
         }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    common::{arguments_as_object, CommonFields},
+    common::{arguments_as_object, thinking_for_effort, CommonFields},
     error::ApiError,
     extract::{null_as_default, JsonBody},
     generation::{
@@ -90,6 +90,8 @@ pub struct ChatRequest {
     tools: Option<Vec<Value>>,
     tool_choice: Option<ToolChoice>,
     response_format: Option<ResponseFormat>,
+    /// `none` turns a thinking model's thinking off; the others leave it on.
+    reasoning_effort: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -99,6 +101,8 @@ struct InMessage {
     name: Option<String>,
     tool_calls: Option<Vec<Value>>,
     tool_call_id: Option<String>,
+    /// An assistant turn's thinking, sent back (llama-server's and vLLM's field).
+    reasoning_content: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -155,6 +159,7 @@ impl InMessage {
         message.name = self.name;
         message.tool_calls = tool_calls;
         message.tool_call_id = self.tool_call_id;
+        message.reasoning_content = self.reasoning_content.filter(|_| role == "assistant");
         Ok(message)
     }
 }
@@ -180,6 +185,11 @@ pub async fn chat_completions(
     }
     let mut settings =
         common.settings(req.max_completion_tokens.or(common.max_tokens), logprobs)?;
+    settings.thinking = req
+        .reasoning_effort
+        .as_deref()
+        .map(|effort| thinking_for_effort(effort, "reasoning_effort"))
+        .transpose()?;
     let n = common.n()?;
     let tool_choice = req.tool_choice.unwrap_or(ToolChoice::Mode(ToolMode::Auto));
     let tools = req
@@ -266,11 +276,17 @@ struct UsageBody {
     completion_tokens: usize,
     total_tokens: usize,
     prompt_tokens_details: PromptTokensDetails,
+    completion_tokens_details: CompletionTokensDetails,
 }
 
 #[derive(Debug, Serialize)]
 struct PromptTokensDetails {
     cached_tokens: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct CompletionTokensDetails {
+    reasoning_tokens: usize,
 }
 
 impl From<TotalUsage> for UsageBody {
@@ -281,6 +297,9 @@ impl From<TotalUsage> for UsageBody {
             total_tokens: usage.prompt_tokens + usage.completion_tokens,
             prompt_tokens_details: PromptTokensDetails {
                 cached_tokens: usage.cached_tokens,
+            },
+            completion_tokens_details: CompletionTokensDetails {
+                reasoning_tokens: usage.reasoning_tokens,
             },
         }
     }
@@ -298,6 +317,9 @@ struct ChatChoice {
 struct AssistantMessage {
     role: &'static str,
     content: Option<String>,
+    /// The thinking before the answer (models that think).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<Vec<WireToolCall>>,
 }
@@ -316,6 +338,8 @@ struct ChatDelta {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<Vec<WireToolCall>>,
 }
@@ -489,6 +513,7 @@ fn chat_choice(index: usize, reply: Reply, logprobs: bool) -> ChatChoice {
         message: AssistantMessage {
             role: "assistant",
             content,
+            reasoning_content: reply.reasoning(),
             tool_calls: (!calls.is_empty()).then_some(calls),
         },
         logprobs: logprobs.then(|| ChatLogprobs {
@@ -534,9 +559,13 @@ impl ChatStream {
         deltas
             .into_iter()
             .filter_map(|delta| match delta {
-                Delta::Text(text) if text.is_empty() => None,
+                Delta::Text(text) | Delta::Reasoning(text) if text.is_empty() => None,
                 Delta::Text(text) => Some(ChatDelta {
                     content: Some(text),
+                    ..ChatDelta::default()
+                }),
+                Delta::Reasoning(text) => Some(ChatDelta {
+                    reasoning_content: Some(text),
                     ..ChatDelta::default()
                 }),
                 Delta::ToolCall(call) => {
@@ -561,7 +590,7 @@ impl Translator for ChatStream {
                 let role = ChatDelta {
                     role: Some("assistant"),
                     content: Some(String::new()),
-                    tool_calls: None,
+                    ..ChatDelta::default()
                 };
                 self.chunk(index, role, None, None)
             })
@@ -775,12 +804,13 @@ impl CompletionStream {
     }
 }
 
-/// The text of `deltas` (legacy completions offer no tools).
+/// The text of `deltas` (legacy completions offer no tools, and their prompts are raw text,
+/// so nothing is split out as thinking).
 fn text_of(deltas: Vec<Delta>) -> String {
     deltas
         .into_iter()
         .filter_map(|delta| match delta {
-            Delta::Text(text) => Some(text),
+            Delta::Text(text) | Delta::Reasoning(text) => Some(text),
             Delta::ToolCall(_) => None,
         })
         .collect()

@@ -1,7 +1,8 @@
 //! OpenAI's Responses API, stateless: `POST /v1/responses` (as OpenAI's numbered response
 //! events when `stream` is set). The input items become the same chat prompt, sampling
-//! settings and template tools as a chat completion; the reply is split into `message` and
-//! `function_call` output items by the same tool-call parser. Nothing is stored, so
+//! settings and template tools as a chat completion; the reply is split into `reasoning`,
+//! `message` and `function_call` output items by the same parsers (`output.rs`; the wire
+//! shapes are `wire.rs`). Nothing is stored, so
 //! `previous_response_id` is refused and `store` is ignored. A `seed` field pins the reply
 //! and the `x-seedbar-seed` header (and `seed` field) says which seed it used.
 
@@ -13,17 +14,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    common::{arguments_value, template_calls, template_tool, CommonFields},
+    common::{arguments_value, template_calls, template_tool, thinking_for_effort, CommonFields},
     error::ApiError,
     extract::{null_as_default, JsonBody, TextOr},
     generation::{
-        stream_body, Delta, Finish, Generation, Job, ServedModel, StopReason, Token, Translator,
+        stream_body, Finish, Generation, Job, ServedModel, StopReason, Token, Translator,
     },
     sse::{sse, with_seed, SseMessage},
     structured::{self, forced_call, one_format, ChatInput, TextFormat},
     App,
 };
+use output::Output;
 use seedbar_grammar::ToolSchema;
+use wire::*;
 
 // ---- requests --------------------------------------------------------------------------
 
@@ -43,6 +46,16 @@ pub struct ResponsesRequest {
     previous_response_id: Option<String>,
     #[serde(default, skip_serializing, deserialize_with = "null_as_default")]
     text: TextOptions,
+    /// `reasoning.effort`: `none` turns a thinking model's thinking off.
+    #[serde(default, skip_serializing)]
+    reasoning: Option<ReasoningOptions>,
+}
+
+/// `reasoning`: how much the model thinks (`summary` is read and ignored: the thinking
+/// comes whole).
+#[derive(Debug, Default, Deserialize)]
+struct ReasoningOptions {
+    effort: Option<String>,
 }
 
 /// `text`: how the reply's text is shaped (`verbosity` is read and ignored).
@@ -284,344 +297,6 @@ fn push_items(items: Vec<InputItem>, chat: &mut Vec<ChatMessage>) -> Result<(), 
     Ok(())
 }
 
-// ---- responses -------------------------------------------------------------------------
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ObjectType {
-    Response,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Status {
-    InProgress,
-    Completed,
-    Incomplete,
-    Failed,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResponseObject {
-    id: String,
-    object: ObjectType,
-    created_at: u64,
-    status: Status,
-    incomplete_details: Option<IncompleteDetails>,
-    error: Option<ResponseError>,
-    model: String,
-    output: Vec<OutputItem>,
-    usage: Option<ResponseUsage>,
-    /// Seedbar's: the seed the reply used.
-    seed: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum IncompleteReason {
-    MaxOutputTokens,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct IncompleteDetails {
-    reason: IncompleteReason,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct ResponseError {
-    code: String,
-    message: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct ResponseUsage {
-    input_tokens: usize,
-    output_tokens: usize,
-    total_tokens: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum AssistantRole {
-    Assistant,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum OutputItem {
-    Message {
-        id: String,
-        status: Status,
-        role: AssistantRole,
-        content: Vec<OutputPart>,
-    },
-    FunctionCall {
-        id: String,
-        call_id: String,
-        name: String,
-        arguments: String,
-        status: Status,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum OutputPart {
-    OutputText {
-        text: String,
-        /// Always empty: no citations.
-        annotations: Vec<Value>,
-    },
-}
-
-fn output_text(text: String) -> OutputPart {
-    OutputPart::OutputText {
-        text,
-        annotations: Vec::new(),
-    }
-}
-
-/// The events of a streamed response, each sent with its `sequence_number`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type")]
-enum StreamEvent {
-    #[serde(rename = "response.created")]
-    Created { response: ResponseObject },
-    #[serde(rename = "response.in_progress")]
-    InProgress { response: ResponseObject },
-    #[serde(rename = "response.output_item.added")]
-    ItemAdded {
-        output_index: usize,
-        item: OutputItem,
-    },
-    #[serde(rename = "response.content_part.added")]
-    PartAdded {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        part: OutputPart,
-    },
-    #[serde(rename = "response.output_text.delta")]
-    TextDelta {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        delta: String,
-    },
-    #[serde(rename = "response.output_text.done")]
-    TextDone {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        text: String,
-    },
-    #[serde(rename = "response.content_part.done")]
-    PartDone {
-        item_id: String,
-        output_index: usize,
-        content_index: usize,
-        part: OutputPart,
-    },
-    #[serde(rename = "response.function_call_arguments.delta")]
-    ArgumentsDelta {
-        item_id: String,
-        output_index: usize,
-        delta: String,
-    },
-    #[serde(rename = "response.function_call_arguments.done")]
-    ArgumentsDone {
-        item_id: String,
-        output_index: usize,
-        arguments: String,
-    },
-    #[serde(rename = "response.output_item.done")]
-    ItemDone {
-        output_index: usize,
-        item: OutputItem,
-    },
-    #[serde(rename = "response.completed")]
-    Completed { response: ResponseObject },
-    #[serde(rename = "response.incomplete")]
-    Incomplete { response: ResponseObject },
-    #[serde(rename = "response.failed")]
-    Failed { response: ResponseObject },
-}
-
-impl StreamEvent {
-    /// The event's `type` (also its SSE name).
-    fn name(&self) -> &'static str {
-        match self {
-            StreamEvent::Created { .. } => "response.created",
-            StreamEvent::InProgress { .. } => "response.in_progress",
-            StreamEvent::ItemAdded { .. } => "response.output_item.added",
-            StreamEvent::PartAdded { .. } => "response.content_part.added",
-            StreamEvent::TextDelta { .. } => "response.output_text.delta",
-            StreamEvent::TextDone { .. } => "response.output_text.done",
-            StreamEvent::PartDone { .. } => "response.content_part.done",
-            StreamEvent::ArgumentsDelta { .. } => "response.function_call_arguments.delta",
-            StreamEvent::ArgumentsDone { .. } => "response.function_call_arguments.done",
-            StreamEvent::ItemDone { .. } => "response.output_item.done",
-            StreamEvent::Completed { .. } => "response.completed",
-            StreamEvent::Incomplete { .. } => "response.incomplete",
-            StreamEvent::Failed { .. } => "response.failed",
-        }
-    }
-}
-
-/// An event as sent: with its place in the stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Numbered {
-    sequence_number: u64,
-    #[serde(flatten)]
-    event: StreamEvent,
-}
-
-/// A reply's output items from its deltas, with the events that build them: text goes into
-/// a `message` item opened on demand; a tool call closes it and comes as a whole
-/// `function_call` item. A non-streamed response is the same items.
-struct Output {
-    /// Item ids: `msg_` / `fc_`, this, and the item's index.
-    id_stem: String,
-    items: Vec<OutputItem>,
-    /// The open message item's id and text.
-    text: Option<(String, String)>,
-}
-
-impl Output {
-    fn new(response_id: &str) -> Self {
-        Output {
-            id_stem: response_id
-                .strip_prefix("resp_")
-                .unwrap_or(response_id)
-                .to_string(),
-            items: Vec::new(),
-            text: None,
-        }
-    }
-
-    /// The last events: the open item's end (an empty message item when the reply had
-    /// none).
-    fn finish(&mut self) -> Vec<StreamEvent> {
-        let mut events = Vec::new();
-        if self.items.is_empty() && self.text.is_none() {
-            events.extend(self.open_message());
-        }
-        events.extend(self.close_message());
-        events
-    }
-
-    fn push(&mut self, deltas: Vec<Delta>) -> Vec<StreamEvent> {
-        let mut events = Vec::new();
-        for delta in deltas {
-            match delta {
-                Delta::Text(delta) if delta.is_empty() => {}
-                Delta::Text(delta) => {
-                    if self.text.is_none() {
-                        events.extend(self.open_message());
-                    }
-                    let output_index = self.items.len();
-                    if let Some((id, text)) = &mut self.text {
-                        text.push_str(&delta);
-                        events.push(StreamEvent::TextDelta {
-                            item_id: id.clone(),
-                            output_index,
-                            content_index: 0,
-                            delta,
-                        });
-                    }
-                }
-                Delta::ToolCall(call) => {
-                    events.extend(self.close_message());
-                    let output_index = self.items.len();
-                    let id = format!("fc_{}_{output_index}", self.id_stem);
-                    let item = |arguments: &str, status| OutputItem::FunctionCall {
-                        id: id.clone(),
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: arguments.to_string(),
-                        status,
-                    };
-                    let done = item(&call.arguments, Status::Completed);
-                    events.extend([
-                        StreamEvent::ItemAdded {
-                            output_index,
-                            item: item("", Status::InProgress),
-                        },
-                        StreamEvent::ArgumentsDelta {
-                            item_id: id.clone(),
-                            output_index,
-                            delta: call.arguments.clone(),
-                        },
-                        StreamEvent::ArgumentsDone {
-                            item_id: id.clone(),
-                            output_index,
-                            arguments: call.arguments.clone(),
-                        },
-                        StreamEvent::ItemDone {
-                            output_index,
-                            item: done.clone(),
-                        },
-                    ]);
-                    self.items.push(done);
-                }
-            }
-        }
-        events
-    }
-
-    fn open_message(&mut self) -> [StreamEvent; 2] {
-        let output_index = self.items.len();
-        let id = format!("msg_{}_{output_index}", self.id_stem);
-        self.text = Some((id.clone(), String::new()));
-        [
-            StreamEvent::ItemAdded {
-                output_index,
-                item: OutputItem::Message {
-                    id: id.clone(),
-                    status: Status::InProgress,
-                    role: AssistantRole::Assistant,
-                    content: Vec::new(),
-                },
-            },
-            StreamEvent::PartAdded {
-                item_id: id,
-                output_index,
-                content_index: 0,
-                part: output_text(String::new()),
-            },
-        ]
-    }
-
-    fn close_message(&mut self) -> Vec<StreamEvent> {
-        let Some((id, text)) = self.text.take() else {
-            return Vec::new();
-        };
-        let output_index = self.items.len();
-        let item = OutputItem::Message {
-            id: id.clone(),
-            status: Status::Completed,
-            role: AssistantRole::Assistant,
-            content: vec![output_text(text.clone())],
-        };
-        self.items.push(item.clone());
-        vec![
-            StreamEvent::TextDone {
-                item_id: id.clone(),
-                output_index,
-                content_index: 0,
-                text: text.clone(),
-            },
-            StreamEvent::PartDone {
-                item_id: id,
-                output_index,
-                content_index: 0,
-                part: output_text(text),
-            },
-            StreamEvent::ItemDone { output_index, item },
-        ]
-    }
-}
-
 /// The response's fixed fields.
 struct ResponseFrame {
     id: String,
@@ -658,12 +333,14 @@ impl ResponseFrame {
         }
     }
 
-    /// The finished response: incomplete when `max_output_tokens` cut its text short.
+    /// The finished response: incomplete when `max_output_tokens` cut its text short;
+    /// `tokens` were generated, `reasoning_tokens` of them thinking.
     fn finished(
         &self,
         output: Vec<OutputItem>,
         reason: StopReason,
         tokens: usize,
+        reasoning_tokens: usize,
     ) -> ResponseObject {
         let cut = reason == StopReason::Length;
         ResponseObject {
@@ -680,6 +357,7 @@ impl ResponseFrame {
                 input_tokens: self.input_tokens,
                 output_tokens: tokens,
                 total_tokens: self.input_tokens + tokens,
+                output_tokens_details: OutputTokensDetails { reasoning_tokens },
             }),
             ..self.running()
         }
@@ -703,6 +381,12 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
     let (common, req): (CommonFields, ResponsesRequest) = (body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;
     let mut settings = common.settings(req.max_output_tokens, None)?;
+    settings.thinking = req
+        .reasoning
+        .as_ref()
+        .and_then(|r| r.effort.as_deref())
+        .map(|effort| thinking_for_effort(effort, "reasoning.effort"))
+        .transpose()?;
     let reply_format = req.text.format.as_ref().and_then(TextFormat::format);
     let (prompt, forced_call) = req.into_chat()?.into_prompt();
     let format = one_format(forced_call, reply_format, "text.format")?;
@@ -727,6 +411,7 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
         output.items,
         reply.reason(),
         reply.usage().completion_tokens,
+        reply.reasoning_tokens,
     );
     Ok(with_seed(seed, Json(response)))
 }
@@ -779,9 +464,12 @@ impl Translator for ResponseStream {
         let mut events = self.output.push(finish.deltas);
         events.extend(self.output.finish());
         let items = std::mem::take(&mut self.output.items);
-        let response = self
-            .frame
-            .finished(items, finish.reason, finish.usage.completion_tokens);
+        let response = self.frame.finished(
+            items,
+            finish.reason,
+            finish.usage.completion_tokens,
+            finish.reasoning_tokens,
+        );
         events.push(if response.status == Status::Incomplete {
             StreamEvent::Incomplete { response }
         } else {
@@ -796,5 +484,7 @@ impl Translator for ResponseStream {
     }
 }
 
+mod output;
 #[cfg(test)]
 mod tests;
+mod wire;

@@ -5,6 +5,7 @@ import type { UiMessage } from '../convList';
 import { renderMarkdown } from '../markdown';
 import { formatSeed } from '../seed';
 import { IconCheck, IconCopy, IconPencil, IconPin, IconRefresh } from './icons';
+import { ThinkingBlock } from './ThinkingBlock';
 
 type Props = {
   message: UiMessage;
@@ -36,6 +37,7 @@ function MessageItemInner({ message, pinnedSeed, isLastReply, busy }: Props) {
   };
 
   const status = message.streaming ? 'streaming' : message.status;
+  const writing = message.streaming || message.status === 'streaming';
   return (
     <article class={`message ${message.role}${message.pending ? ' pending' : ''}`} data-testid="message" data-role={message.role}
       data-status={status} data-id={message.id} aria-busy={message.streaming ? 'true' : undefined}
@@ -59,10 +61,13 @@ function MessageItemInner({ message, pinnedSeed, isLastReply, busy }: Props) {
         )
       ) : (
         <div class="reply">
+          <ThinkingBlock message={message} />
           {message.content ? (
             <div class="markdown" data-testid="message-content" onClick={onContentClick} dangerouslySetInnerHTML={{ __html: html }} />
-          ) : message.streaming || message.status === 'streaming' ? (
-            <div class="markdown" data-testid="message-content"><span class="typing" aria-label="Thinking"><i /><i /><i /></span></div>
+          ) : writing ? (
+            <div class="markdown" data-testid="message-content">
+              {!message.reasoning && <span class="typing" aria-label="Waiting for the reply"><i /><i /><i /></span>}
+            </div>
           ) : (
             <div class="markdown empty" data-testid="message-content" />
           )}

@@ -2,6 +2,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, Client, apiBase, isAbort, storedApiKey } from '../api';
 import { renderMarkdown } from '../markdown';
 import { QUICK_SAMPLING, conversationOf, notReady, type Exchange } from '../quick';
+import { thinkingLabel, useNow } from '../thinking';
 import type { AppStatus } from '../types';
 
 const client = new Client({ base: apiBase(), apiKey: storedApiKey });
@@ -67,11 +68,16 @@ export function QuickChat() {
     stream.current = controller;
     const update = (patch: Partial<Exchange>) => setExchange((e) => (e ? { ...e, ...patch } : e));
     let answer = '';
-    setExchange({ question: q, answer, model: status.model, seed: null, state: 'streaming', error: null });
+    let thinkingSince: number | null = null;
+    setExchange({ question: q, answer, model: status.model, seed: null, thinkingSince, state: 'streaming', error: null });
     try {
       const seed = await client.complete(
         { model: status.model, messages: [{ role: 'user', content: q }], ...QUICK_SAMPLING },
-        (piece) => update({ answer: (answer += piece) }),
+        (piece) => {
+          // The thinking stays out of the answer: only when it began is kept, for the clock.
+          if (piece.kind === 'content') update({ answer: (answer += piece.text) });
+          else if (thinkingSince === null) update({ thinkingSince: (thinkingSince = Date.now()) });
+        },
         controller.signal,
       );
       update({ seed, state: 'complete' });
@@ -150,7 +156,9 @@ export function QuickChat() {
         <div class="quick-answer" ref={answerBox} data-testid="quick-answer" data-state={exchange.state} aria-live="polite">
           {exchange.answer
             ? <div class="markdown" data-testid="quick-answer-text" dangerouslySetInnerHTML={{ __html: renderMarkdown(exchange.answer) }} />
-            : streaming && <p class="muted">Thinking…</p>}
+            : streaming && (exchange.thinkingSince === null
+              ? <span class="typing" aria-label="Waiting for the answer"><i /><i /><i /></span>
+              : <Thinking since={exchange.thinkingSince} />)}
           {exchange.error && <p class="field-error" role="alert" data-testid="quick-error">{exchange.error}</p>}
         </div>
       )}
@@ -169,4 +177,9 @@ export function QuickChat() {
       </footer>
     </div>
   );
+}
+
+/** While the model thinks, before its answer: for how long so far. */
+function Thinking({ since }: { since: number }) {
+  return <p class="muted small" data-testid="quick-thinking">{thinkingLabel(since, useNow(true))}</p>;
 }

@@ -93,7 +93,7 @@ fn tool_choice_none_drops_the_tools_and_any_or_tool_forces_a_call() {
 }
 
 #[test]
-fn earlier_thinking_is_left_out_of_the_prompt() {
+fn thinking_sent_back_is_the_turns_reasoning_for_the_template_to_keep_or_drop() {
     let chat = conversation(json!({"messages": [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": [
@@ -103,11 +103,15 @@ fn earlier_thinking_is_left_out_of_the_prompt() {
         {"role": "user", "content": "again"},
     ]}))
     .unwrap();
+    let answer = ChatMessage {
+        reasoning_content: Some("hmm".into()),
+        ..ChatMessage::new("assistant", "hello")
+    };
     assert_eq!(
         chat.messages,
         [
             ChatMessage::new("user", "hi"),
-            ChatMessage::new("assistant", "hello"),
+            answer,
             ChatMessage::new("user", "again"),
         ]
     );
@@ -151,6 +155,25 @@ fn settings_take_max_tokens_and_stop_sequences() {
     assert!(serde_json::from_value::<MessagesFields>(json!({})).is_err());
     let fields: MessagesFields = serde_json::from_value(json!({"max_tokens": 0})).unwrap();
     assert!(settings(&common, fields).is_err());
+}
+
+#[test]
+fn thinking_turns_a_thinking_model_on_or_off_within_max_tokens() {
+    let common: CommonFields = serde_json::from_value(json!({"model": "m"})).unwrap();
+    let thinking = |body: Value| {
+        let fields: MessagesFields = serde_json::from_value(body).unwrap();
+        settings(&common, fields).map(|s| s.thinking)
+    };
+    assert_eq!(thinking(json!({"max_tokens": 9})).unwrap(), None);
+    assert_eq!(
+        thinking(json!({"max_tokens": 9, "thinking": {"type": "disabled"}})).unwrap(),
+        Some(false)
+    );
+    let on = json!({"max_tokens": 9, "thinking": {"type": "enabled", "budget_tokens": 8}});
+    assert_eq!(thinking(on).unwrap(), Some(true));
+    let over = json!({"max_tokens": 9, "thinking": {"type": "enabled", "budget_tokens": 9}});
+    let e = thinking(over).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("thinking.budget_tokens"));
 }
 
 fn frame() -> MessageFrame {
@@ -263,6 +286,56 @@ fn neutral_events_become_anthropic_stream_events() {
     );
     assert_eq!(events[9], json!({"type": "message_stop"}));
     assert_eq!(events.len(), 10);
+}
+
+#[test]
+fn thinking_streams_as_a_signed_thinking_block_before_the_text() {
+    let mut stream = MessageStream {
+        frame: frame(),
+        blocks: BlockStream::default(),
+    };
+    let mut events = stream.token(0, token(1, vec![Delta::Reasoning("Let me".into())]));
+    events.extend(stream.token(0, token(2, vec![Delta::Reasoning(" see".into())])));
+    events.extend(stream.token(0, token(3, vec![Delta::Text("4".into())])));
+    events.extend(stream.finish(0, finish(StopReason::Stop, 3)));
+    let events = wire(events);
+    assert_eq!(
+        events[0],
+        json!({"type": "content_block_start", "index": 0,
+               "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+    );
+    assert_eq!(
+        events[2]["delta"],
+        json!({"type": "thinking_delta", "thinking": "Let me"})
+    );
+    assert_eq!(
+        events[4]["delta"],
+        json!({"type": "signature_delta", "signature": signature("Let me see")})
+    );
+    assert_eq!(events[5], json!({"type": "content_block_stop", "index": 0}));
+    assert_eq!(
+        events[6]["content_block"],
+        json!({"type": "text", "text": ""})
+    );
+    assert_eq!(
+        events[7]["delta"],
+        json!({"type": "text_delta", "text": "4"})
+    );
+    assert_eq!(events[8], json!({"type": "content_block_stop", "index": 1}));
+    let whole = Reply {
+        pieces: vec![
+            Delta::Reasoning("Let me see".into()),
+            Delta::Text("4".into()),
+        ],
+        ..Reply::default()
+    };
+    assert_eq!(
+        content_blocks(&whole)[0],
+        OutBlock::Thinking {
+            thinking: "Let me see".into(),
+            signature: signature("Let me see")
+        }
+    );
 }
 
 #[test]

@@ -13,6 +13,8 @@ fn message(id: i64, role: Role, content: &str) -> Message {
         sampling: None,
         status: Status::Complete,
         created_at: String::new(),
+        reasoning: None,
+        reasoning_ms: None,
     }
 }
 

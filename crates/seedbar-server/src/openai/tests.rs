@@ -69,6 +69,7 @@ fn chat_chunks_from_neutral_events() {
         prompt_tokens: 5,
         completion_tokens: 4,
         cached_tokens: 2,
+        reasoning_tokens: 1,
     }));
     let lp = json!({"content": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105],
         "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105]},
@@ -97,7 +98,8 @@ fn chat_chunks_from_neutral_events() {
             json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7,
                    "model": "m", "system_fingerprint": "fp_1", "seed": 3, "choices": [],
                    "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9,
-                             "prompt_tokens_details": {"cached_tokens": 2}}}),
+                             "prompt_tokens_details": {"cached_tokens": 2},
+                             "completion_tokens_details": {"reasoning_tokens": 1}}}),
             json!("[DONE]"),
         ]
     );
@@ -139,6 +141,42 @@ fn whole_chat_choices() {
     );
     assert_eq!(choice["finish_reason"], "length");
     assert_eq!(choice["logprobs"]["content"][0]["token"], "Hi");
+    let reply = Reply {
+        pieces: vec![Delta::Reasoning("hmm".into()), Delta::Text("ok".into())],
+        ..Reply::default()
+    };
+    assert_eq!(
+        serde_json::to_value(chat_choice(0, reply, false)).unwrap()["message"],
+        json!({"role": "assistant", "content": "ok", "reasoning_content": "hmm"})
+    );
+}
+
+#[test]
+fn thinking_streams_as_reasoning_content_deltas() {
+    let mut stream = ChatStream {
+        envelope: envelope("chat.completion.chunk"),
+        choices: 1,
+        calls: vec![0],
+        include_usage: false,
+    };
+    let events = stream.token(
+        0,
+        token(
+            1,
+            vec![Delta::Reasoning("hmm".into()), Delta::Text("ok".into())],
+        ),
+    );
+    let deltas: Vec<Value> = wire(events)
+        .iter()
+        .map(|chunk| chunk["choices"][0]["delta"].clone())
+        .collect();
+    assert_eq!(
+        deltas,
+        [
+            json!({"reasoning_content": "hmm"}),
+            json!({"content": "ok"})
+        ]
+    );
 }
 
 #[test]

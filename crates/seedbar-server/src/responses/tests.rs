@@ -3,7 +3,10 @@
 use serde_json::json;
 
 use super::*;
-use crate::generation::test_events::{call, finish, token};
+use crate::generation::{
+    test_events::{call, finish, token},
+    Delta,
+};
 
 fn request(body: Value) -> Result<ChatInput, ApiError> {
     serde_json::from_value::<ResponsesRequest>(body)
@@ -218,7 +221,8 @@ fn neutral_events_become_numbered_item_events() {
     );
     assert_eq!(
         response["usage"],
-        json!({"input_tokens": 10, "output_tokens": 9, "total_tokens": 19})
+        json!({"input_tokens": 10, "output_tokens": 9, "total_tokens": 19,
+               "output_tokens_details": {"reasoning_tokens": 0}})
     );
 }
 
@@ -247,7 +251,7 @@ fn the_response_has_openais_shape() {
     let mut output = Output::new("resp_abc");
     output.push(vec![Delta::Text("ok".into())]);
     output.finish();
-    let response = frame().finished(output.items, StopReason::Length, 4);
+    let response = frame().finished(output.items, StopReason::Length, 4, 0);
     assert_eq!(
         serde_json::to_value(&response).unwrap(),
         json!({"id": "resp_abc", "object": "response", "created_at": 1,
@@ -256,7 +260,8 @@ fn the_response_has_openais_shape() {
                "output": [{"type": "message", "id": "msg_abc_0", "status": "completed",
                            "role": "assistant",
                            "content": [{"type": "output_text", "text": "ok", "annotations": []}]}],
-               "usage": {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14}})
+               "usage": {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14,
+                         "output_tokens_details": {"reasoning_tokens": 0}}})
     );
     let mut empty = Output::new("resp_abc");
     empty.finish();
@@ -268,5 +273,44 @@ fn the_response_has_openais_shape() {
             role: AssistantRole::Assistant,
             content: vec![output_text(String::new())],
         }]
+    );
+}
+
+#[test]
+fn thinking_comes_first_as_a_reasoning_item_with_its_own_events() {
+    let mut output = Output::new("resp_1");
+    let mut events = output.push(vec![Delta::Reasoning("Let me".into())]);
+    events.extend(output.push(vec![
+        Delta::Reasoning(" see".into()),
+        Delta::Text("4".into()),
+    ]));
+    events.extend(output.finish());
+    let names: Vec<&str> = events.iter().map(StreamEvent::name).collect();
+    assert_eq!(
+        names,
+        [
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.reasoning_text.delta",
+            "response.reasoning_text.delta",
+            "response.reasoning_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+        ]
+    );
+    assert_eq!(
+        serde_json::to_value(&output.items).unwrap(),
+        json!([
+            {"type": "reasoning", "id": "rs_1_0", "summary": [], "status": "completed",
+             "content": [{"type": "reasoning_text", "text": "Let me see"}]},
+            {"type": "message", "id": "msg_1_1", "status": "completed", "role": "assistant",
+             "content": [{"type": "output_text", "text": "4", "annotations": []}]}
+        ])
     );
 }
