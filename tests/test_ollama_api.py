@@ -145,6 +145,15 @@ def test_ps_lists_the_loaded_model(http, client, expected):
     assert [m.model for m in client.ps().models] == [DEFAULT_MODEL]
 
 
+def test_pulling_a_model_the_store_holds_succeeds_at_once(http, client):
+    # What clients do with a name from /api/tags (Open WebUI's "update", `ollama pull`).
+    for name in (DEFAULT_MODEL, DEFAULT_MODEL.lower() + ":latest"):
+        assert client.pull(name).status == "success"
+        streamed = [p.status for p in client.pull(name, stream=True)]
+        assert streamed == ["pulling manifest", "success"], streamed
+    assert http.get("/app/models/pulls").json() == [], "nothing was downloaded"
+
+
 def test_openai_model_object(http):
     resp = http.get(f"/v1/models/{DEFAULT_MODEL}")
     assert resp.status_code == 200, resp.text

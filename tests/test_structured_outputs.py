@@ -159,6 +159,21 @@ def test_tool_choice_required_always_yields_exactly_one_valid_call(client):
                 assert isinstance(arguments["a"], int) and isinstance(arguments["b"], int)
 
 
+def test_a_forced_call_gets_only_the_arguments_its_tool_lists(client):
+    # No `additionalProperties`: JSON schema would allow any others, and a small model then
+    # keeps inventing arguments until max_tokens cuts the call off.
+    loose = {"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string", "maxLength": 40}}}}}
+    completion = client.chat.completions.create(
+        model=DEFAULT_MODEL, messages=ask("Find me a recipe for bread."), tools=[loose],
+        tool_choice="required", n=8, seed=2, temperature=1.0, max_tokens=60,
+    )
+    for choice in completion.choices:
+        assert choice.finish_reason == "tool_calls", choice.message
+        (call,) = choice.message.tool_calls
+        assert set(json.loads(call.function.arguments)) <= {"query"}, call.function.arguments
+
+
 def test_a_named_tool_choice_calls_that_function(client):
     completion = client.chat.completions.create(
         model=DEFAULT_MODEL,

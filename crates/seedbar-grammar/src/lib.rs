@@ -48,7 +48,9 @@ pub enum Format {
     JsonSchema(Value),
     /// Exactly one call of one of these tools: a JSON object `{"name", "arguments"}` whose
     /// arguments follow the named tool's parameter schema (the bare-JSON call every tool-call
-    /// parser of the engine reads).
+    /// parser of the engine reads), closed: an object schema that lists its properties and
+    /// says nothing of others allows no others, so a call never wanders off into made-up
+    /// arguments until `max_tokens` cuts it.
     ToolCall(Vec<ToolSchema>),
 }
 
@@ -70,7 +72,7 @@ impl Format {
             Format::JsonSchema(schema) => schema.clone(),
             Format::ToolCall(tools) => json!({"anyOf": tools.iter().map(|tool| json!({
                 "type": "object",
-                "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+                "properties": {"name": {"const": tool.name}, "arguments": closed(&tool.parameters)},
                 "required": ["name", "arguments"],
                 "additionalProperties": false,
             })).collect::<Vec<_>>()}),
@@ -83,6 +85,72 @@ impl Format {
         }
         schema
     }
+}
+
+/// `schema` with every object schema that lists `properties` and says nothing of other
+/// properties (`additionalProperties`, `patternProperties`, `unevaluatedProperties`)
+/// closed to them, in every subschema. Values that are data (`const`, `enum`, `default`,
+/// ...) are left as they are.
+fn closed(schema: &Value) -> Value {
+    /// Keywords whose value is a map of names to subschemas.
+    const SCHEMA_MAPS: [&str; 5] = [
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+    ];
+    /// Keywords whose value is a subschema, or a list of them.
+    const SUBSCHEMAS: [&str; 15] = [
+        "items",
+        "additionalItems",
+        "prefixItems",
+        "contains",
+        "not",
+        "if",
+        "then",
+        "else",
+        "additionalProperties",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "propertyNames",
+        "anyOf",
+        "oneOf",
+        "allOf",
+    ];
+    let Value::Object(fields) = schema else {
+        return schema.clone();
+    };
+    let subschema = |value: &Value| match value {
+        Value::Array(list) => Value::Array(list.iter().map(closed).collect()),
+        value => closed(value),
+    };
+    let mut fields: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|(key, value)| {
+            let value = match (key.as_str(), value) {
+                (key, Value::Object(map)) if SCHEMA_MAPS.contains(&key) => Value::Object(
+                    map.iter()
+                        .map(|(name, sub)| (name.clone(), closed(sub)))
+                        .collect(),
+                ),
+                (key, value) if SUBSCHEMAS.contains(&key) => subschema(value),
+                (_, value) => value.clone(),
+            };
+            (key.clone(), value)
+        })
+        .collect();
+    let open_to_others = [
+        "additionalProperties",
+        "patternProperties",
+        "unevaluatedProperties",
+    ]
+    .iter()
+    .any(|key| fields.contains_key(*key));
+    if fields.contains_key("properties") && !open_to_others {
+        fields.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    Value::Object(fields)
 }
 
 /// A model's vocabulary compiled for the grammar engine (a token trie over every token's
@@ -238,5 +306,38 @@ impl TokenMask {
 
     pub fn allows(&self, token: u32) -> bool {
         (token as usize) < self.0.len() && self.0.is_allowed(token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closing_a_schema_keeps_what_it_says_of_other_properties() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "object", "properties": {"x": {}}},
+            "b": {"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}},
+            "c": {"type": "object", "properties": {}, "patternProperties": {"^n": {}}},
+            "d": {"type": "array", "items": {"anyOf": [{"properties": {"y": {}}}, {"type": "string"}]}},
+            "e": {"type": "object"},
+            "properties": {"const": {"properties": {}}}}});
+        let closed = closed(&schema);
+        assert_eq!(closed["additionalProperties"], false);
+        assert_eq!(closed["properties"]["a"]["additionalProperties"], false);
+        assert_eq!(
+            closed["properties"]["b"]["additionalProperties"],
+            json!({"type": "integer"})
+        );
+        assert!(closed["properties"]["c"]
+            .get("additionalProperties")
+            .is_none());
+        assert_eq!(
+            closed["properties"]["d"]["items"]["anyOf"][0]["additionalProperties"],
+            false
+        );
+        assert!(closed["properties"]["e"]
+            .get("additionalProperties")
+            .is_none());
     }
 }

@@ -187,6 +187,32 @@ fn a_forced_tool_call_is_exactly_one_call_of_a_declared_tool() {
 }
 
 #[test]
+fn a_forced_call_has_only_the_arguments_its_schema_lists_unless_it_allows_more() {
+    // Neither object says whether it allows other properties (JSON schema's default: it
+    // does); a forced call still gets only the listed ones, at every depth.
+    let tool = ToolSchema {
+        name: "book".into(),
+        parameters: json!({"type": "object", "properties": {
+            "when": {"type": "object", "properties": {"day": {"type": "integer", "minimum": 1, "maximum": 31}}},
+            "note": {"type": "string", "maxLength": 8}}}),
+    };
+    let listed = |value: &Value, names: &[&str]| {
+        value
+            .as_object()
+            .is_some_and(|o| o.keys().all(|k| names.contains(&k.as_str())))
+    };
+    for seed in 0..8 {
+        let reply = drive(&Format::ToolCall(vec![tool.clone()]), seed);
+        let call: Value = serde_json::from_str(&reply).unwrap();
+        let arguments = &call["arguments"];
+        assert!(listed(arguments, &["when", "note"]), "{reply}");
+        if let Some(when) = arguments.get("when") {
+            assert!(listed(when, &["day"]), "{reply}");
+        }
+    }
+}
+
+#[test]
 fn an_invalid_schema_is_refused_with_the_reason() {
     let bad =
         Format::JsonSchema(json!({"type": "object", "properties": {"a": {"type": "strnig"}}}));

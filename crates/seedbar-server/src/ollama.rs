@@ -432,13 +432,33 @@ pub struct PullRequest {
     stream: bool,
 }
 
+/// The answer to a pull of a model the store holds: Ollama's "pulling manifest" and
+/// "success" lines when streamed, else the last one.
+fn pulled(stream: bool) -> Response {
+    let line = |status: &str| PullLine {
+        status: status.into(),
+        total: None,
+        completed: None,
+    };
+    if !stream {
+        return Json(line("success")).into_response();
+    }
+    let lines = [line("pulling manifest"), line("success")].map(|l| json_line(&l));
+    ndjson(futures_util::stream::iter(lines))
+}
+
 /// Download a Hugging Face repository (`org/name`) into the store, through the app's
-/// downloads: status lines while streamed, else one when it is done.
+/// downloads: status lines while streamed, else one when it is done. A model the store
+/// already holds is up to date at once.
 pub async fn pull(
     State(app): State<Arc<App>>,
     OllamaJson(req): OllamaJson<PullRequest>,
 ) -> Result<Response> {
     let repo = req.model.name().trim().to_string();
+    if app.models.card(&repo).is_ok() {
+        // Already in the store (a name `/api/tags` lists): up to date, as Ollama answers.
+        return Ok(pulled(req.stream));
+    }
     seedbar_engine::store::check_repo_id(&repo)
         .map_err(|e| ApiError::bad_param("model", e.to_string()))?;
     let root = app.models.store().root().to_path_buf();
