@@ -56,6 +56,10 @@ export type ModelInfo = {
   /** Whether Seedbar runs that architecture. */
   supported: boolean;
   loaded: boolean;
+  /** Memory it takes to load: its files and a fifth more. */
+  memory_needed: number;
+  /** Whether that much is free now (idle models unloaded); a load is refused if not. */
+  fits: boolean;
 };
 
 export type PullStatus = 'downloading' | 'done' | 'error' | 'cancelled';

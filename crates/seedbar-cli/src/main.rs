@@ -1,8 +1,10 @@
-//! `seedbar`: the command-line face of the engine (run, models, pull, convert, bench, probe).
+//! `seedbar`: the command-line face of the engine (run, models, pull, convert, bench, probe)
+//! and of a running server (serve, ps, stop).
 
 mod bench;
 mod probe;
 mod serve;
+mod server_client;
 
 use std::{io::Write, path::PathBuf};
 
@@ -78,6 +80,14 @@ enum Command {
     },
     /// Print a model's raw outputs (tokens, logits, tokenizer, chat template) as JSON.
     Probe(probe::ProbeArgs),
+    /// List the models a running server holds in memory, and until when.
+    Ps(server_client::ServerArgs),
+    /// Unload a model from a running server now (the next request loads it again).
+    Stop {
+        model: String,
+        #[command(flatten)]
+        server: server_client::ServerArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -91,6 +101,8 @@ enum ModelsAction {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Remove a model from the store (a linked file or folder stays where it is).
+    Rm { name: String },
 }
 
 /// The dtypes `seedbar convert --dtype` writes.
@@ -213,6 +225,12 @@ fn run(cli: Cli) -> Result<u8> {
             let model = ModelStore::open_default()?.import(&file, name.as_deref())?;
             println!("{}: {}", model.name, model.path.display());
         }
+        Command::Models {
+            action: Some(ModelsAction::Rm { name }),
+        } => {
+            ModelStore::open_default()?.remove(&name)?;
+            println!("removed {name}");
+        }
         Command::Pull { repo } => {
             let bar = indicatif::ProgressBar::new(0).with_style(
                 indicatif::ProgressStyle::with_template(
@@ -237,6 +255,8 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Bench { kind } => bench::run(kind, load_model)?,
         Command::Probe(args) => probe::run(args, load_model)?,
         Command::Serve(args) => return Ok(serve::run(args)),
+        Command::Ps(server) => server_client::ps(&server)?,
+        Command::Stop { model, server } => server_client::stop(&server, &model)?,
     }
     Ok(0)
 }

@@ -4,7 +4,7 @@ use std::{io::Write, net::IpAddr, path::PathBuf};
 
 use seedbar_engine::store::{ModelStore, DEFAULT_MODEL};
 use seedbar_scheduler::SchedulerConfig;
-use seedbar_server::{App, BringUp, ServerConfig, DEFAULT_PORT};
+use seedbar_server::{App, BringUp, KeepAlive, ServerConfig, DEFAULT_PORT};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -43,6 +43,11 @@ pub struct ServeArgs {
     /// next to the executable, when there).
     #[arg(long, env = "SEEDBAR_UI_DIR")]
     ui_dir: Option<PathBuf>,
+    /// How long a model other than the served one stays loaded once idle: seconds or a
+    /// duration ("5m", "1h"); "-1" (the default) keeps it until its room is needed. A
+    /// request's `keep_alive` (Ollama's) overrides it for its model.
+    #[arg(long, env = "SEEDBAR_KEEP_ALIVE", default_value = "-1")]
+    keep_alive: KeepAlive,
 }
 
 /// Serves until a shutdown signal; the process's exit status.
@@ -63,6 +68,7 @@ pub fn run(args: ServeArgs) -> u8 {
         max_body_bytes: args.max_body_bytes,
         model: args.model,
         ui_dir,
+        keep_alive: args.keep_alive,
         scheduler: SchedulerConfig {
             max_context: args.max_context,
             speculative: !args.no_speculative,

@@ -28,6 +28,7 @@ use crate::{
     error::ApiError,
     extract::ApiJson,
     generation::{self, spawn_body, Generation, Job, Prompt, ServedModel},
+    model_host::ModelCard,
     pulls::Pull,
     sse::{sse, with_seed},
     App, Readiness,
@@ -482,6 +483,26 @@ struct ModelInfo {
     /// Whether Seedbar runs that architecture.
     supported: bool,
     loaded: bool,
+    /// Memory it takes to load (its files and a fifth more).
+    memory_needed: u64,
+    /// Whether that much is free now (idle models unloaded); a load would be refused if not.
+    fits: bool,
+}
+
+impl ModelInfo {
+    fn new(app: &App, card: ModelCard, loaded: bool) -> Self {
+        ModelInfo {
+            memory_needed: crate::memory::needed(card.bytes),
+            fits: app.models.shortfall(&card).is_none(),
+            loaded,
+            supported: card.supported,
+            name: card.name,
+            format: card.format,
+            bytes: card.bytes,
+            quantization: card.quantization,
+            architecture: card.architecture,
+        }
+    }
 }
 
 async fn list_models(State(app): State<Arc<App>>) -> Result<Json<Vec<ModelInfo>>, ApiError> {
@@ -495,14 +516,9 @@ async fn list_models(State(app): State<Arc<App>>) -> Result<Json<Vec<ModelInfo>>
     Ok(Json(
         models
             .into_iter()
-            .map(|m| ModelInfo {
-                loaded: loaded.contains(&m.name.to_lowercase()),
-                supported: m.supported,
-                name: m.name,
-                format: m.format,
-                bytes: m.bytes,
-                quantization: m.quantization,
-                architecture: m.architecture,
+            .map(|m| {
+                let is_loaded = loaded.contains(&m.name.to_lowercase());
+                ModelInfo::new(&app, m, is_loaded)
             })
             .collect(),
     ))
@@ -618,15 +634,8 @@ async fn import_model(
             })?;
     tracing::info!(model = model.name, path = %model.path.display(), "imported");
     app.retry_bring_up(Some(&model.name));
-    Ok(Json(ModelInfo {
-        loaded: false,
-        supported: model.runnable(),
-        architecture: model.architecture,
-        name: model.name,
-        format: model.format,
-        bytes: model.bytes,
-        quantization: model.quantization,
-    }))
+    let card = app.models.card(&model.name)?;
+    Ok(Json(ModelInfo::new(&app, card, false)))
 }
 
 // ---- App -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ mod encoders;
 mod error;
 mod extract;
 mod generation;
+mod memory;
 mod metrics;
 mod model_host;
 mod ollama;
@@ -38,7 +39,7 @@ use tokio::net::TcpListener;
 
 pub use error::ApiError;
 pub use metrics::Metrics;
-pub use model_host::ModelHost;
+pub use model_host::{KeepAlive, ModelHost};
 pub use pulls::{Pull, PullStatus};
 pub use readiness::{BringUp, FixAction, ModelState, Readiness};
 pub use seedbar_chats::AppSettings;
@@ -169,8 +170,9 @@ pub async fn listen(app: &App) -> anyhow::Result<TcpListener> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))
 }
 
-/// Serve until `shutdown` resolves; then new connections stop, running streams get a
-/// short grace period, and whatever still runs is ended.
+/// Serve until `shutdown` resolves (unloading models whose keep-alive runs out meanwhile);
+/// then new connections stop, running streams get a short grace period, and whatever still
+/// runs is ended.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
@@ -185,7 +187,19 @@ pub async fn serve(
             stopping.models.stop_all();
         });
     };
-    axum::serve(listener, router(app))
+    let keeping = app.clone();
+    let unloads = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(KEEP_ALIVE_TICK).await;
+            keeping.models.unload_expired();
+        }
+    });
+    let served = axum::serve(listener, router(app))
         .with_graceful_shutdown(stop)
-        .await
+        .await;
+    unloads.abort();
+    served
 }
+
+/// How often models whose keep-alive ran out are unloaded.
+const KEEP_ALIVE_TICK: std::time::Duration = std::time::Duration::from_millis(250);

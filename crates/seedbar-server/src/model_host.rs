@@ -10,7 +10,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex, OnceLock,
     },
-    time::{Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use axum::http::StatusCode;
@@ -169,7 +169,66 @@ fn read_facts(card: &ModelCard) -> Result<ModelFacts, ApiError> {
 /// A loaded model and when a request last asked for it.
 struct Entry {
     model: Arc<LoadedModel>,
+    /// When a request last came for it, or it last ran one.
     last_used: Instant,
+    /// How long it stays once idle, as a request asked (Ollama's `keep_alive`); `None`:
+    /// as the host's default says.
+    keep_alive: Option<KeepAlive>,
+}
+
+/// How long a loaded model stays in memory after its last request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepAlive {
+    /// Until the server stops, or the room is needed.
+    Forever,
+    /// This long after the last request ends (zero: unloaded as soon as it is idle).
+    For(Duration),
+}
+
+impl std::str::FromStr for KeepAlive {
+    type Err = String;
+
+    /// Ollama's forms: seconds (`300`, `-1` for forever) or a duration (`5m`, `1h30m`,
+    /// `45s`, `500ms`; negative for forever).
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let bad = || format!("'{text}' is not a duration (e.g. 300, \"5m\", \"1h\", \"-1\")");
+        if let Some(rest) = text.strip_prefix('-') {
+            return rest
+                .parse::<KeepAlive>()
+                .map(|_| KeepAlive::Forever)
+                .map_err(|_| bad());
+        }
+        if let Ok(seconds) = text.parse::<f64>() {
+            return Ok(KeepAlive::For(Duration::from_secs_f64(seconds)));
+        }
+        let mut total = Duration::ZERO;
+        let mut rest = text;
+        while !rest.is_empty() {
+            let digits = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .ok_or_else(bad)?;
+            let (number, tail) = rest.split_at(digits);
+            let number: f64 = number.parse().map_err(|_| bad())?;
+            let unit_len = tail
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or(tail.len());
+            let (unit, tail) = tail.split_at(unit_len);
+            let seconds = match unit {
+                "h" => 3600.0,
+                "m" => 60.0,
+                "s" => 1.0,
+                "ms" => 1e-3,
+                _ => return Err(bad()),
+            };
+            total += Duration::from_secs_f64(number * seconds);
+            rest = tail;
+        }
+        if text.is_empty() {
+            return Err(bad());
+        }
+        Ok(KeepAlive::For(total))
+    }
 }
 
 /// Installed models, and the ones loaded. The served model stays loaded; others are loaded
@@ -184,6 +243,8 @@ pub struct ModelHost {
     served: Mutex<String>,
     /// Bytes of model files kept in memory at once.
     memory_budget: u64,
+    /// How long a model other than the served one stays once idle, unless a request says.
+    idle_keep_alive: KeepAlive,
     loaded: Mutex<HashMap<String, Entry>>,
     /// Serialises loads so two requests for a cold model load it once.
     loading: tokio::sync::Mutex<()>,
@@ -208,13 +269,15 @@ impl ModelHost {
         config: SchedulerConfig,
         served: &str,
         outside: Vec<StoredModel>,
+        idle_keep_alive: KeepAlive,
     ) -> Self {
         ModelHost {
             store,
             outside,
             config,
             served: Mutex::new(key(served)),
-            memory_budget: default_memory_budget(),
+            idle_keep_alive,
+            memory_budget: crate::memory::default_budget(),
             loaded: Mutex::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
             stopping: AtomicBool::new(false),
@@ -309,6 +372,7 @@ impl ModelHost {
                 ),
             ));
         }
+        self.check_fits(&card)?;
         retire(self.make_room(&card)?);
         let config = self.config.clone();
         let loaded = tokio::task::spawn_blocking(move || load(card, config))
@@ -320,6 +384,7 @@ impl ModelHost {
             Entry {
                 model: loaded.clone(),
                 last_used: Instant::now(),
+                keep_alive: None,
             },
         );
         Ok(loaded)
@@ -339,15 +404,118 @@ impl ModelHost {
             })
     }
 
+    /// Whether `card` fits in the memory free now, counting what evicting the idle models
+    /// would give back (a loaded model fits); when it does not, the memory it needs and the
+    /// memory there is.
+    pub fn shortfall(&self, card: &ModelCard) -> Option<(u64, u64)> {
+        let free = crate::memory::available()?;
+        let served = self.served_key();
+        let models = self.lock();
+        if models.contains_key(&key(&card.name)) {
+            return None;
+        }
+        let evictable: u64 = models
+            .iter()
+            .filter(|(k, e)| **k != served && !e.model.scheduler.busy())
+            .map(|(_, e)| e.model.card.bytes)
+            .sum();
+        let needed = crate::memory::needed(card.bytes);
+        (needed > free + evictable).then_some((needed, free + evictable))
+    }
+
+    /// Refuse `card` when it does not fit (see [`ModelHost::shortfall`]): both sizes in the
+    /// message, before anything is loaded.
+    fn check_fits(&self, card: &ModelCard) -> Result<(), ApiError> {
+        let Some((needed, free)) = self.shortfall(card) else {
+            return Ok(());
+        };
+        Err(ApiError {
+            code: Some("model_too_large"),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "{} needs about {} of memory to load, and {} is free (idle models \
+                     unloaded); close other apps, unload a model, or pick a smaller one",
+                    card.name,
+                    crate::memory::human(needed),
+                    crate::memory::human(free),
+                ),
+            )
+        })
+    }
+
+    fn served_key(&self) -> String {
+        self.served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Keep `name` (if loaded) for `keep_alive` after its last request, as a request asked.
+    pub fn set_keep_alive(&self, name: &str, keep_alive: KeepAlive) {
+        if let Some(entry) = self.lock().get_mut(&key(name)) {
+            entry.keep_alive = Some(keep_alive);
+            entry.last_used = Instant::now();
+        }
+    }
+
+    /// How long `entry` stays once idle: as its last request asked, else forever for the
+    /// served model and the host's default for others.
+    fn keep_alive(&self, key: &str, entry: &Entry, served: &str) -> KeepAlive {
+        entry.keep_alive.unwrap_or(if key == served {
+            KeepAlive::Forever
+        } else {
+            self.idle_keep_alive
+        })
+    }
+
+    /// When the loaded model `name` leaves memory if no request comes: `None` for never
+    /// (or not loaded).
+    pub fn expires(&self, name: &str) -> Option<SystemTime> {
+        let served = self.served_key();
+        let key = key(name);
+        let models = self.lock();
+        let entry = models.get(&key)?;
+        match self.keep_alive(&key, entry, &served) {
+            KeepAlive::Forever => None,
+            KeepAlive::For(after) => {
+                let left = (entry.last_used + after).saturating_duration_since(Instant::now());
+                Some(SystemTime::now() + left)
+            }
+        }
+    }
+
+    /// Unload the models whose keep-alive has run out since their last request (a model
+    /// still running requests counts as used now).
+    pub fn unload_expired(&self) {
+        let served = self.served_key();
+        let now = Instant::now();
+        let mut models = self.lock();
+        let mut expired = Vec::new();
+        for (key, entry) in models.iter_mut() {
+            if entry.model.scheduler.busy() {
+                entry.last_used = now;
+                continue;
+            }
+            if let KeepAlive::For(after) = self.keep_alive(key, entry, &served) {
+                if now >= entry.last_used + after {
+                    expired.push(key.clone());
+                }
+            }
+        }
+        let gone: Vec<Entry> = expired.iter().filter_map(|k| models.remove(k)).collect();
+        drop(models);
+        for key in &expired {
+            tracing::info!(model = key, "unloading an idle model (keep-alive ran out)");
+        }
+        retire(gone);
+    }
+
     /// Evict idle models, least recently used first, until `card` fits in the budget (they
     /// are returned, to be dropped outside the lock). When it still does not fit it loads
     /// only beside the served model, never beside another model that is busy.
     fn make_room(&self, card: &ModelCard) -> Result<Vec<Entry>, ApiError> {
-        let served = self
-            .served
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let served = self.served_key();
         let mut models = self.lock();
         let mut evicted = Vec::new();
         loop {
@@ -434,22 +602,6 @@ fn retire(models: Vec<Entry>) {
     }
 }
 
-/// Model bytes kept in memory: 60% of the machine's memory (8 GiB where it cannot be read).
-fn default_memory_budget() -> u64 {
-    // SAFETY: sysconf only reads system configuration values.
-    let (pages, page_size) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    if pages > 0 && page_size > 0 {
-        (pages as u64 * page_size as u64) / 10 * 6
-    } else {
-        8 << 30
-    }
-}
-
 fn load(card: ModelCard, config: SchedulerConfig) -> Result<LoadedModel, ApiError> {
     let model = Model::load(&card.path).map_err(|e| {
         ApiError::new(
@@ -494,4 +646,26 @@ pub fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_alive_reads_ollamas_forms() {
+        let parse = |text: &str| text.parse::<KeepAlive>();
+        let after = |seconds: f64| Ok(KeepAlive::For(Duration::from_secs_f64(seconds)));
+        assert_eq!(parse("0"), after(0.0));
+        assert_eq!(parse("300"), after(300.0));
+        assert_eq!(parse("5m"), after(300.0));
+        assert_eq!(parse("1h30m"), after(5400.0));
+        assert_eq!(parse("1.5s"), after(1.5));
+        assert_eq!(parse("250ms"), after(0.25));
+        assert_eq!(parse("-1"), Ok(KeepAlive::Forever));
+        assert_eq!(parse("-5m"), Ok(KeepAlive::Forever));
+        for bad in ["", "soon", "5x", "m5", "-"] {
+            assert!(parse(bad).unwrap_err().contains("not a duration"), "{bad}");
+        }
+    }
 }

@@ -27,7 +27,7 @@ use crate::{
         spawn_body, stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel,
         Settings, StopReason, Timings, Token, Translator,
     },
-    model_host::{ModelCard, ModelFacts},
+    model_host::{KeepAlive, ModelCard, ModelFacts},
     pulls::PullStatus,
     sse::with_seed,
     structured::{self, OllamaFormat},
@@ -81,6 +81,34 @@ impl Options {
     }
 }
 
+/// Ollama's `keep_alive`: seconds, or a duration string (`"5m"`); negative keeps the model.
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+enum KeepAliveField {
+    Seconds(f64),
+    Text(String),
+}
+
+impl KeepAliveField {
+    fn parse(&self) -> std::result::Result<KeepAlive, ApiError> {
+        let text = match self {
+            KeepAliveField::Seconds(seconds) => seconds.to_string(),
+            KeepAliveField::Text(text) => text.clone(),
+        };
+        text.parse().map_err(|message: String| {
+            ApiError::bad_param("keep_alive", format!("keep_alive: {message}"))
+        })
+    }
+}
+
+/// Keep the request's model for its `keep_alive`, when it gives one.
+fn keep(app: &App, model: &ServedModel, keep_alive: Option<&KeepAliveField>) -> Result<()> {
+    if let Some(field) = keep_alive {
+        app.models.set_keep_alive(&model.card.name, field.parse()?);
+    }
+    Ok(())
+}
+
 /// Ollama's `think`: on or off, or a level (gpt-oss's), which means on.
 #[derive(Deserialize, Clone)]
 #[serde(untagged)]
@@ -128,8 +156,8 @@ fn yes() -> bool {
 /// Copilot's Ollama provider needs at least 0.6.4); Seedbar's own version is in `/health`.
 const OLLAMA_API_VERSION: &str = "0.12.0";
 
-/// How far ahead `/api/ps` says a loaded model expires: never by time (models leave memory
-/// only to make room), so a date no client reaches.
+/// What `/api/ps` says of a model that never expires by time (it leaves memory only to make
+/// room): a date no client reaches.
 const NEVER_EXPIRES: &str = "9999-12-31T23:59:59Z";
 
 /// How often a streamed `/api/pull` reports progress.
@@ -289,7 +317,7 @@ struct Stats {
     context: Option<Vec<u32>>,
 }
 
-/// `/api/generate`'s answer to an empty prompt: the model is loaded.
+/// `/api/generate`'s answer to an empty prompt: the model is loaded, or unloaded.
 #[derive(Serialize)]
 struct Loaded {
     model: String,
@@ -297,6 +325,18 @@ struct Loaded {
     response: String,
     done: bool,
     done_reason: &'static str,
+}
+
+impl Loaded {
+    fn now(model: String, done_reason: &'static str) -> Self {
+        Loaded {
+            model,
+            created_at: timestamp(),
+            response: String::new(),
+            done: true,
+            done_reason,
+        }
+    }
 }
 
 /// A line of `/api/pull`.
@@ -417,7 +457,10 @@ pub async fn ps(State(app): State<Arc<App>>) -> Result<Json<RunningList>> {
             size: card.bytes,
             digest: facts.digest.clone(),
             details: Details::new(card, &facts),
-            expires_at: NEVER_EXPIRES.into(),
+            expires_at: app.models.expires(&card.name).map_or_else(
+                || NEVER_EXPIRES.into(),
+                |at| humantime::format_rfc3339_seconds(at).to_string(),
+            ),
             size_vram: if on_gpu { card.bytes } else { 0 },
         });
     }
@@ -541,6 +584,7 @@ pub struct ChatRequest {
     tools: Option<Vec<Value>>,
     format: Option<OllamaFormat>,
     think: Option<Think>,
+    keep_alive: Option<KeepAliveField>,
 }
 
 #[derive(Deserialize)]
@@ -560,6 +604,7 @@ pub async fn chat(
     OllamaJson(req): OllamaJson<ChatRequest>,
 ) -> Result<Response> {
     let model = ServedModel::find(&app, &req.model).await?;
+    keep(&app, &model, req.keep_alive.as_ref())?;
     let mut messages = Vec::with_capacity(req.messages.len());
     for (i, m) in req.messages.into_iter().enumerate() {
         if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
@@ -608,23 +653,30 @@ pub struct GenerateRequest {
     #[serde(default, deserialize_with = "null_as_default")]
     context: Vec<u32>,
     think: Option<Think>,
+    keep_alive: Option<KeepAliveField>,
 }
 
 pub async fn generate(
     State(app): State<Arc<App>>,
     OllamaJson(req): OllamaJson<GenerateRequest>,
 ) -> Result<Response> {
+    let keep_alive = req
+        .keep_alive
+        .as_ref()
+        .map(KeepAliveField::parse)
+        .transpose()?;
+    let empty = req.prompt.is_empty() && req.suffix.is_none();
+    if empty && keep_alive == Some(KeepAlive::For(Duration::ZERO)) {
+        // Ollama's way of unloading a model (`ollama stop`): no load first.
+        let name = app.models.card(&req.model)?.name;
+        app.models.unload(&name);
+        return Ok(Json(Loaded::now(name, "unload")).into_response());
+    }
     let model = ServedModel::find(&app, &req.model).await?;
-    if req.prompt.is_empty() && req.suffix.is_none() {
+    keep(&app, &model, req.keep_alive.as_ref())?;
+    if empty {
         // Ollama's way of loading a model ahead of use.
-        return Ok(Json(Loaded {
-            model: model.card.name.clone(),
-            created_at: timestamp(),
-            response: String::new(),
-            done: true,
-            done_reason: "load",
-        })
-        .into_response());
+        return Ok(Json(Loaded::now(model.card.name.clone(), "load")).into_response());
     }
     let prompt = match (req.suffix, req.raw) {
         (Some(suffix), _) => Prompt::FillInTheMiddle {
@@ -824,98 +876,4 @@ fn timestamp_of(secs: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::generation::test_events::{call, finish, token};
-
-    fn lines(route: Route) -> ReplyLines {
-        ReplyLines {
-            route,
-            model: "m".into(),
-            seed: 3,
-            prompt_tokens: 2,
-            context: vec![1, 2],
-        }
-    }
-
-    /// The lines as JSON, `created_at` checked and dropped.
-    fn wire(lines: Vec<String>) -> Vec<Value> {
-        lines
-            .iter()
-            .map(|line| {
-                let mut value: Value = serde_json::from_str(line).unwrap();
-                let stamp = value["created_at"].take();
-                assert!(humantime::parse_rfc3339(stamp.as_str().unwrap()).is_ok());
-                value.as_object_mut().unwrap().remove("created_at");
-                value
-            })
-            .collect()
-    }
-
-    /// An end that releases "!" after 2 tokens, with its timings.
-    fn ending(reason: StopReason) -> Finish {
-        Finish {
-            deltas: vec![Delta::Text("!".into())],
-            timings: Timings {
-                load: Duration::from_nanos(5),
-                prompt_eval: Duration::from_nanos(10),
-                eval: Duration::from_nanos(20),
-                total: Duration::from_nanos(40),
-            },
-            ..finish(reason, 2)
-        }
-    }
-
-    #[test]
-    fn chat_lines_from_neutral_events() {
-        let mut chat = lines(Route::Chat);
-        let mut out = chat.token(0, token(7, vec![Delta::Text("Hi".into())]));
-        out.extend(chat.token(0, token(8, vec![Delta::Text(String::new())])));
-        out.extend(chat.token(0, token(9, vec![Delta::ToolCall(call())])));
-        out.extend(chat.finish(0, ending(StopReason::ToolCalls)));
-        assert_eq!(
-            wire(out),
-            [
-                json!({"model": "m", "message": {"role": "assistant", "content": "Hi"},
-                       "done": false}),
-                json!({"model": "m", "message": {"role": "assistant", "content": "",
-                       "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
-                       "done": false}),
-                json!({"model": "m", "message": {"role": "assistant", "content": "!"},
-                       "done": false}),
-                json!({"model": "m", "message": {"role": "assistant", "content": ""},
-                       "done": true, "done_reason": "stop", "total_duration": 40,
-                       "load_duration": 5, "prompt_eval_count": 2, "prompt_eval_duration": 10,
-                       "eval_count": 2, "eval_duration": 20, "seed": 3}),
-            ]
-        );
-        assert_eq!(chat.failed("boom".into()), [r#"{"error":"boom"}"#]);
-    }
-
-    #[test]
-    fn generate_lines_end_with_the_context() {
-        let mut generate = lines(Route::Generate);
-        let mut out = generate.token(0, token(7, vec![Delta::Text("Hi".into())]));
-        out.extend(generate.finish(0, ending(StopReason::Length)));
-        let out = wire(out);
-        assert_eq!(
-            out[0],
-            json!({"model": "m", "response": "Hi", "done": false})
-        );
-        assert_eq!(out[2]["done_reason"], "length");
-        assert_eq!(out[2]["response"], "");
-        assert_eq!(out[2]["context"], json!([1, 2, 7]));
-        let whole = lines(Route::Generate).whole(Reply {
-            pieces: vec![Delta::Text("Hi!".into())],
-            tokens: vec![7, 8],
-            ..Reply::default()
-        });
-        let whole = serde_json::to_value(whole).unwrap();
-        assert_eq!(
-            (&whole["response"], &whole["context"], &whole["done"]),
-            (&json!("Hi!"), &json!([1, 2, 7, 8]), &json!(true))
-        );
-    }
-}
+mod tests;

@@ -21,7 +21,7 @@ use crate::{
     encoders::Encoders,
     error::ApiError,
     metrics::Metrics,
-    model_host::ModelHost,
+    model_host::{KeepAlive, ModelHost},
     pulls::{self, Pull, PullStatus},
     readiness::{BringUp, Readiness},
 };
@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub scheduler: SchedulerConfig,
     /// The built chat UI, served at `/` (static files need no API key).
     pub ui_dir: Option<PathBuf>,
+    /// How long a model other than the served one stays loaded once idle (a request's
+    /// `keep_alive` overrides it for its model).
+    pub keep_alive: KeepAlive,
 }
 
 impl Default for ServerConfig {
@@ -61,6 +64,7 @@ impl Default for ServerConfig {
             model: seedbar_engine::store::DEFAULT_MODEL.to_string(),
             scheduler: SchedulerConfig::default(),
             ui_dir: None,
+            keep_alive: KeepAlive::Forever,
         }
     }
 }
@@ -142,7 +146,13 @@ impl App {
         };
         let wanted = Some(config.model.clone()).filter(|m| !m.is_empty());
         Ok(Arc::new(App {
-            models: ModelHost::new(store, config.scheduler.clone(), &config.model, outside),
+            models: ModelHost::new(
+                store,
+                config.scheduler.clone(),
+                &config.model,
+                outside,
+                config.keep_alive,
+            ),
             encoders: Encoders::default(),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),

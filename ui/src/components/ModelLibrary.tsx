@@ -104,7 +104,11 @@ export function ModelLibrary() {
                 </td>
                 <td>{m.format === 'gguf' ? 'GGUF' : 'safetensors'}</td>
                 <td>{m.quantization ?? 'none'}</td>
-                <td class="num">{formatBytes(m.bytes)}</td>
+                <td class="num">
+                  {formatBytes(m.bytes)}
+                  {!m.fits && <span class="badge warning" data-testid="model-too-large"
+                    title={`Loading it takes about ${formatBytes(m.memory_needed)}, more than is free now`}>too large</span>}
+                </td>
                 <td class="actions">
                   <button type="button" class="icon-button small" data-testid="model-delete" aria-label={`Delete ${m.name}`} title="Delete"
                     onClick={() => void remove(m.name)}><IconTrash size={14} /></button>
