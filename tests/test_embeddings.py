@@ -3,7 +3,6 @@
 inputs, Ollama's `/api/embed` and `/api/embeddings`, errors; and parity with an independent
 numpy BERT (mean pooling + normalize) on the same safetensors and tokenizer.json."""
 
-import math
 
 import httpx
 import numpy as np
@@ -13,6 +12,7 @@ from openai import OpenAI
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from bert_reference import ReferenceBert
 from conftest import DEFAULT_MODEL, EMBEDDING_MODEL, Seedbar, default_gguf, embedding_model_dir, serving
 
 SENTENCES = [
@@ -52,49 +52,6 @@ def tokenizer():
     tok.no_padding()
     tok.no_truncation()
     return tok
-
-
-class ReferenceBert:
-    """BERT + mean pooling + L2 normalize in numpy (float64), one unpadded sentence at a time."""
-
-    def __init__(self, folder):
-        self.w = {k: v.astype(np.float64) for k, v in load_file(str(folder / "model.safetensors")).items()}
-        self.layers = sum(1 for k in self.w if k.endswith("attention.self.query.weight"))
-        self.heads = 12
-
-    @staticmethod
-    def norm(x, w, b, eps=1e-12):
-        mu = x.mean(-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(var + eps) * w + b
-
-    def dense(self, x, name):
-        return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
-
-    def __call__(self, ids):
-        w, n = self.w, len(ids)
-        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
-        x = x + w["embeddings.token_type_embeddings.weight"][0]
-        x = self.norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        erf = np.vectorize(math.erf)
-        for i in range(self.layers):
-            p = f"encoder.layer.{i}"
-            d = x.shape[-1]
-            hd = d // self.heads
-            q, k, v = (self.dense(x, f"{p}.attention.self.{m}").reshape(n, self.heads, hd).transpose(1, 0, 2)
-                       for m in ("query", "key", "value"))
-            scores = q @ k.transpose(0, 2, 1) / math.sqrt(hd)
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            probs = scores / scores.sum(-1, keepdims=True)
-            attended = (probs @ v).transpose(1, 0, 2).reshape(n, d)
-            x = self.norm(x + self.dense(attended, f"{p}.attention.output.dense"),
-                          w[f"{p}.attention.output.LayerNorm.weight"], w[f"{p}.attention.output.LayerNorm.bias"])
-            h = self.dense(x, f"{p}.intermediate.dense")
-            h = 0.5 * h * (1.0 + erf(h / math.sqrt(2.0)))
-            x = self.norm(x + self.dense(h, f"{p}.output.dense"),
-                          w[f"{p}.output.LayerNorm.weight"], w[f"{p}.output.LayerNorm.bias"])
-        pooled = x.mean(0)
-        return pooled / max(np.linalg.norm(pooled), 1e-12)
 
 
 def cosine(a, b):

@@ -57,6 +57,47 @@ pub struct EncoderConfig {
     pub pad_token_id: u32,
 }
 
+impl EncoderConfig {
+    /// `dir`'s `config.json`, checked to be a BERT encoder this module runs; and the raw
+    /// JSON, for what a task head adds (`architectures`, `id2label`).
+    pub(crate) fn read(dir: &Path) -> Result<(Self, serde_json::Value)> {
+        let config_path = dir.join("config.json");
+        let raw = read_json(&config_path)?.ok_or_else(|| EngineError::MissingFile {
+            path: config_path.clone(),
+        })?;
+        if !crate::config::is_encoder(&raw) {
+            return Err(EngineError::bad_file(
+                &config_path,
+                format!(
+                    "model_type {} is not an encoder Seedbar runs (bert)",
+                    raw["model_type"]
+                ),
+            ));
+        }
+        let config: EncoderConfig = serde_json::from_value(raw.clone())
+            .map_err(|e| EngineError::bad_file(&config_path, format!("invalid config: {e}")))?;
+        if config.hidden_act != "gelu" {
+            return Err(EngineError::bad_file(
+                &config_path,
+                format!(
+                    "hidden_act `{}` is not supported (gelu is)",
+                    config.hidden_act
+                ),
+            ));
+        }
+        Ok((config, raw))
+    }
+}
+
+/// An encoder checkpoint's weights in `dir`, f32 (quantized ones dequantized).
+pub(crate) fn encoder_weights(dir: &Path) -> Result<WeightMap> {
+    let options = LoadOptions {
+        dequantize: true,
+        compute_dtype: Dtype::Float32,
+    };
+    Ok(WeightMap::new(read_safetensors(dir)?, options))
+}
+
 fn two() -> i32 {
     2
 }
@@ -110,39 +151,12 @@ pub struct EmbeddingModel {
 impl EmbeddingModel {
     /// Load the sentence-transformers (or plain BERT) checkpoint in `dir`.
     pub fn load(dir: &Path) -> Result<Self> {
-        let config_path = dir.join("config.json");
-        let raw = read_json(&config_path)?.ok_or_else(|| EngineError::MissingFile {
-            path: config_path.clone(),
-        })?;
-        if !crate::config::is_encoder(&raw) {
-            return Err(EngineError::bad_file(
-                &config_path,
-                format!(
-                    "model_type {} is not an encoder Seedbar embeds with (bert)",
-                    raw["model_type"]
-                ),
-            ));
-        }
-        let config: EncoderConfig = serde_json::from_value(raw)
-            .map_err(|e| EngineError::bad_file(&config_path, format!("invalid config: {e}")))?;
-        if config.hidden_act != "gelu" {
-            return Err(EngineError::bad_file(
-                &config_path,
-                format!(
-                    "hidden_act `{}` is not supported (gelu is)",
-                    config.hidden_act
-                ),
-            ));
-        }
+        let (config, _) = EncoderConfig::read(dir)?;
         let (pooling, normalize) = sentence_transformer_modules(dir)?;
         let max_seq_length = read_json(&dir.join("sentence_bert_config.json"))?
             .and_then(|c| c["max_seq_length"].as_u64())
             .map_or(usize::MAX, |n| n as usize);
-        let options = LoadOptions {
-            dequantize: true,
-            compute_dtype: Dtype::Float32,
-        };
-        let mut weights = WeightMap::new(read_safetensors(dir)?, options);
+        let mut weights = encoder_weights(dir)?;
         let bert = Bert::load(&config, &mut weights)?;
         Ok(EmbeddingModel {
             encoder: Encoder {
@@ -296,30 +310,14 @@ struct Encoder {
 }
 
 impl Encoder {
-    /// One vector per id list, in order: the lists run shortest first in chunks of at most
-    /// [`CHUNK`], each padded with `pad_id` to its longest.
+    /// One vector per id list, in order (see [`by_length`]).
     fn embed(&self, batch: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
-        let mut order: Vec<usize> = (0..batch.len()).collect();
-        order.sort_by_key(|&i| batch[i].len());
-        let mut vectors = vec![Vec::new(); batch.len()];
-        for chunk in order.chunks(CHUNK) {
-            let rows: Vec<&[u32]> = chunk.iter().map(|&i| batch[i].as_slice()).collect();
-            for (&i, vector) in chunk.iter().zip(self.embed_padded(&rows)?) {
-                vectors[i] = vector;
-            }
-        }
-        Ok(vectors)
+        by_length(batch, |rows| self.embed_padded(rows))
     }
 
     fn embed_padded(&self, rows: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-        let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
-        let mut ids = vec![self.pad_id; rows.len() * width];
-        for (row, tokens) in ids.chunks_mut(width.max(1)).zip(rows) {
-            row[..tokens.len()].copy_from_slice(tokens);
-        }
-        let ids = Array::from_slice(&ids, &[rows.len() as i32, width as i32]);
-        let hidden = self.bert.forward(&ids, &lengths)?;
+        let (ids, lengths) = padded(rows, self.pad_id);
+        let hidden = self.bert.forward(&ids, None, &lengths)?;
         let mut pooled = pool(&hidden, &lengths, self.pooling)?;
         if self.normalize {
             pooled = l2_normalize(&pooled)?;
@@ -334,8 +332,40 @@ impl Encoder {
     }
 }
 
+/// `run` over `batch`'s rows shortest first, in chunks of at most [`CHUNK`] (so that padding
+/// each chunk to its longest row wastes little); its results back in `batch`'s order.
+pub(crate) fn by_length<T: Default + Clone>(
+    batch: &[Vec<u32>],
+    mut run: impl FnMut(&[&[u32]]) -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by_key(|&i| batch[i].len());
+    let mut results = vec![T::default(); batch.len()];
+    for chunk in order.chunks(CHUNK) {
+        let rows: Vec<&[u32]> = chunk.iter().map(|&i| batch[i].as_slice()).collect();
+        for (&i, result) in chunk.iter().zip(run(&rows)?) {
+            results[i] = result;
+        }
+    }
+    Ok(results)
+}
+
+/// `rows` padded with `pad` to the longest (`[B, L]`), and each row's length.
+pub(crate) fn padded(rows: &[&[u32]], pad: u32) -> (Array, Vec<usize>) {
+    let width = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let lengths: Vec<usize> = rows.iter().map(|r| r.len()).collect();
+    let mut ids = vec![pad; rows.len() * width];
+    for (row, tokens) in ids.chunks_mut(width.max(1)).zip(rows) {
+        row[..tokens.len()].copy_from_slice(tokens);
+    }
+    (
+        Array::from_slice(&ids, &[rows.len() as i32, width as i32]),
+        lengths,
+    )
+}
+
 /// `[B, L]`: `real` at each row's first `lengths[b]` positions, `padding` after.
-fn per_token(lengths: &[usize], width: usize, real: f32, padding: f32) -> Array {
+pub(crate) fn per_token(lengths: &[usize], width: usize, real: f32, padding: f32) -> Array {
     let values: Vec<f32> = lengths
         .iter()
         .flat_map(|&n| (0..width).map(move |i| if i < n { real } else { padding }))
@@ -455,19 +485,20 @@ fn gelu(x: &Array) -> Result<Array> {
         .multiply(Array::from_f32(0.5))?)
 }
 
-/// The BERT network: embeddings, their norm and the encoder layers.
-struct Bert {
+/// The BERT network: embeddings, their norm and the encoder layers (also a cross-encoder's,
+/// see `reranker`).
+pub(crate) struct Bert {
     word: Embedding,
     position: Embedding,
     token_type: Embedding,
     norm: LayerNorm,
     layers: Vec<Layer>,
     heads: i32,
-    hidden: i32,
+    pub(crate) hidden: i32,
 }
 
 impl Bert {
-    fn load(c: &EncoderConfig, weights: &mut WeightMap) -> Result<Self> {
+    pub(crate) fn load(c: &EncoderConfig, weights: &mut WeightMap) -> Result<Self> {
         if c.num_attention_heads <= 0 || c.hidden_size % c.num_attention_heads != 0 {
             return Err(EngineError::InvalidRequest(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
@@ -514,8 +545,13 @@ impl Bert {
     }
 
     /// The last hidden states (`[B, L, D]`) of `ids` (`[B, L]`, row `b` real for its first
-    /// `lengths[b]` tokens, all of type 0).
-    fn forward(&self, ids: &Array, lengths: &[usize]) -> Result<Array> {
+    /// `lengths[b]` tokens) whose token types are `types` (`[B, L]`; all 0 when `None`).
+    pub(crate) fn forward(
+        &self,
+        ids: &Array,
+        types: Option<&Array>,
+        lengths: &[usize],
+    ) -> Result<Array> {
         let width = ids.shape()[1];
         let positions: Vec<i32> = (0..width).collect();
         let positions = Array::from_slice(&positions, &[width]);
@@ -525,7 +561,10 @@ impl Bert {
             .word
             .forward(ids, dtype)?
             .add(self.position.forward(&positions, dtype)?)?
-            .add(self.token_type.forward(&first_type, dtype)?)?;
+            .add(
+                self.token_type
+                    .forward(types.unwrap_or(&first_type), dtype)?,
+            )?;
         let mut x = self.norm.forward(&x)?;
         // 0 where a key is real, -inf where it is padding: padded keys get no weight.
         let key_mask = per_token(lengths, width as usize, 0.0, f32::NEG_INFINITY).reshape(&[

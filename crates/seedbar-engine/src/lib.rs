@@ -4,7 +4,7 @@
 //!
 //! The crate root is its facade: the types a caller needs are re-exported here, and only
 //! the modules other crates use whole are public (`step`, `sampling`, `runtime`, `store`,
-//! `tokenizer`, `encoder`, `inventory`, `convert`, `row_trace`). Inside, `model.rs` is a
+//! `tokenizer`, `encoder`, `reranker`, `inventory`, `convert`, `row_trace`). Inside, `model.rs` is a
 //! loaded model, `architectures/` the math of each family, `step/` the batch layout.
 //!
 //! ```no_run
@@ -30,6 +30,7 @@ mod hub;
 pub mod inventory;
 mod model;
 mod reasoning;
+pub mod reranker;
 pub mod row_trace;
 pub mod runtime;
 pub mod sampling;

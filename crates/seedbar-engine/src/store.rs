@@ -40,8 +40,10 @@ fn wanted(file: &str) -> bool {
 pub enum ModelKind {
     /// A decoder that writes replies (chat and completions).
     Chat,
-    /// An encoder that turns text into vectors (see `embedding`).
+    /// An encoder that turns text into vectors (see `encoder`).
     Embedding,
+    /// A cross-encoder that scores documents against a query (see `reranker`).
+    Reranker,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -456,10 +458,10 @@ fn describe(dir: &Path) -> Option<StoredModel> {
         Some(bits) => Some(format!("{bits}-bit")),
         None => config["torch_dtype"].as_str().map(str::to_string),
     };
-    let kind = if crate::config::is_encoder(&config) {
-        ModelKind::Embedding
-    } else {
-        ModelKind::Chat
+    let kind = match crate::config::is_encoder(&config) {
+        true if crate::reranker::is_reranker(&config) => ModelKind::Reranker,
+        true => ModelKind::Embedding,
+        false => ModelKind::Chat,
     };
     Some(StoredModel {
         name,

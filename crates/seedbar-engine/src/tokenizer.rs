@@ -122,6 +122,16 @@ impl Tokenizer {
             .to_vec())
     }
 
+    /// Encode a pair of texts as an encoder's input (a BERT's `[CLS] a [SEP] b [SEP]`, as the
+    /// post-processor says): the ids, and each token's type (0 for `a`'s part, 1 for `b`'s).
+    pub fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>)> {
+        let encoding = self.inner.encode_fast((a, b), true).map_err(tok_err)?;
+        Ok((
+            encoding.get_ids().to_vec(),
+            encoding.get_type_ids().to_vec(),
+        ))
+    }
+
     /// The texts of the special (control) tokens, e.g. `<|im_end|>`: the strings that
     /// [`encode`](Self::encode) turns into control ids.
     pub(crate) fn special_tokens(&self) -> Vec<String> {

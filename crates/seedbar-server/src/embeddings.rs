@@ -11,7 +11,10 @@ use std::{sync::Arc, time::Instant};
 
 use axum::{extract::State, Json};
 use base64::Engine as _;
-use seedbar_engine::encoder::{EmbeddingInput, Embeddings, Truncation};
+use seedbar_engine::{
+    encoder::{EmbeddingInput, Embeddings, Truncation},
+    store::ModelKind,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -39,7 +42,10 @@ async fn embed(
     field: &str,
 ) -> Result<Embedded, ApiError> {
     let asked = Instant::now();
-    let encoder = app.encoders.get(&app.models, model).await?;
+    let encoder = app
+        .encoders
+        .get(&app.models, model, ModelKind::Embedding)
+        .await?;
     let load_duration = nanos_since(asked);
     if let Some(asked) = dimensions.filter(|&d| d != encoder.dimensions) {
         return Err(ApiError::bad_param(

@@ -1,6 +1,6 @@
-//! The embedding models (`seedbar_engine::encoder`'s encoders) the server has loaded: each
-//! on first use, onto a thread of its own, which then runs that model's requests one after
-//! another, off the async runtime.
+//! The encoder models the server has loaded, embedding models (`seedbar_engine::encoder`)
+//! and rerankers (`seedbar_engine::reranker`): each on first use, onto a thread of its own,
+//! which then runs that model's requests one after another, off the async runtime.
 
 use std::{
     collections::HashMap,
@@ -10,6 +10,7 @@ use std::{
 
 use seedbar_engine::{
     encoder::{EmbeddingInput, EmbeddingModel, Embeddings, Truncation},
+    reranker::{Reranker, Scores},
     store::ModelKind,
     EngineError,
 };
@@ -32,10 +33,68 @@ pub struct Encoders {
 }
 
 /// One request's inputs, for an encoder's thread.
-struct Job {
-    inputs: Vec<EmbeddingInput>,
-    truncation: Truncation,
-    reply: oneshot::Sender<Result<Embeddings, EngineError>>,
+enum Job {
+    Embed {
+        inputs: Vec<EmbeddingInput>,
+        truncation: Truncation,
+        reply: oneshot::Sender<Result<Embeddings, EngineError>>,
+    },
+    Rerank {
+        query: String,
+        documents: Vec<String>,
+        reply: oneshot::Sender<Result<Scores, EngineError>>,
+    },
+}
+
+/// The model an encoder's thread owns.
+enum Loaded {
+    Embedding(EmbeddingModel),
+    Reranker(Reranker),
+}
+
+impl Loaded {
+    fn load(card: &ModelCard) -> Result<Self, EngineError> {
+        Ok(match card.kind {
+            ModelKind::Reranker => Loaded::Reranker(Reranker::load(&card.path)?),
+            _ => Loaded::Embedding(EmbeddingModel::load(&card.path)?),
+        })
+    }
+
+    /// The vectors' length (0 for a reranker).
+    fn dimensions(&self) -> usize {
+        match self {
+            Loaded::Embedding(model) => model.dimensions(),
+            Loaded::Reranker(_) => 0,
+        }
+    }
+
+    fn run(&self, job: Job) {
+        let kind_error = || EngineError::InvalidRequest("the wrong kind of model".into());
+        match (self, job) {
+            (
+                Loaded::Embedding(model),
+                Job::Embed {
+                    inputs,
+                    truncation,
+                    reply,
+                },
+            ) => {
+                let _ = reply.send(model.embed(&inputs, truncation));
+            }
+            (
+                Loaded::Reranker(model),
+                Job::Rerank {
+                    query,
+                    documents,
+                    reply,
+                },
+            ) => {
+                let _ = reply.send(model.score(&query, &documents));
+            }
+            (_, Job::Embed { reply, .. }) => drop(reply.send(Err(kind_error()))),
+            (_, Job::Rerank { reply, .. }) => drop(reply.send(Err(kind_error()))),
+        }
+    }
 }
 
 /// A loaded encoder: the thread that owns the model, fed through `jobs`; it ends when the
@@ -48,32 +107,44 @@ pub(crate) struct Encoder {
 }
 
 impl Encoders {
-    /// The embedding model called `name`, loaded on first use (again if its thread ended).
+    /// The encoder model of `kind` (an embedding model or a reranker) called `name`, loaded
+    /// on first use (again if its thread ended); another kind of model is a 400 that names
+    /// the installed models of `kind`.
     pub(crate) async fn get(
         &self,
         models: &ModelHost,
         name: &str,
+        kind: ModelKind,
     ) -> Result<Arc<Encoder>, ApiError> {
         if name.is_empty() {
             return Err(ApiError::bad_param("model", "`model` is required"));
         }
         let card = models.card(name)?;
-        if card.kind != ModelKind::Embedding {
-            let encoders: Vec<String> = models
+        if card.kind != kind {
+            let fitting: Vec<String> = models
                 .installed()?
                 .into_iter()
-                .filter(|m| m.kind == ModelKind::Embedding)
+                .filter(|m| m.kind == kind)
                 .map(|m| m.name)
                 .collect();
+            let (does, fitting_name) = match kind {
+                ModelKind::Reranker => ("scores no documents", "rerankers"),
+                _ => ("makes no embeddings", "embedding models"),
+            };
+            let what = match card.kind {
+                ModelKind::Chat => "a chat model",
+                ModelKind::Embedding => "an embedding model",
+                ModelKind::Reranker => "a reranker",
+            };
             return Err(ApiError::bad_param(
                 "model",
                 format!(
-                    "{} is a chat model and makes no embeddings (embedding models: {})",
+                    "{} is {what} and {does} ({fitting_name}: {})",
                     card.name,
-                    if encoders.is_empty() {
+                    if fitting.is_empty() {
                         "none installed".to_string()
                     } else {
-                        encoders.join(", ")
+                        fitting.join(", ")
                     }
                 ),
             ));
@@ -114,11 +185,11 @@ impl Encoder {
     async fn start(card: ModelCard) -> Result<Self, ApiError> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready, loaded) = oneshot::channel();
-        let path = card.path.clone();
+        let loading = card.clone();
         let thread = std::thread::Builder::new()
             .name("seedbar-encoder".into())
             .spawn(move || {
-                let model = match EmbeddingModel::load(&path) {
+                let model = match Loaded::load(&loading) {
                     Ok(model) => model,
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -127,7 +198,7 @@ impl Encoder {
                 };
                 let _ = ready.send(Ok(model.dimensions()));
                 for job in queue {
-                    let _ = job.reply.send(model.embed(&job.inputs, job.truncation));
+                    model.run(job);
                 }
             })
             .map_err(ApiError::internal)?;
@@ -160,15 +231,53 @@ impl Encoder {
             ));
         }
         let (reply, answer) = oneshot::channel();
-        let gone = || ApiError::internal(format!("the encoder of {} has stopped", self.name));
-        self.jobs
-            .send(Job {
-                inputs,
-                truncation,
-                reply,
-            })
-            .map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?.map_err(|e| match e {
+        self.send(Job::Embed {
+            inputs,
+            truncation,
+            reply,
+        })?;
+        self.answer(answer, field).await
+    }
+
+    /// Score `documents` against `query` on the model's thread.
+    pub(crate) async fn rerank(
+        &self,
+        query: String,
+        documents: Vec<String>,
+    ) -> Result<Scores, ApiError> {
+        if documents.len() > MAX_INPUTS {
+            return Err(ApiError::bad_param(
+                "documents",
+                format!(
+                    "{} documents; at most {MAX_INPUTS} are taken",
+                    documents.len()
+                ),
+            ));
+        }
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Rerank {
+            query,
+            documents,
+            reply,
+        })?;
+        self.answer(answer, "documents").await
+    }
+
+    fn send(&self, job: Job) -> Result<(), ApiError> {
+        self.jobs.send(job).map_err(|_| self.gone())
+    }
+
+    fn gone(&self) -> ApiError {
+        ApiError::internal(format!("the encoder of {} has stopped", self.name))
+    }
+
+    /// The thread's answer; a bad input is a 400 naming `field`.
+    async fn answer<T>(
+        &self,
+        answer: oneshot::Receiver<Result<T, EngineError>>,
+        field: &str,
+    ) -> Result<T, ApiError> {
+        answer.await.map_err(|_| self.gone())?.map_err(|e| match e {
             EngineError::InvalidRequest(message) => ApiError::bad_param(field, message),
             e => ApiError::internal(e),
         })

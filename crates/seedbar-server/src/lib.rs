@@ -18,6 +18,7 @@ mod ollama;
 mod openai;
 mod pulls;
 mod readiness;
+mod rerank;
 mod responses;
 mod security;
 mod sse;
@@ -56,6 +57,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/embeddings", post(embeddings::openai))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/v1/reranking", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
+        .route("/reranking", post(rerank::rerank))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::responses))

@@ -362,12 +362,16 @@ impl ModelHost {
             return Ok(model);
         }
         let card = self.card(name)?;
-        if card.kind == ModelKind::Embedding {
+        let routes = match card.kind {
+            ModelKind::Chat => None,
+            ModelKind::Embedding => Some(("an embedding model", "/v1/embeddings and /api/embed")),
+            ModelKind::Reranker => Some(("a reranker", "/v1/rerank")),
+        };
+        if let Some((what, routes)) = routes {
             return Err(ApiError::bad_param(
                 "model",
                 format!(
-                    "{} is an embedding model: it answers /v1/embeddings and /api/embed, \
-                     not chat or completions",
+                    "{} is {what}: it answers {routes}, not chat or completions",
                     card.name
                 ),
             ));

@@ -401,8 +401,12 @@ pub async fn show(
     let facts = app.models.facts(&card).await?;
     let inventory = &facts.inventory;
     let mut hyperparameters = inventory.hyperparameters.clone();
-    let (template, capabilities) = if card.kind == ModelKind::Embedding {
-        (String::new(), vec!["embedding"])
+    let (template, capabilities) = if card.kind != ModelKind::Chat {
+        let capability = match card.kind {
+            ModelKind::Reranker => "rerank",
+            _ => "embedding",
+        };
+        (String::new(), vec![capability])
     } else {
         let model = app.models.get(&name).await?;
         // The context this server gives the model.
