@@ -247,12 +247,17 @@ describe('chat window', { skip, timeout: 900_000 }, () => {
     const port = await page.inputValue(tid('settings-port'));
     assert.match(port, /^\d+$/);
     await page.fill(tid('settings-origins'), 'http://localhost:5173');
+    assert.equal(await page.inputValue(tid('settings-prompt-cache-disk')), '8');
+    await page.fill(tid('settings-prompt-cache-disk'), '-1');
+    assert.ok(await page.isDisabled(tid('settings-save')), 'a budget that is not a number is not saved');
+    await page.fill(tid('settings-prompt-cache-disk'), '3');
     await page.click(tid('settings-save'));
     await page.waitForSelector(tid('settings-saved'));
     assert.match(await page.textContent(tid('settings-saved')), /next time/);
     await page.reload();
     await page.waitForSelector(tid('settings-origins'));
     assert.equal(await page.inputValue(tid('settings-origins')), 'http://localhost:5173');
+    assert.equal(await page.inputValue(tid('settings-prompt-cache-disk')), '3');
   });
 
   it('showed no errors', () => {

@@ -80,6 +80,8 @@ export type AppSettings = {
   launch_at_login: boolean;
   /** Quick chat's global shortcut ("" for none), like `CommandOrControl+Shift+Space`. */
   quick_chat_shortcut: string;
+  /** Gigabytes of prompt KV kept on disk for later requests (0: none). */
+  prompt_cache_disk_gb: number;
 };
 
 /** A message a new conversation starts with (quick chat's question and answer). */

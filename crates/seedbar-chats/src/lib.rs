@@ -23,7 +23,7 @@ use rusqlite::{
 
 pub use types::{
     AppSettings, Conversation, Message, NewMessage, ReplyText, Role, Sampling, Settings,
-    SettingsPatch, Status, Turn, DEFAULT_QUICK_CHAT_SHORTCUT,
+    SettingsPatch, Status, Turn, DEFAULT_PROMPT_CACHE_DISK_GB, DEFAULT_QUICK_CHAT_SHORTCUT,
 };
 
 /// What the store refuses or fails at.

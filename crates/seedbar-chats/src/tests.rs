@@ -51,6 +51,7 @@ fn app_settings() -> AppSettings {
         show_in_dock: true,
         launch_at_login: false,
         quick_chat_shortcut: "Alt+Space".into(),
+        prompt_cache_disk_gb: 3,
     }
 }
 
@@ -142,10 +143,11 @@ fn a_conversation_starts_with_its_messages() {
 }
 
 #[test]
-fn settings_saved_before_quick_chat_get_its_default_shortcut() {
+fn settings_saved_before_quick_chat_get_its_default_shortcut_and_disk_cache() {
     let old = r#"{"port":7337,"api_key":"","allowed_origins":[],"show_in_dock":false,"launch_at_login":true}"#;
     let settings: AppSettings = serde_json::from_str(old).unwrap();
     assert_eq!(settings.quick_chat_shortcut, DEFAULT_QUICK_CHAT_SHORTCUT);
+    assert_eq!(settings.prompt_cache_disk_gb, DEFAULT_PROMPT_CACHE_DISK_GB);
     assert!(settings.launch_at_login);
 }
 

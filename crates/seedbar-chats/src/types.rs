@@ -241,6 +241,17 @@ pub struct AppSettings {
     /// Settings saved before it existed get the default.
     #[serde(default = "default_quick_chat_shortcut")]
     pub quick_chat_shortcut: String,
+    /// Gigabytes of prompt KV the engine keeps on disk for later requests (`0`: none).
+    /// Settings saved before it existed get the default.
+    #[serde(default = "default_prompt_cache_disk_gb")]
+    pub prompt_cache_disk_gb: u32,
+}
+
+/// The disk budget of the prompt cache until one is chosen.
+pub const DEFAULT_PROMPT_CACHE_DISK_GB: u32 = 8;
+
+fn default_prompt_cache_disk_gb() -> u32 {
+    DEFAULT_PROMPT_CACHE_DISK_GB
 }
 
 /// Quick chat's shortcut until one is chosen: Cmd+Shift+Space on macOS, Ctrl+Shift+Space

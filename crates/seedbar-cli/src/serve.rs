@@ -48,6 +48,14 @@ pub struct ServeArgs {
     /// request's `keep_alive` (Ollama's) overrides it for its model.
     #[arg(long, env = "SEEDBAR_KEEP_ALIVE", default_value = "-1")]
     keep_alive: KeepAlive,
+    /// Megabytes of finished requests' KV kept in memory for requests that start the same
+    /// way (the next turn of a conversation, an agent's system prompt and tools).
+    #[arg(long, env = "SEEDBAR_PROMPT_CACHE_RAM_MB", default_value_t = SchedulerConfig::default().prefix_cache_bytes >> 20)]
+    prompt_cache_ram_mb: usize,
+    /// Gigabytes of that KV kept on disk too (in the data directory's kv-cache folder), found
+    /// again after a restart; 0 turns it off. Default: the app's setting (8 unless changed).
+    #[arg(long, env = "SEEDBAR_PROMPT_CACHE_DISK_GB")]
+    prompt_cache_disk_gb: Option<f64>,
 }
 
 /// Serves until a shutdown signal; the process's exit status.
@@ -69,9 +77,13 @@ pub fn run(args: ServeArgs) -> u8 {
         model: args.model,
         ui_dir,
         keep_alive: args.keep_alive,
+        prompt_cache_disk_bytes: args
+            .prompt_cache_disk_gb
+            .map(|gb| (gb.max(0.0) * (1u64 << 30) as f64) as u64),
         scheduler: SchedulerConfig {
             max_context: args.max_context,
             speculative: !args.no_speculative,
+            prefix_cache_bytes: args.prompt_cache_ram_mb << 20,
             ..SchedulerConfig::default()
         },
     };

@@ -3,6 +3,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 
+use crate::disk_cache::DiskTier;
 use seedbar_engine::{
     runtime,
     step::plan::{Layout, PREFILL_CHUNK},
@@ -22,6 +23,8 @@ pub struct SchedulerConfig {
     pub prefill_tokens_per_step: usize,
     /// Bytes of KV of finished sequences kept for prefix reuse.
     pub prefix_cache_bytes: usize,
+    /// The disk tier under that RAM, if any (`disk_cache.rs`).
+    pub disk_cache: Option<DiskTier>,
     /// `true` (the product): the model's batch-invariant layout (`Model::layout`) and
     /// prefill chunks aligned to absolute positions, so seeded replies do not depend on the
     /// batch. `false` is the fastest layout without that promise (`Layout::REFERENCE`:
@@ -58,6 +61,7 @@ impl Default for SchedulerConfig {
             // chunk always runs): about 7 ms for a 1B model on an H200 (70k tokens/s).
             prefill_tokens_per_step: 2 * PREFILL_CHUNK,
             prefix_cache_bytes: 512 << 20,
+            disk_cache: None,
             batch_invariant: true,
             layout: None,
             pipelined: runtime::default_device_is_gpu(),

@@ -3,10 +3,12 @@
 //!
 //! `scheduler` is the handle callers hold; it starts the engine thread (`worker`), which
 //! keeps each request in a `row`, runs steps through the engine and has the rows' tokens
-//! drawn (`draw`), reusing prompts' KV from the `prefix_cache`; decoding rows may draft
+//! drawn (`draw`), reusing prompts' KV from the `prefix_cache` (in RAM) and the
+//! `disk_cache` under it; decoding rows may draft
 //! tokens and verify them in a step (`speculation`).
 
 mod config;
+mod disk_cache;
 mod draw;
 #[cfg(debug_assertions)]
 mod fault;
@@ -21,6 +23,7 @@ mod stop;
 mod worker;
 
 pub use config::{draw_seed, SchedulerConfig};
+pub use disk_cache::{DiskCache, DiskCacheStats, DiskTier};
 pub use request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage};
 pub use scheduler::Scheduler;
 pub use stats::{SchedulerStats, TraceRecord};

@@ -1,7 +1,8 @@
 //! KV of recent sequences, reused when a new request starts with the same tokens (the next
 //! turn of a conversation, the same prompt again). Reuse stops at a multiple of the
 //! layout's granularity (`Layout::reuse_granularity`), so a hit equals a miss. An entry whose sliding-window layers let old positions go serves
-//! only the lengths where that is exact (`kv_cache::reusable_from`).
+//! only the lengths where that is exact (`kv_cache::reusable_from`). This is the RAM tier;
+//! `disk_cache` keeps sequences' KV on disk under it.
 
 use seedbar_engine::step::{
     kv_cache::{self, KvCache},
@@ -17,6 +18,25 @@ struct Entry {
 /// Bytes a sequence's caches hold, over all layers.
 fn cost(caches: &[KvCache]) -> usize {
     caches.iter().map(KvCache::bytes).sum()
+}
+
+/// How much of `prompt` a sequence of `tokens` serves: their common prefix, leaving at least
+/// one prompt token to prefill (its logits start the reply), cut to a multiple of
+/// `granularity`; `None` where that is nothing, or shorter than the sequence's caches can
+/// be cut back to (`kv_cache::reusable_from`).
+pub(crate) fn usable_prefix(
+    tokens: &[u32],
+    prompt: &[u32],
+    granularity: usize,
+    reusable_from: i32,
+) -> Option<usize> {
+    let common = tokens
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let usable = common.min(prompt.len().saturating_sub(1)) / granularity * granularity;
+    (usable > 0 && usable as i32 >= reusable_from).then_some(usable)
 }
 
 pub struct PrefixCache {
@@ -43,16 +63,16 @@ impl PrefixCache {
     /// At least one prompt token is always left to prefill (its logits start the reply).
     pub fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, Vec<KvCache>)> {
         self.clock += 1;
-        let limit = prompt.len().saturating_sub(1);
         let (index, usable) = self
             .entries
             .iter()
             .enumerate()
             .filter_map(|(i, e)| {
-                let common = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b);
-                let usable = common.count().min(limit) / self.granularity * self.granularity;
-                let exact = usable as i32 >= kv_cache::reusable_from(&e.caches);
-                (usable > 0 && exact).then_some((i, usable))
+                let reusable_from = kv_cache::reusable_from(&e.caches);
+                Some((
+                    i,
+                    usable_prefix(&e.tokens, prompt, self.granularity, reusable_from)?,
+                ))
             })
             .max_by_key(|(_, n)| *n)?;
         let entry = &mut self.entries[index];

@@ -1,7 +1,8 @@
 //! The engine thread: admits requests into rows, chooses each step's rows and inputs (an
 //! aligned prefill chunk or one decode token each), runs the step as one batched forward
 //! pass, has the rows' tokens drawn (`draw.rs`), streams them, and frees rows that finish
-//! or are cancelled.
+//! or are cancelled. A request whose prompt the disk tier holds more of than the RAM tier
+//! waits while its file is read on another thread (`Loading`), then starts from it.
 
 use std::{
     any::Any,
@@ -9,7 +10,7 @@ use std::{
     panic::{self, AssertUnwindSafe},
     sync::{atomic::Ordering, mpsc, Arc},
     thread,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use mlx_rs::{transforms::async_eval, Array};
@@ -17,7 +18,11 @@ use seedbar_engine::{
     row_trace::RowTrace,
     runtime,
     sampling::DeviceDraw,
-    step::{kv_cache::KvCache, plan::Layout, Batch, Logits, StepInput},
+    step::{
+        kv_cache::{KvCache, KvSnapshot},
+        plan::Layout,
+        Batch, Logits, StepInput,
+    },
     tokenizer::StreamDecoder,
     Model,
 };
@@ -26,6 +31,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::{
     config::SchedulerConfig,
+    disk_cache::{DiskCache, Found},
     draw::{
         draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
         Noise, NoiseJob,
@@ -73,6 +79,10 @@ pub(crate) struct Worker {
     queue: VecDeque<Pending>,
     rows: Vec<Row>,
     prefix_cache: PrefixCache,
+    /// The disk tier under it and this scheduler's key there.
+    disk: Option<(Arc<DiskCache>, String)>,
+    /// Requests waiting for their prefix's file.
+    loading: Vec<Loading>,
     /// Threads the rows' draws may use (the machine's, read once: on Linux the call reads
     /// the cgroup quota files).
     draw_threads: usize,
@@ -80,6 +90,14 @@ pub(crate) struct Worker {
     in_flight: Option<InFlight>,
     /// The noise of the next step's draws, computed ahead on other threads.
     noise_ahead: Option<thread::JoinHandle<Vec<NoiseJob>>>,
+}
+
+/// A request whose prefix the disk tier is reading.
+struct Loading {
+    pending: Pending,
+    /// Prompt tokens the file holds.
+    usable: usize,
+    layers: mpsc::Receiver<Result<Vec<KvSnapshot>, String>>,
 }
 
 /// Tokens a step drew on the device: the next step takes them as inputs before they are
@@ -127,10 +145,16 @@ impl Worker {
         stats: Arc<SchedulerStats>,
         commands: mpsc::Receiver<Command>,
     ) -> Worker {
+        let disk = config.disk_cache.as_ref().map(|tier| {
+            let key = crate::disk_cache::key(&tier.model, &layout);
+            (tier.cache.clone(), key)
+        });
         Worker {
             model,
             batch: Batch::new(layout),
             prefix_cache: PrefixCache::new(config.prefix_cache_bytes, &layout),
+            disk,
+            loading: Vec::new(),
             config,
             stats,
             commands,
@@ -162,9 +186,20 @@ impl Worker {
     fn serve(&mut self) -> seedbar_engine::Result<()> {
         loop {
             if self.rows.is_empty() && self.queue.is_empty() {
-                match self.commands.recv() {
-                    Ok(Command::Shutdown) | Err(_) => return Ok(()),
+                // While files load, wake now and then to see whether they have.
+                let waited = if self.loading.is_empty() {
+                    self.commands
+                        .recv()
+                        .map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+                } else {
+                    self.commands.recv_timeout(Duration::from_millis(2))
+                };
+                match waited {
+                    Ok(Command::Shutdown) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        return Ok(())
+                    }
                     Ok(c) => self.apply(c),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
             }
             while let Ok(c) = self.commands.try_recv() {
@@ -200,7 +235,13 @@ impl Worker {
             Command::Submit(p) => Some(*p),
             _ => None,
         });
-        let pending: Vec<Pending> = self.queue.drain(..).chain(submitted).collect();
+        let loading = self.loading.drain(..).map(|l| l.pending);
+        let pending: Vec<Pending> = self
+            .queue
+            .drain(..)
+            .chain(loading)
+            .chain(submitted)
+            .collect();
         for p in pending {
             let _ = p.events.send(Event::Failed(reason.to_string()));
         }
@@ -217,6 +258,7 @@ impl Worker {
                     self.queue.remove(i);
                     self.stats.queued.fetch_sub(1, Ordering::SeqCst);
                 }
+                self.loading.retain(|l| l.pending.id != id);
                 if let Some(row) = self.rows.iter_mut().find(|r| r.id == id) {
                     row.finished = true;
                 }
@@ -224,8 +266,11 @@ impl Worker {
         }
     }
 
+    /// Give queued requests rows, with the longest prefix either tier holds (a file is read
+    /// first, off this thread), and start the rows whose files have been read.
     fn admit(&mut self) {
-        while self.rows.len() < self.config.max_rows {
+        self.land_loads();
+        while self.rows.len() + self.loading.len() < self.config.max_rows {
             let Some(p) = self.queue.pop_front() else {
                 break;
             };
@@ -233,33 +278,96 @@ impl Worker {
             // two apart (`queued` first), and must never see a request in neither.
             self.stats.running.fetch_add(1, Ordering::SeqCst);
             self.stats.queued.fetch_sub(1, Ordering::SeqCst);
-            let (cached, mut caches) = self
-                .prefix_cache
-                .lookup(&p.request.prompt)
-                .unwrap_or_else(|| (0, self.model.new_caches()));
-            // Where only the prompt's KV is reused, sliding windows must not let go of what
-            // a cut back to the prompt needs (`retire`).
-            if !self.batch.layout().kv_independent_of_steps {
-                for cache in &mut caches {
-                    cache.hold_cut_back_to(p.request.prompt.len() as i32);
+            let in_ram = self.prefix_cache.lookup(&p.request.prompt);
+            let granularity = self.batch.layout().reuse_granularity();
+            let on_disk = self.disk.as_ref().and_then(|(disk, key)| {
+                let at_least = in_ram.as_ref().map_or(0, |(n, _)| *n);
+                Some((
+                    disk.clone(),
+                    disk.find(key, &p.request.prompt, granularity, at_least)?,
+                ))
+            });
+            match on_disk {
+                Some((disk, found)) => self.start_loading(p, disk, found),
+                None => {
+                    let (cached, caches) = in_ram.unwrap_or_else(|| (0, self.model.new_caches()));
+                    self.start_row(p, cached, caches);
                 }
             }
-            let stop = StopMatcher::new(p.request.stop.clone());
-            self.rows.push(Row {
-                id: p.id,
-                fed: p.request.prompt[..cached].to_vec(),
-                request: p.request,
-                events: p.events,
-                caches,
-                generated: Vec::new(),
-                cached_tokens: cached,
-                decoder: StreamDecoder::default(),
-                stop,
-                finished: false,
-                speculation: Speculation::default(),
-            });
         }
-        self.stats.running.store(self.rows.len(), Ordering::SeqCst);
+        self.stats
+            .running
+            .store(self.rows.len() + self.loading.len(), Ordering::SeqCst);
+    }
+
+    /// Read a request's prefix from its file on a thread of its own.
+    fn start_loading(&mut self, pending: Pending, disk: Arc<DiskCache>, found: Found) {
+        let (sender, layers) = mpsc::channel();
+        let usable = found.usable;
+        thread::spawn(move || {
+            let _ = sender.send(disk.load(&found));
+        });
+        self.loading.push(Loading {
+            pending,
+            usable,
+            layers,
+        });
+    }
+
+    /// Start the rows whose files have been read: from the file's KV, or, where it could
+    /// not be used, from what the RAM tier has.
+    fn land_loads(&mut self) {
+        let mut i = 0;
+        while i < self.loading.len() {
+            let read = match self.loading[i].layers.try_recv() {
+                Err(mpsc::TryRecvError::Empty) => {
+                    i += 1;
+                    continue;
+                }
+                Ok(read) => read,
+                Err(mpsc::TryRecvError::Disconnected) => Err("the reading thread ended".into()),
+            };
+            let Loading {
+                pending, usable, ..
+            } = self.loading.remove(i);
+            let layers = self.model.new_caches().len();
+            let restored = read.and_then(|snapshots| restore(snapshots, usable, layers));
+            let (cached, caches) = match restored {
+                Ok(caches) => (usable, caches),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a KV cache file was not used");
+                    self.prefix_cache
+                        .lookup(&pending.request.prompt)
+                        .unwrap_or_else(|| (0, self.model.new_caches()))
+                }
+            };
+            self.start_row(pending, cached, caches);
+        }
+    }
+
+    /// A row for a request whose first `cached` prompt tokens `caches` hold.
+    fn start_row(&mut self, p: Pending, cached: usize, mut caches: Vec<KvCache>) {
+        // Where only the prompt's KV is reused, sliding windows must not let go of what a
+        // cut back to the prompt needs (`retire`).
+        if !self.batch.layout().kv_independent_of_steps {
+            for cache in &mut caches {
+                cache.hold_cut_back_to(p.request.prompt.len() as i32);
+            }
+        }
+        let stop = StopMatcher::new(p.request.stop.clone());
+        self.rows.push(Row {
+            id: p.id,
+            fed: p.request.prompt[..cached].to_vec(),
+            request: p.request,
+            events: p.events,
+            caches,
+            generated: Vec::new(),
+            cached_tokens: cached,
+            decoder: StreamDecoder::default(),
+            stop,
+            finished: false,
+            speculation: Speculation::default(),
+        });
     }
 
     /// Run one step. Where every row draws on the device (and the scheduler pipelines),
@@ -641,10 +749,41 @@ impl Worker {
                     continue;
                 }
             }
+            if let Some((disk, key)) = &self.disk {
+                if row.fed.len() >= self.batch.layout().reuse_granularity() {
+                    disk.save(key, &row.fed, &row.caches);
+                }
+            }
             self.prefix_cache.insert(row.fed, row.caches);
         }
-        self.stats.running.store(self.rows.len(), Ordering::SeqCst);
+        self.stats
+            .running
+            .store(self.rows.len() + self.loading.len(), Ordering::SeqCst);
     }
+}
+
+/// A sequence's caches from a file's layers, cut back to the `usable` positions reused.
+fn restore(
+    snapshots: Vec<KvSnapshot>,
+    usable: usize,
+    layers: usize,
+) -> Result<Vec<KvCache>, String> {
+    if snapshots.len() != layers {
+        return Err(format!(
+            "{} layers where the model has {layers}",
+            snapshots.len()
+        ));
+    }
+    let restore_one = |snapshot| -> seedbar_engine::Result<KvCache> {
+        let mut cache = KvCache::restore(snapshot)?;
+        cache.truncate(usable as i32)?;
+        Ok(cache)
+    };
+    snapshots
+        .into_iter()
+        .map(restore_one)
+        .collect::<seedbar_engine::Result<_>>()
+        .map_err(|e| e.to_string())
 }
 
 /// The step's input tokens in row order, and for each whether it is the in-flight token at

@@ -9,7 +9,9 @@ use seedbar_engine::{
     step::plan::{Layout, WeightKind},
     ChatMessage, FinishReason, Model, SamplingParams,
 };
-use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError};
+use seedbar_scheduler::{
+    DiskCache, DiskTier, Event, Request, RequestStream, Scheduler, SchedulerConfig, SubmitError,
+};
 
 /// The model, on the kernels the product runs (`prepare` may restart this test binary with
 /// native OpenBLAS kernels before any test gets here).
@@ -794,7 +796,8 @@ fn sliding_window_pooled_decode_agrees_with_per_row_attention() {
 /// gives, on the CPU's layout (decode KV in the row's caches, reused up to the prompt,
 /// whose window the caches kept), the host path's (decoded KV reused too) and the GPU's
 /// (decode KV in the pool). A prompt that shares less with the entry than the
-/// dropped positions allow is refused, not served wrong.
+/// dropped positions allow is refused, not served wrong. The disk tier's files, read again
+/// by a fresh scheduler (a restart), give the cold reply too.
 #[test]
 fn sliding_window_prefix_cache_hit_equals_miss() {
     let chunk = seedbar_engine::step::plan::PREFILL_CHUNK;
@@ -803,10 +806,21 @@ fn sliding_window_prefix_cache_hit_equals_miss() {
         (SchedulerConfig::default(), Weights::FourBit),
         (gpu_layout(), Weights::Float32),
     ];
-    for (config, weights) in cases {
+    for (case, (config, weights)) in cases.into_iter().enumerate() {
         let model = || sliding_window_model(weights);
         let first_turn = token_ids(3, 4 * chunk + 40);
-        let warm = Scheduler::start(model(), config.clone());
+        let folder =
+            std::env::temp_dir().join(format!("seedbar-window-disk-{}-{case}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&folder);
+        let on_disk = |folder: &std::path::Path| SchedulerConfig {
+            disk_cache: Some(DiskTier {
+                cache: std::sync::Arc::new(DiskCache::open(folder, 1 << 30).unwrap()),
+                model: "sliding-window".into(),
+            }),
+            ..config.clone()
+        };
+        let writing = on_disk(&folder);
+        let warm = Scheduler::start(model(), writing.clone());
         // Replies of 400 tokens (no end of sequence): past what the window's slack covers.
         let long_reply = |seed| {
             let mut r = seeded(first_turn.clone(), seed, 400);
@@ -815,6 +829,12 @@ fn sliding_window_prefix_cache_hit_equals_miss() {
         };
         let answer = alone(&warm, long_reply(7));
         assert_eq!(answer.tokens.len(), 400);
+        let written = &writing.disk_cache.as_ref().unwrap().cache.stats().writes;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while written.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "no file written");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         // Positive control: another seed, another reply.
         let other = alone(&warm, long_reply(8));
         assert_ne!(answer.tokens, other.tokens);
@@ -830,10 +850,18 @@ fn sliding_window_prefix_cache_hit_equals_miss() {
         let turn2 = seeded(second_turn, 9, 48);
         let cold = Scheduler::start(model(), config.clone());
         let miss = alone(&cold, turn2.clone());
+        // A restart: a fresh scheduler, its RAM empty, reads the disk tier's folder.
+        let reading = on_disk(&folder);
+        let from_disk = alone(&Scheduler::start(model(), reading.clone()), turn2.clone());
+        let disk_hits = &reading.disk_cache.as_ref().unwrap().cache.stats().hits;
+        assert_eq!(disk_hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let _ = std::fs::remove_dir_all(&folder);
         let hit = alone(&warm, turn2);
         assert_eq!(miss.cached, 0);
-        assert!(hit.cached >= 4 * chunk, "cached {}", hit.cached);
-        assert_eq!(hit.tokens, miss.tokens);
+        for hit in [&hit, &from_disk] {
+            assert!(hit.cached >= 4 * chunk, "cached {}", hit.cached);
+            assert_eq!(hit.tokens, miss.tokens);
+        }
 
         // Two chunks in common: the entry dropped keys a query there sees.
         let mut diverging = first_turn[..2 * chunk + 10].to_vec();

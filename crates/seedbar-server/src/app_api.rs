@@ -658,6 +658,9 @@ async fn put_settings(
     }
     let saved = settings.clone();
     db(&app, move |s| s.set_app_settings(&saved)).await?;
+    if let Some(disk) = app.models.disk_cache() {
+        disk.set_budget(u64::from(settings.prompt_cache_disk_gb) << 30);
+    }
     app.settings.send_replace(settings.clone());
     Ok(Json(settings))
 }

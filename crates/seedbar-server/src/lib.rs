@@ -132,6 +132,7 @@ async fn metrics(State(app): State<Arc<App>>) -> String {
         engine_steps: activity.steps,
         drafted_tokens: activity.drafted_tokens,
         accepted_tokens: activity.accepted_tokens,
+        disk_cache: app.models.disk_cache().map(|disk| disk.stats().into()),
     };
     app.metrics.render(&gauges)
 }
@@ -193,6 +194,7 @@ pub async fn serve(
         });
     };
     let keeping = app.clone();
+    let disk_cache = app.models.disk_cache().cloned();
     let unloads = tokio::spawn(async move {
         loop {
             tokio::time::sleep(KEEP_ALIVE_TICK).await;
@@ -203,6 +205,10 @@ pub async fn serve(
         .with_graceful_shutdown(stop)
         .await;
     unloads.abort();
+    // What finished before the shutdown reaches the disk tier before the process ends.
+    if let Some(disk) = disk_cache {
+        let _ = tokio::task::spawn_blocking(move || disk.flush()).await;
+    }
     served
 }
 

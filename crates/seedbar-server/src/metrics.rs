@@ -1,6 +1,6 @@
 //! Prometheus metrics (`GET /metrics`): request counts by route and status, prompt and
 //! generated tokens, running and queued rows, the engines' steps and speculative decoding's
-//! drafted and kept tokens, and latency histograms, written in the text exposition format.
+//! drafted and kept tokens, the prompt cache's disk tier, and latency histograms, written in the text exposition format.
 
 use std::{
     collections::BTreeMap,
@@ -11,6 +11,8 @@ use std::{
     },
     time::Duration,
 };
+
+use seedbar_scheduler::DiskCacheStats;
 
 /// Upper bounds (seconds) shared by both latency histograms.
 const BUCKETS: [f64; 14] = [
@@ -67,6 +69,28 @@ pub struct Gauges {
     pub engine_steps: u64,
     pub drafted_tokens: u64,
     pub accepted_tokens: u64,
+    /// The prompt cache's disk tier (`None` when off).
+    pub disk_cache: Option<DiskCacheGauges>,
+}
+
+/// What the prompt cache's disk tier has done since the server started, and holds now.
+pub struct DiskCacheGauges {
+    pub hits: u64,
+    pub writes: u64,
+    pub rejected: u64,
+    pub bytes: u64,
+}
+
+impl From<&DiskCacheStats> for DiskCacheGauges {
+    fn from(stats: &DiskCacheStats) -> Self {
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        DiskCacheGauges {
+            hits: read(&stats.hits),
+            writes: read(&stats.writes),
+            rejected: read(&stats.rejected),
+            bytes: read(&stats.bytes),
+        }
+    }
 }
 
 impl Metrics {
@@ -119,10 +143,31 @@ impl Metrics {
                 gauges.accepted_tokens,
             ),
         ];
+        let disk = gauges.disk_cache.as_ref();
+        let disk_counters = disk.into_iter().flat_map(|d| {
+            [
+                (
+                    "seedbar_prompt_cache_disk_hits_total",
+                    "Requests whose prompt's KV was read from the disk cache.",
+                    d.hits,
+                ),
+                (
+                    "seedbar_prompt_cache_disk_writes_total",
+                    "Sequences' KV written to the disk cache.",
+                    d.writes,
+                ),
+                (
+                    "seedbar_prompt_cache_disk_rejected_total",
+                    "Disk cache files found torn or altered, and removed.",
+                    d.rejected,
+                ),
+            ]
+        });
         let counters = counters
             .into_iter()
             .map(|(name, help, value)| (name, help, value.load(Ordering::Relaxed)))
-            .chain(engine_counters);
+            .chain(engine_counters)
+            .chain(disk_counters);
         for (name, help, value) in counters {
             let _ = writeln!(
                 out,
@@ -146,7 +191,14 @@ impl Metrics {
                 gauges.loaded_models,
             ),
         ];
-        for (name, help, value) in gauges {
+        let disk_bytes = disk.map(|d| {
+            (
+                "seedbar_prompt_cache_disk_bytes",
+                "Bytes of the disk cache's files.",
+                d.bytes as usize,
+            )
+        });
+        for (name, help, value) in gauges.into_iter().chain(disk_bytes) {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"

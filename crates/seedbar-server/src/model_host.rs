@@ -21,7 +21,7 @@ use seedbar_engine::{
     ChatMessage, ChatPrompt, ChatTemplate, EngineError, Model, ModelConfig, TemplateKwargs,
 };
 use seedbar_grammar::{GrammarError, Vocabulary};
-use seedbar_scheduler::{Scheduler, SchedulerConfig, SubmitError};
+use seedbar_scheduler::{DiskCache, DiskTier, Scheduler, SchedulerConfig, SubmitError};
 
 use crate::error::ApiError;
 
@@ -254,6 +254,8 @@ pub struct ModelHost {
     facts: Mutex<HashMap<PathBuf, FactsEntry>>,
     /// Serialises reading facts so that a file is hashed once.
     reading_facts: tokio::sync::Mutex<()>,
+    /// The prompt cache's disk tier, shared by every model's scheduler.
+    disk_cache: Option<Arc<DiskCache>>,
 }
 
 /// The key of a model name: case-insensitive, Ollama's `:latest` tag dropped.
@@ -270,6 +272,7 @@ impl ModelHost {
         served: &str,
         outside: Vec<StoredModel>,
         idle_keep_alive: KeepAlive,
+        disk_cache: Option<Arc<DiskCache>>,
     ) -> Self {
         ModelHost {
             store,
@@ -283,7 +286,13 @@ impl ModelHost {
             stopping: AtomicBool::new(false),
             facts: Mutex::new(HashMap::new()),
             reading_facts: tokio::sync::Mutex::new(()),
+            disk_cache,
         }
+    }
+
+    /// The prompt cache's disk tier, if on.
+    pub fn disk_cache(&self) -> Option<&Arc<DiskCache>> {
+        self.disk_cache.as_ref()
     }
 
     /// Make `name` the served model (the default one, never evicted).
@@ -378,7 +387,11 @@ impl ModelHost {
         }
         self.check_fits(&card)?;
         retire(self.make_room(&card)?);
-        let config = self.config.clone();
+        let mut config = self.config.clone();
+        config.disk_cache = self.disk_cache.clone().map(|cache| DiskTier {
+            cache,
+            model: format!("{} {} {}", card.path.display(), card.bytes, card.created),
+        });
         let loaded = tokio::task::spawn_blocking(move || load(card, config))
             .await
             .map_err(ApiError::internal)??;

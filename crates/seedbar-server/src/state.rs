@@ -14,7 +14,7 @@ use std::{
 
 use seedbar_chats::{AppSettings, ChatStore};
 use seedbar_engine::store::{ModelKind, ModelStore, StoredModel, DEFAULT_MODEL};
-use seedbar_scheduler::SchedulerConfig;
+use seedbar_scheduler::{DiskCache, SchedulerConfig};
 use tokio::sync::watch;
 
 use crate::{
@@ -50,6 +50,9 @@ pub struct ServerConfig {
     /// How long a model other than the served one stays loaded once idle (a request's
     /// `keep_alive` overrides it for its model).
     pub keep_alive: KeepAlive,
+    /// Bytes of prompt KV kept on disk (in `kv-cache` in the data directory), overriding
+    /// the saved setting until it is next changed; `Some(0)` turns the tier off.
+    pub prompt_cache_disk_bytes: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +68,7 @@ impl Default for ServerConfig {
             scheduler: SchedulerConfig::default(),
             ui_dir: None,
             keep_alive: KeepAlive::Forever,
+            prompt_cache_disk_bytes: None,
         }
     }
 }
@@ -80,6 +84,24 @@ impl ServerConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// The prompt cache's disk tier's folder in the data directory.
+pub const DISK_CACHE_DIR: &str = "kv-cache";
+
+/// The prompt cache's disk tier in `dir` (reading its folder takes a moment); without it
+/// where its folder cannot be used (said in the log), or where the budget is 0.
+async fn open_disk_cache(dir: PathBuf, budget: u64) -> Option<Arc<DiskCache>> {
+    let opened = tokio::task::spawn_blocking(move || {
+        DiskCache::open(&dir, budget).map_err(|e| format!("{}: {e}", dir.display()))
+    });
+    match opened.await.unwrap_or_else(|e| Err(e.to_string())) {
+        Ok(cache) => Some(Arc::new(cache)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the prompt cache's disk tier is off");
+            None
+        }
     }
 }
 
@@ -142,8 +164,13 @@ impl App {
                 show_in_dock: false,
                 launch_at_login: false,
                 quick_chat_shortcut: seedbar_chats::DEFAULT_QUICK_CHAT_SHORTCUT.to_string(),
+                prompt_cache_disk_gb: seedbar_chats::DEFAULT_PROMPT_CACHE_DISK_GB,
             },
         };
+        let disk_budget = config
+            .prompt_cache_disk_bytes
+            .unwrap_or(u64::from(settings.prompt_cache_disk_gb) << 30);
+        let disk_cache = open_disk_cache(store.root().join(DISK_CACHE_DIR), disk_budget).await;
         let wanted = Some(config.model.clone()).filter(|m| !m.is_empty());
         Ok(Arc::new(App {
             models: ModelHost::new(
@@ -152,6 +179,7 @@ impl App {
                 &config.model,
                 outside,
                 config.keep_alive,
+                disk_cache,
             ),
             encoders: Encoders::default(),
             metrics: Arc::new(Metrics::default()),

@@ -9,6 +9,12 @@ export function checkPort(text: string): string | null {
   return null;
 }
 
+export function checkDiskCache(text: string): string | null {
+  const gb = Number(text);
+  if (!/^\d+$/.test(text.trim()) || !Number.isInteger(gb) || gb > 4096) return 'The prompt cache on disk is a whole number of gigabytes, up to 4096 (0 keeps none).';
+  return null;
+}
+
 export function parseOrigins(text: string): { origins: string[]; error: string | null } {
   const origins = text.split(/[\n,]/).map((o) => o.trim()).filter(Boolean);
   for (const origin of origins) {
@@ -80,12 +86,13 @@ export function SettingsView() {
   }
 
   const portError = checkPort(form.port);
+  const diskError = checkDiskCache(form.prompt_cache_disk_gb);
   const { origins, error: originError } = parseOrigins(form.origins);
   const dirty = JSON.stringify(fromForm(form, origins)) !== JSON.stringify(saved);
   const restartNeeded = form.port !== String(saved.port) || form.api_key !== saved.api_key || form.origins !== saved.allowed_origins.join('\n');
 
   const save = async () => {
-    if (portError || originError) return;
+    if (portError || originError || diskError) return;
     setBusy(true);
     setSaveError(null);
     setMessage(null);
@@ -164,11 +171,21 @@ export function SettingsView() {
             )}
           </label>
         </fieldset>
+        <fieldset>
+          <legend>Engine</legend>
+          <label class="field">
+            <span>Prompt cache on disk (GB)</span>
+            <input type="number" min={0} max={4096} data-testid="settings-prompt-cache-disk" value={form.prompt_cache_disk_gb}
+              aria-invalid={diskError ? 'true' : undefined} onInput={(e) => set({ prompt_cache_disk_gb: e.currentTarget.value })} />
+            <small class="muted">Long prompts (a conversation so far, an agent's instructions and tools) are kept in the data folder and found again after a restart, so their next reply starts at once. Replies are the same with it or without it; 0 keeps none.</small>
+            {diskError && <small class="field-error" role="alert">{diskError}</small>}
+          </label>
+        </fieldset>
         {saveError && <p class="error-box" role="alert" data-testid="settings-save-error">{saveError}</p>}
         {message && <p class="ok-box" role="status" data-testid="settings-saved">{message}</p>}
         <div class="form-buttons">
           <button type="button" class="button" disabled={!dirty || busy} onClick={() => { setForm(toForm(saved)); setSaveError(null); }}>Revert</button>
-          <button type="submit" class="button primary" data-testid="settings-save" disabled={!dirty || busy || !!portError || !!originError}>Save</button>
+          <button type="submit" class="button primary" data-testid="settings-save" disabled={!dirty || busy || !!portError || !!originError || !!diskError}>Save</button>
         </div>
       </form>
     </section>
@@ -178,14 +195,14 @@ export function SettingsView() {
 function toForm(s: AppSettings) {
   return {
     port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login,
-    quick_chat_shortcut: s.quick_chat_shortcut,
+    quick_chat_shortcut: s.quick_chat_shortcut, prompt_cache_disk_gb: String(s.prompt_cache_disk_gb),
   };
 }
 
 function fromForm(f: ReturnType<typeof toForm>, origins: string[]): AppSettings {
   return {
     port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login,
-    quick_chat_shortcut: f.quick_chat_shortcut.trim(),
+    quick_chat_shortcut: f.quick_chat_shortcut.trim(), prompt_cache_disk_gb: Number(f.prompt_cache_disk_gb),
   };
 }
 

@@ -12,7 +12,12 @@
 //! function of its length alone (never of how the row got there: alone or batched,
 //! prefilled or decoded, from the prefix cache or not), so attention reads the same keys in
 //! the same order on every path. In the pool a windowed layer's slot is a ring of at most
-//! [`ring_capacity`] positions, laid out by the row's length alone too.
+//! [`ring_capacity`] positions, laid out by the row's length alone too. A cache becomes
+//! plain data and back in `snapshot` (the prefix cache's disk tier).
+
+mod snapshot;
+
+pub use snapshot::{element_bytes, KvSnapshot, StoredKv};
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -86,7 +91,7 @@ pub struct KvCache {
 
 /// One layer's keys and values in host memory, position-major: the `t`-th held position's
 /// `kv_heads · head_dim` keys at `keys[t · width..]`, its values likewise.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct HostKv {
     pub keys: Vec<f32>,
     pub values: Vec<f32>,
