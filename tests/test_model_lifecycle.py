@@ -1,8 +1,8 @@
 """Models that come and go, as Ollama's users drive them, through the `ollama` client and the
 CLI: `keep_alive: 0` unloads a model at once and the next request loads it again; a
 `keep_alive` duration shows in `/api/ps`'s `expires_at` and runs out on time; `seedbar ps`,
-`seedbar stop MODEL` and `seedbar models rm NAME`; `seedbar serve --keep-alive` unloads idle
-models other than the served one; a model too large for free memory is refused before it is
+`seedbar stop MODEL` and `seedbar models rm NAME`; `seedbar serve --keep-alive` and the app's
+idle setting unload idle models other than the served one; a model too large for free memory is refused before it is
 loaded, with both sizes."""
 
 import os
@@ -100,6 +100,25 @@ def test_serve_keep_alive_unloads_idle_models_but_the_served_one(store):
         wait_for(lambda: SPARE not in loaded(srv), timeout=6, message=f"{SPARE} unloaded after 1 s idle")
         time.sleep(1.5)
         assert DEFAULT_MODEL in loaded(srv)
+
+
+def test_the_apps_idle_setting_unloads_models_after_its_minutes(store):
+    with serving(store) as srv:
+        client = ollama.Client(host=srv.url, timeout=120)
+        client.generate(model=SPARE, prompt="Hi", options={"num_predict": 2})
+        assert expires_in(loaded(srv)[SPARE]).days > 365 * 100, "kept until its room is needed"
+        settings = httpx.get(f"{srv.url}/app/settings", timeout=30).json()
+        assert settings["unload_idle_minutes"] == 0
+        saved = httpx.put(f"{srv.url}/app/settings", json={**settings, "unload_idle_minutes": 2}, timeout=30)
+        assert saved.status_code == 200, saved.text
+        client.generate(model=SPARE, prompt="Hi", options={"num_predict": 2})
+        left = expires_in(loaded(srv)[SPARE]).total_seconds()
+        assert 110 < left <= 120, left
+        assert expires_in(loaded(srv)[DEFAULT_MODEL]).days > 365 * 100, "the default model stays"
+    # Saved: the next start keeps it.
+    with serving(store) as srv:
+        ollama.Client(host=srv.url, timeout=120).generate(model=SPARE, prompt="Hi", options={"num_predict": 2})
+        assert 110 < expires_in(loaded(srv)[SPARE]).total_seconds() <= 120
 
 
 def test_a_model_too_large_for_free_memory_is_refused_before_loading(store, server, tmp_path):

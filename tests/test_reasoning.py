@@ -103,6 +103,12 @@ def test_the_openai_sdk_reads_reasoning_content_whole_and_streamed(client, split
     assert streamed == {"reasoning_content": thinking, "content": answer}
 
 
+def test_the_library_says_which_model_thinks(server):
+    listed = {m["name"]: m["capabilities"] for m in httpx.get(f"{server.url}/app/models", timeout=60).json()}
+    assert "thinking" in listed[THINKER] and "completion" in listed[THINKER]
+    assert "thinking" not in listed[DEFAULT_MODEL]
+
+
 def test_requests_turn_thinking_off_where_the_template_can(client, split):
     seed, thinking, _ = split
     off_prompt = rendered(QUESTION, enable_thinking=False)

@@ -118,6 +118,12 @@ def test_scores_equal_a_reference_and_come_best_first(server, checkpoint):
     assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
 
 
+def test_the_library_says_which_model_reranks(server):
+    listed = {m["name"]: m["capabilities"] for m in httpx.get(f"{server.url}/app/models", timeout=60).json()}
+    assert listed[RERANKER] == ["rerank"]
+    assert "completion" in listed[DEFAULT_MODEL] and "rerank" not in listed[DEFAULT_MODEL]
+
+
 def test_llama_servers_paths_and_top_n(server, checkpoint):
     expected, _ = reference_scores(checkpoint)
     best = max(range(len(expected)), key=lambda i: expected[i])

@@ -108,6 +108,17 @@ describe('thinking in the chat window', { skip, timeout: 600_000 }, () => {
     assert.equal((await messages(page)).at(-1).text, content);
   });
 
+  it('marks the thinking model in the library', async () => {
+    await page.click(tid('nav-models'));
+    const badges = async (name) => {
+      const row = `${tid('model-row')}[data-name="${name}"]`;
+      await page.waitForSelector(row);
+      return page.$$eval(`${row} ${tid('model-capability')}`, (els) => els.map((el) => el.textContent.trim()));
+    };
+    assert.ok((await badges(THINKER)).includes('thinks'), 'the thinker thinks');
+    assert.ok(!(await badges('SmolLM2-135M-Instruct')).includes('thinks'), 'SmolLM2 does not');
+  });
+
   it('showed no errors', () => {
     assert.deepEqual(browser.errors.filter((e) => !/Failed to load resource/.test(e)), []);
   });

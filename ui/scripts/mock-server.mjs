@@ -25,9 +25,9 @@ let nextId = 1;
 const conversations = new Map();
 const messages = new Map(); // conversation id -> Message[]
 const models = [
-  { name: 'SmolLM2-135M-Instruct', format: 'gguf', bytes: 105_000_000, quantization: 'Q4_1', architecture: 'llama', supported: true, loaded: true, memory_needed: 126000000, fits: true },
-  { name: 'Qwen2.5-0.5B-Instruct-4bit', format: 'safetensors', bytes: 278_000_000, quantization: '4bit', architecture: 'qwen2', supported: true, loaded: false, memory_needed: 333600000, fits: true },
-  { name: 'thinker', format: 'safetensors', bytes: 1_200_000, quantization: null, architecture: 'qwen3', supported: true, loaded: false, memory_needed: 1440000, fits: true },
+  { name: 'SmolLM2-135M-Instruct', format: 'gguf', bytes: 105_000_000, quantization: 'Q4_1', architecture: 'llama', supported: true, loaded: true, memory_needed: 126000000, fits: true, capabilities: ['completion'] },
+  { name: 'Qwen2.5-0.5B-Instruct-4bit', format: 'safetensors', bytes: 278_000_000, quantization: '4bit', architecture: 'qwen2', supported: true, loaded: false, memory_needed: 333600000, fits: true, capabilities: ['completion', 'tools'] },
+  { name: 'thinker', format: 'safetensors', bytes: 1_200_000, quantization: null, architecture: 'qwen3', supported: true, loaded: false, memory_needed: 1440000, fits: true, capabilities: ['completion', 'tools', 'thinking'] },
 ];
 const pulls = new Map();
 let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space' };

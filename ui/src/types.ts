@@ -60,6 +60,8 @@ export type ModelInfo = {
   memory_needed: number;
   /** Whether that much is free now (idle models unloaded); a load is refused if not. */
   fits: boolean;
+  /** What it does, in Ollama's names: completion, tools, thinking, vision, embedding, rerank. */
+  capabilities: string[];
 };
 
 export type PullStatus = 'downloading' | 'done' | 'error' | 'cancelled';
@@ -82,6 +84,8 @@ export type AppSettings = {
   quick_chat_shortcut: string;
   /** Gigabytes of prompt KV kept on disk for later requests (0: none). */
   prompt_cache_disk_gb: number;
+  /** Minutes a model other than the default stays loaded once idle (0: until its room is needed). */
+  unload_idle_minutes: number;
 };
 
 /** A message a new conversation starts with (quick chat's question and answer). */

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { pullErrorText } from '../src/components/ModelLibrary';
 import { checkNumber } from '../src/components/SettingsPanel';
-import { checkPort, parseOrigins } from '../src/components/SettingsView';
+import { checkDiskCache, checkIdleMinutes, checkPort, parseOrigins } from '../src/components/SettingsView';
 import { parseRoute, routeHash } from '../src/actions';
 import { checkRepoId, formatBytes } from '../src/format';
 
@@ -21,6 +21,12 @@ describe('form checks', () => {
     expect(checkPort('0')).toBeNull();
     expect(checkPort('70000')).not.toBeNull();
     expect(checkPort('12ab')).not.toBeNull();
+    expect(checkDiskCache('8')).toBeNull();
+    expect(checkDiskCache('0')).toBeNull();
+    expect(checkDiskCache('-1')).toMatch(/gigabytes/);
+    expect(checkDiskCache('1.5')).toMatch(/gigabytes/);
+    expect(checkIdleMinutes('15')).toBeNull();
+    expect(checkIdleMinutes('20000')).toMatch(/a week/);
     expect(parseOrigins('http://localhost:3000\n\n https://app.example.com/ ')).toEqual({ origins: ['http://localhost:3000', 'https://app.example.com/'], error: null });
     expect(parseOrigins('localhost:3000').error).toMatch(/not an origin/);
     expect(parseOrigins('http://x.com/path').error).toMatch(/not an origin/);

@@ -52,6 +52,7 @@ fn app_settings() -> AppSettings {
         launch_at_login: false,
         quick_chat_shortcut: "Alt+Space".into(),
         prompt_cache_disk_gb: 3,
+        unload_idle_minutes: 10,
     }
 }
 

@@ -245,6 +245,10 @@ pub struct AppSettings {
     /// Settings saved before it existed get the default.
     #[serde(default = "default_prompt_cache_disk_gb")]
     pub prompt_cache_disk_gb: u32,
+    /// Minutes a model other than the default one stays loaded once idle (`0`: until its
+    /// room is needed, or as `seedbar serve --keep-alive` says).
+    #[serde(default)]
+    pub unload_idle_minutes: u32,
 }
 
 /// The disk budget of the prompt cache until one is chosen.

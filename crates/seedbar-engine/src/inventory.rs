@@ -35,6 +35,9 @@ pub struct Inventory {
     /// Numeric hyper-parameters under GGUF's key names without the architecture prefix
     /// (`context_length`, `embedding_length`, `block_count`, `attention.head_count`...).
     pub hyperparameters: BTreeMap<String, u64>,
+    /// The chat template the files carry (GGUF's `tokenizer.chat_template`, a folder's
+    /// `chat_template.jinja` or `tokenizer_config.json`'s), if any.
+    pub chat_template: Option<String>,
 }
 
 /// The inventory of a GGUF file or a safetensors folder.
@@ -103,6 +106,7 @@ fn read_gguf(path: &Path) -> Result<Inventory> {
         parameters,
         quantization: most(elements_by_type).unwrap_or_else(|| "F32".into()),
         hyperparameters,
+        chat_template: text("tokenizer.chat_template"),
     })
 }
 
@@ -187,6 +191,10 @@ fn read_folder(dir: &Path) -> Result<Inventory> {
         parameters,
         quantization: most(elements_by_type).unwrap_or_else(|| "F32".into()),
         hyperparameters,
+        chat_template: crate::model::chat_template_source(
+            dir,
+            &crate::model::read_json(&dir.join("tokenizer_config.json"))?.unwrap_or_default(),
+        )?,
     })
 }
 

@@ -187,7 +187,7 @@ pub(crate) fn read_json(path: &Path) -> Result<Option<Value>> {
 
 /// `chat_template.jinja`, or `chat_template` in tokenizer_config.json (a string, or a list
 /// of named templates of which `default` is used).
-fn chat_template_source(dir: &Path, tokenizer_config: &Value) -> Result<Option<String>> {
+pub(crate) fn chat_template_source(dir: &Path, tokenizer_config: &Value) -> Result<Option<String>> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.exists() {
         return std::fs::read_to_string(&jinja)

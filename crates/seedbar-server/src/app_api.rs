@@ -28,7 +28,7 @@ use crate::{
     error::ApiError,
     extract::ApiJson,
     generation::{self, spawn_body, Generation, Job, Prompt, ServedModel},
-    model_host::ModelCard,
+    model_host::{Capabilities, ModelCard},
     pulls::Pull,
     sse::{sse, with_seed},
     App, Readiness,
@@ -487,6 +487,8 @@ struct ModelInfo {
     memory_needed: u64,
     /// Whether that much is free now (idle models unloaded); a load would be refused if not.
     fits: bool,
+    /// What it does: `completion`, `tools`, `thinking`, `embedding`, `rerank`.
+    capabilities: Capabilities,
 }
 
 impl ModelInfo {
@@ -494,6 +496,7 @@ impl ModelInfo {
         ModelInfo {
             memory_needed: crate::memory::needed(card.bytes),
             fits: app.models.shortfall(&card).is_none(),
+            capabilities: app.models.capabilities(&card),
             loaded,
             supported: card.supported,
             name: card.name,
@@ -513,15 +516,17 @@ async fn list_models(State(app): State<Arc<App>>) -> Result<Json<Vec<ModelInfo>>
         .map(|m| m.card.name.to_lowercase())
         .collect();
     let models = app.models.installed()?;
-    Ok(Json(
+    // Capabilities read a file's header the first time.
+    let described = tokio::task::spawn_blocking(move || {
         models
             .into_iter()
             .map(|m| {
                 let is_loaded = loaded.contains(&m.name.to_lowercase());
                 ModelInfo::new(&app, m, is_loaded)
             })
-            .collect(),
-    ))
+            .collect()
+    });
+    Ok(Json(described.await.map_err(ApiError::internal)?))
 }
 
 async fn delete_model(
@@ -661,6 +666,8 @@ async fn put_settings(
     if let Some(disk) = app.models.disk_cache() {
         disk.set_budget(u64::from(settings.prompt_cache_disk_gb) << 30);
     }
+    let idle = crate::state::idle_keep_alive(&settings).unwrap_or(app.config.keep_alive);
+    app.models.set_idle_keep_alive(idle);
     app.settings.send_replace(settings.clone());
     Ok(Json(settings))
 }

@@ -243,8 +243,9 @@ pub struct ModelHost {
     served: Mutex<String>,
     /// Bytes of model files kept in memory at once.
     memory_budget: u64,
-    /// How long a model other than the served one stays once idle, unless a request says.
-    idle_keep_alive: KeepAlive,
+    /// How long a model other than the served one stays once idle, unless a request says
+    /// (`seedbar serve --keep-alive`, or the app's setting).
+    idle_keep_alive: Mutex<KeepAlive>,
     loaded: Mutex<HashMap<String, Entry>>,
     /// Serialises loads so two requests for a cold model load it once.
     loading: tokio::sync::Mutex<()>,
@@ -256,7 +257,13 @@ pub struct ModelHost {
     reading_facts: tokio::sync::Mutex<()>,
     /// The prompt cache's disk tier, shared by every model's scheduler.
     disk_cache: Option<Arc<DiskCache>>,
+    /// Each model file's capabilities, by path, with the size and time they were read at.
+    capabilities: Mutex<HashMap<PathBuf, (u64, u64, Capabilities)>>,
 }
+
+/// What a model does, in Ollama's names: `completion` (and `tools` where its template reads
+/// them, `thinking` where it thinks), `embedding` or `rerank`.
+pub type Capabilities = Vec<&'static str>;
 
 /// The key of a model name: case-insensitive, Ollama's `:latest` tag dropped.
 fn key(name: &str) -> String {
@@ -279,7 +286,7 @@ impl ModelHost {
             outside,
             config,
             served: Mutex::new(key(served)),
-            idle_keep_alive,
+            idle_keep_alive: Mutex::new(idle_keep_alive),
             memory_budget: crate::memory::default_budget(),
             loaded: Mutex::new(HashMap::new()),
             loading: tokio::sync::Mutex::new(()),
@@ -287,7 +294,49 @@ impl ModelHost {
             facts: Mutex::new(HashMap::new()),
             reading_facts: tokio::sync::Mutex::new(()),
             disk_cache,
+            capabilities: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// What `card`'s model does, read from its files' headers and template (once per file
+    /// version, without loading it).
+    pub fn capabilities(&self, card: &ModelCard) -> Capabilities {
+        let version = (card.bytes, card.created);
+        let cached = |cache: &HashMap<PathBuf, (u64, u64, Capabilities)>| {
+            let (bytes, created, capabilities) = cache.get(&card.path)?;
+            ((*bytes, *created) == version).then(|| capabilities.clone())
+        };
+        if let Some(known) = cached(&self.capabilities.lock().unwrap_or_else(|e| e.into_inner())) {
+            return known;
+        }
+        let capabilities = match card.kind {
+            ModelKind::Embedding => vec!["embedding"],
+            ModelKind::Reranker => vec!["rerank"],
+            ModelKind::Chat => {
+                let template = seedbar_engine::inventory::read(&card.path)
+                    .ok()
+                    .and_then(|inventory| inventory.chat_template)
+                    .and_then(|source| ChatTemplate::new(&source, "", "").ok());
+                let mut capabilities = vec!["completion"];
+                if let Some(template) = template {
+                    if template.supports_tools() {
+                        capabilities.push("tools");
+                    }
+                    if template.thinking().thinks {
+                        capabilities.push("thinking");
+                    }
+                }
+                capabilities
+            }
+        };
+        self.capabilities
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                card.path.clone(),
+                (version.0, version.1, capabilities.clone()),
+            );
+        capabilities
     }
 
     /// The prompt cache's disk tier, if on.
@@ -482,8 +531,19 @@ impl ModelHost {
         entry.keep_alive.unwrap_or(if key == served {
             KeepAlive::Forever
         } else {
-            self.idle_keep_alive
+            *self
+                .idle_keep_alive
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
         })
+    }
+
+    /// How long models other than the served one stay once idle from now on.
+    pub fn set_idle_keep_alive(&self, keep_alive: KeepAlive) {
+        *self
+            .idle_keep_alive
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = keep_alive;
     }
 
     /// When the loaded model `name` leaves memory if no request comes: `None` for never

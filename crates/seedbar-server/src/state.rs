@@ -87,6 +87,13 @@ impl ServerConfig {
     }
 }
 
+/// How long idle models stay as the settings say, where they say (`None`: as the server
+/// was started).
+pub(crate) fn idle_keep_alive(settings: &AppSettings) -> Option<KeepAlive> {
+    let minutes = u64::from(settings.unload_idle_minutes);
+    (minutes > 0).then(|| KeepAlive::For(Duration::from_secs(60 * minutes)))
+}
+
 /// The prompt cache's disk tier's folder in the data directory.
 pub const DISK_CACHE_DIR: &str = "kv-cache";
 
@@ -165,8 +172,10 @@ impl App {
                 launch_at_login: false,
                 quick_chat_shortcut: seedbar_chats::DEFAULT_QUICK_CHAT_SHORTCUT.to_string(),
                 prompt_cache_disk_gb: seedbar_chats::DEFAULT_PROMPT_CACHE_DISK_GB,
+                unload_idle_minutes: 0,
             },
         };
+        let idle_keep_alive = idle_keep_alive(&settings).unwrap_or(config.keep_alive);
         let disk_budget = config
             .prompt_cache_disk_bytes
             .unwrap_or(u64::from(settings.prompt_cache_disk_gb) << 30);
@@ -178,7 +187,7 @@ impl App {
                 config.scheduler.clone(),
                 &config.model,
                 outside,
-                config.keep_alive,
+                idle_keep_alive,
                 disk_cache,
             ),
             encoders: Encoders::default(),

@@ -7,6 +7,15 @@ import type { Pull } from '../types';
 import { confirmAction } from './Dialogs';
 import { IconClose, IconDownload, IconTrash } from './icons';
 
+/** The capability badges: the label, and what it means. */
+const CAPABILITIES: Record<string, [string, string]> = {
+  thinking: ['thinks', 'Reasons before it answers; the chat shows its thinking apart'],
+  tools: ['tools', 'Its chat template calls tools'],
+  vision: ['sees', 'Reads images'],
+  embedding: ['embeds', 'An embedding model: /v1/embeddings and /api/embed'],
+  rerank: ['reranks', 'A reranker: /v1/rerank'],
+};
+
 export function ModelLibrary() {
   const { models, pulls, status } = useAppState();
   const [repo, setRepo] = useState('');
@@ -97,6 +106,9 @@ export function ModelLibrary() {
                   {m.name}
                   {m.loaded && <span class="badge" title="Loaded in memory">loaded</span>}
                   {status?.model === m.name && <span class="badge accent" title="The server's default model">default</span>}
+                  {m.capabilities.filter((c) => c in CAPABILITIES).map((c) => (
+                    <span key={c} class="badge" data-testid="model-capability" title={CAPABILITIES[c][1]}>{CAPABILITIES[c][0]}</span>
+                  ))}
                 </td>
                 <td data-testid="model-architecture">
                   {m.architecture ?? 'unknown'}

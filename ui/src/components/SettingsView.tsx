@@ -9,11 +9,14 @@ export function checkPort(text: string): string | null {
   return null;
 }
 
-export function checkDiskCache(text: string): string | null {
-  const gb = Number(text);
-  if (!/^\d+$/.test(text.trim()) || !Number.isInteger(gb) || gb > 4096) return 'The prompt cache on disk is a whole number of gigabytes, up to 4096 (0 keeps none).';
-  return null;
+/** A whole number from 0 to `max`, or the message `what` needs. */
+function checkWhole(text: string, max: number, what: string): string | null {
+  const n = Number(text);
+  return /^\d+$/.test(text.trim()) && Number.isInteger(n) && n <= max ? null : what;
 }
+
+export const checkDiskCache = (text: string) => checkWhole(text, 4096, 'The prompt cache on disk is a whole number of gigabytes, up to 4096 (0 keeps none).');
+export const checkIdleMinutes = (text: string) => checkWhole(text, 10080, 'Idle minutes are a whole number, up to 10080 (a week; 0 keeps models until their room is needed).');
 
 export function parseOrigins(text: string): { origins: string[]; error: string | null } {
   const origins = text.split(/[\n,]/).map((o) => o.trim()).filter(Boolean);
@@ -87,12 +90,13 @@ export function SettingsView() {
 
   const portError = checkPort(form.port);
   const diskError = checkDiskCache(form.prompt_cache_disk_gb);
+  const idleError = checkIdleMinutes(form.unload_idle_minutes);
   const { origins, error: originError } = parseOrigins(form.origins);
   const dirty = JSON.stringify(fromForm(form, origins)) !== JSON.stringify(saved);
   const restartNeeded = form.port !== String(saved.port) || form.api_key !== saved.api_key || form.origins !== saved.allowed_origins.join('\n');
 
   const save = async () => {
-    if (portError || originError || diskError) return;
+    if (portError || originError || diskError || idleError) return;
     setBusy(true);
     setSaveError(null);
     setMessage(null);
@@ -180,12 +184,19 @@ export function SettingsView() {
             <small class="muted">Long prompts (a conversation so far, an agent's instructions and tools) are kept in the data folder and found again after a restart, so their next reply starts at once. Replies are the same with it or without it; 0 keeps none.</small>
             {diskError && <small class="field-error" role="alert">{diskError}</small>}
           </label>
+          <label class="field">
+            <span>Unload idle models after (minutes)</span>
+            <input type="number" min={0} max={10080} data-testid="settings-unload-idle" value={form.unload_idle_minutes}
+              aria-invalid={idleError ? 'true' : undefined} onInput={(e) => set({ unload_idle_minutes: e.currentTarget.value })} />
+            <small class="muted">Models other than the default one leave memory after this long without a request; 0 keeps them until their room is needed.</small>
+            {idleError && <small class="field-error" role="alert">{idleError}</small>}
+          </label>
         </fieldset>
         {saveError && <p class="error-box" role="alert" data-testid="settings-save-error">{saveError}</p>}
         {message && <p class="ok-box" role="status" data-testid="settings-saved">{message}</p>}
         <div class="form-buttons">
           <button type="button" class="button" disabled={!dirty || busy} onClick={() => { setForm(toForm(saved)); setSaveError(null); }}>Revert</button>
-          <button type="submit" class="button primary" data-testid="settings-save" disabled={!dirty || busy || !!portError || !!originError || !!diskError}>Save</button>
+          <button type="submit" class="button primary" data-testid="settings-save" disabled={!dirty || busy || !!portError || !!originError || !!diskError || !!idleError}>Save</button>
         </div>
       </form>
     </section>
@@ -196,6 +207,7 @@ function toForm(s: AppSettings) {
   return {
     port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login,
     quick_chat_shortcut: s.quick_chat_shortcut, prompt_cache_disk_gb: String(s.prompt_cache_disk_gb),
+    unload_idle_minutes: String(s.unload_idle_minutes),
   };
 }
 
@@ -203,6 +215,7 @@ function fromForm(f: ReturnType<typeof toForm>, origins: string[]): AppSettings 
   return {
     port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login,
     quick_chat_shortcut: f.quick_chat_shortcut.trim(), prompt_cache_disk_gb: Number(f.prompt_cache_disk_gb),
+    unload_idle_minutes: Number(f.unload_idle_minutes),
   };
 }
 
