@@ -362,8 +362,10 @@ def choose(desktop, downs):
 
 
 # Menu order (enabled items): Open Chat, New Chat, Quick Chat, Copy Endpoint URL, Pause/Resume,
-# Settings, Quit.
+# Settings, Quit; with a model other than the default in memory, "Unload NAME" after Pause.
 OPEN, NEW, QUICK, COPY, PAUSE, SETTINGS, QUIT = range(1, 8)
+UNLOAD = PAUSE + 1
+SPARE = "Spare-Model"
 
 
 def test_tray_menu(app):
@@ -407,6 +409,22 @@ def test_tray_menu(app):
                 && !!document.querySelector('{tid('chat-view')}')
                 && !document.querySelector('{tid('message')}')""",
         10, "an empty chat after New Chat")
+
+    # A second model in memory: the menu lists both with their sizes, and Unload takes the
+    # second out of memory (the default stays).
+    subprocess.run([BIN, "models", "add", default_gguf(), "--name", SPARE], check=True, capture_output=True,
+                   env=dict(os.environ, SEEDBAR_HOME=str(app["home"])), timeout=300)
+    api(base + "/api/generate", "POST", {"model": SPARE, "prompt": "Hi", "stream": False,
+                                          "options": {"num_predict": 2}})
+    in_memory = lambda: [line for line in shell_status(d)["lines"] if line.startswith("In memory: ")]  # noqa: E731
+    lines = wait_for(lambda: len(in_memory()) == 2 and in_memory(), 10, message="both models in the menu")
+    assert lines[0].startswith(f"In memory: {DEFAULT_MODEL} (default) · ") and lines[0].endswith(" MB"), lines
+    assert lines[1].startswith(f"In memory: {SPARE} · "), lines
+    choose(desktop, UNLOAD)
+    ps = lambda: [m["name"] for m in api(base + "/api/ps")["models"]]  # noqa: E731
+    wait_for(lambda: SPARE not in ps(), 10, message=f"{SPARE} unloaded from the menu")
+    assert DEFAULT_MODEL in ps()
+    wait_for(lambda: len(in_memory()) == 1, 10, message="the menu without the unloaded model")
 
 
 PANEL = "Seedbar Quick Chat"

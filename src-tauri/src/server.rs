@@ -2,7 +2,7 @@
 //! (the `/app` API, the chat store and the model library work from then on, model or
 //! not), serve until Quit, and bring the model up in the background (found in the store,
 //! else the default one downloaded); the tray follows the model's readiness and samples
-//! what generates and downloads.
+//! what generates and downloads and which models are in memory.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -18,7 +18,7 @@ use tokio::{net::TcpListener, sync::oneshot};
 use crate::{
     quick_chat, settings,
     shell::{Connection, Shell},
-    tray_model::{Activity, Download, Phase},
+    tray_model::{Activity, Download, LoadedModel, Phase},
     window,
 };
 
@@ -227,9 +227,26 @@ fn follow(shell: &Arc<Shell>, app: &Arc<App>) {
                 tokens_per_second,
                 drafts_kept,
             };
-            shell.set_activity(activity, downloads);
+            shell.set_activity(activity, downloads, in_memory(&app));
         }
     });
+}
+
+/// The models in memory, the default one first.
+fn in_memory(app: &App) -> Vec<LoadedModel> {
+    let default = app.default_model().map(|m| m.to_lowercase());
+    let mut loaded: Vec<LoadedModel> = app
+        .models
+        .loaded()
+        .iter()
+        .map(|m| LoadedModel {
+            default: default.as_deref() == Some(&m.card.name.to_lowercase()),
+            name: m.card.name.clone(),
+            bytes: m.card.bytes,
+        })
+        .collect();
+    loaded.sort_by(|a, b| b.default.cmp(&a.default).then_with(|| a.name.cmp(&b.name)));
+    loaded
 }
 
 /// Listen on `address`; when another program holds its port, on a free one instead (the

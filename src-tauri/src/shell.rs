@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use crate::tray_model::{Activity, Download, Entry, Phase, TrayModel};
+use crate::tray_model::{Activity, Download, Entry, LoadedModel, Phase, TrayModel};
 
 /// Where the window's UI finds the API: written into the page as `window.__SEEDBAR__`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -40,11 +40,20 @@ pub struct QuickChatKey {
 /// a real `seedbar_server::App` (which needs a model to exist).
 pub trait Server: Send + Sync {
     fn set_paused(&self, paused: bool);
+    /// Take the model called `name` out of memory (its running requests finish first).
+    fn unload(&self, name: &str);
 }
 
 impl Server for seedbar_server::App {
     fn set_paused(&self, paused: bool) {
         seedbar_server::App::set_paused(self, paused)
+    }
+
+    fn unload(&self, name: &str) {
+        // The model is dropped on a blocking task of the async runtime, which the menu's
+        // thread is not in.
+        let _runtime = tauri::async_runtime::handle().inner().enter();
+        self.models.unload(name)
     }
 }
 
@@ -120,13 +129,30 @@ impl Shell {
         });
     }
 
-    /// What generates and downloads now (sampled by `server.rs`).
-    pub fn set_activity(&self, activity: Activity, downloads: Vec<Download>) {
+    /// What generates, downloads and is in memory now (sampled by `server.rs`).
+    pub fn set_activity(
+        &self,
+        activity: Activity,
+        downloads: Vec<Download>,
+        loaded: Vec<LoadedModel>,
+    ) {
         self.model.send_if_modified(|m| {
-            let changed = m.activity != activity || m.downloads != downloads;
-            (m.activity, m.downloads) = (activity, downloads);
+            let changed = m.activity != activity || m.downloads != downloads || m.loaded != loaded;
+            (m.activity, m.downloads, m.loaded) = (activity, downloads, loaded);
             changed
         });
+    }
+
+    /// Take a model other than the default out of memory (the tray's Unload item).
+    pub fn unload(&self, name: &str) -> Result<(), String> {
+        let server = self.server.get().ok_or("the server is not running")?;
+        server.unload(name);
+        self.model.send_if_modified(|m| {
+            let before = m.loaded.len();
+            m.loaded.retain(|model| model.name != name);
+            m.loaded.len() != before
+        });
+        Ok(())
     }
 
     pub fn status(&self) -> Status {
@@ -280,12 +306,17 @@ mod tests {
 
     use super::*;
 
+    /// Paused or not, and the models it was asked to unload.
     #[derive(Default)]
-    pub struct FakeServer(pub AtomicBool);
+    pub struct FakeServer(pub AtomicBool, pub Mutex<Vec<String>>);
 
     impl Server for FakeServer {
         fn set_paused(&self, paused: bool) {
             self.0.store(paused, Ordering::SeqCst);
+        }
+
+        fn unload(&self, name: &str) {
+            self.1.lock().unwrap().push(name.to_string());
         }
     }
 
@@ -310,6 +341,30 @@ mod tests {
         let status = shell.toggle_paused().unwrap();
         assert!(!status.paused);
         assert!(!server.0.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn unload_asks_the_server_and_the_menu_drops_the_model_at_once() {
+        let shell = Shell::new();
+        assert!(shell.unload("spare").is_err(), "no server yet");
+        let server = Arc::new(FakeServer::default());
+        shell.attach(server.clone(), connection());
+        shell.set_phase(Phase::Serving { model: "m".into() });
+        let loaded = |name: &str, default| LoadedModel {
+            name: name.into(),
+            bytes: 1,
+            default,
+        };
+        shell.set_activity(
+            Activity::default(),
+            Vec::new(),
+            vec![loaded("m", true), loaded("spare", false)],
+        );
+        assert!(shell.status().lines.iter().any(|l| l.contains("spare")));
+        shell.unload("spare").unwrap();
+        assert_eq!(*server.1.lock().unwrap(), ["spare"]);
+        assert_eq!(shell.model().loaded, [loaded("m", true)]);
+        assert!(!shell.status().lines.iter().any(|l| l.contains("spare")));
     }
 
     #[test]
@@ -339,10 +394,10 @@ mod tests {
             tokens_per_second: Some(50.0),
             drafts_kept: None,
         };
-        shell.set_activity(busy, Vec::new());
+        shell.set_activity(busy, Vec::new(), Vec::new());
         assert!(changes.has_changed().unwrap());
         changes.borrow_and_update();
-        shell.set_activity(busy, Vec::new());
+        shell.set_activity(busy, Vec::new(), Vec::new());
         assert!(!changes.has_changed().unwrap());
         assert_eq!(shell.model().activity, busy);
     }

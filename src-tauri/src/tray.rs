@@ -13,7 +13,7 @@ use tauri::{
 use crate::{
     quick_chat,
     shell::Shell,
-    tray_model::{route_of, Action, Entry, TrayModel},
+    tray_model::{route_of, unload_target, Action, Entry, TrayModel},
     window,
 };
 
@@ -38,27 +38,17 @@ fn menu_text(text: &str) -> String {
 pub fn build_menu<R: Runtime>(handle: &AppHandle<R>, model: &TrayModel) -> tauri::Result<Menu<R>> {
     let menu = Menu::new(handle)?;
     for entry in model.entries() {
-        match entry {
-            Entry::Info { id, text } => {
-                let item = MenuItem::with_id(handle, id, menu_text(&text), false, None::<&str>)?;
-                menu.append(&item as &dyn IsMenuItem<R>)?;
+        let (text, enabled) = match &entry {
+            Entry::Info { text, .. } => (text.clone(), false),
+            Entry::Item { label, enabled, .. } => (label.clone(), *enabled),
+            Entry::Unload { model } => (format!("Unload {model}"), true),
+            Entry::Separator => {
+                menu.append(&PredefinedMenuItem::separator(handle)?)?;
+                continue;
             }
-            Entry::Item {
-                action,
-                label,
-                enabled,
-            } => {
-                let item = MenuItem::with_id(
-                    handle,
-                    action.id(),
-                    menu_text(&label),
-                    enabled,
-                    None::<&str>,
-                )?;
-                menu.append(&item as &dyn IsMenuItem<R>)?;
-            }
-            Entry::Separator => menu.append(&PredefinedMenuItem::separator(handle)?)?,
-        }
+        };
+        let item = MenuItem::with_id(handle, entry.id(), menu_text(&text), enabled, None::<&str>)?;
+        menu.append(&item as &dyn IsMenuItem<R>)?;
     }
     Ok(menu)
 }
@@ -74,8 +64,15 @@ pub fn create<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
         .menu(&build_menu(handle, &model)?)
         .show_menu_on_left_click(true)
         .on_menu_event(|handle, event| {
-            if let Some(action) = Action::from_id(event.id().as_ref()) {
+            let id = event.id().as_ref();
+            if let Some(action) = Action::from_id(id) {
                 perform(handle, action);
+            } else if let Some(model) = unload_target(id) {
+                let shell = handle.state::<Arc<Shell>>();
+                match shell.unload(model) {
+                    Ok(()) => tracing::info!("unloaded {model}"),
+                    Err(e) => tracing::error!("unload {model}: {e}"),
+                }
             }
         })
         .build(handle)?;
@@ -95,7 +92,7 @@ pub fn create<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
 }
 
 /// An entry's id and whether it is enabled.
-type Shape = (&'static str, bool);
+type Shape = (String, bool);
 
 /// The menu on the tray and the entries it was built for.
 type Drawn<R> = Option<(Menu<R>, Vec<Shape>)>;
@@ -104,13 +101,12 @@ type Drawn<R> = Option<(Menu<R>, Vec<Shape>)>;
 /// closes if it is open, so the live lines (chats, tokens/s, download %) are relabelled in
 /// place, and a click on the open menu still lands.
 fn shape(entry: &Entry) -> Shape {
-    match entry {
-        Entry::Info { id, .. } => (id, false),
-        Entry::Item {
-            action, enabled, ..
-        } => (action.id(), *enabled),
-        Entry::Separator => ("", false),
-    }
+    let enabled = match entry {
+        Entry::Item { enabled, .. } => *enabled,
+        Entry::Unload { .. } => true,
+        Entry::Info { .. } | Entry::Separator => false,
+    };
+    (entry.id(), enabled)
 }
 
 /// Bring the tray up to `model`: relabel the menu `drawn` holds when its entries are the
@@ -128,12 +124,13 @@ fn redraw<R: Runtime>(
     match drawn {
         Some((menu, drawn_shapes)) if *drawn_shapes == shapes => {
             for entry in &entries {
-                let (id, text) = match entry {
-                    Entry::Info { id, text } => (*id, text),
-                    Entry::Item { action, label, .. } => (action.id(), label),
-                    Entry::Separator => continue,
+                let text = match entry {
+                    Entry::Info { text, .. } => text,
+                    Entry::Item { label, .. } => label,
+                    Entry::Unload { .. } | Entry::Separator => continue,
                 };
-                if let Some(item) = menu.get(id).as_ref().and_then(|k| k.as_menuitem()) {
+                let id = entry.id();
+                if let Some(item) = menu.get(&id).as_ref().and_then(|k| k.as_menuitem()) {
                     if item.text()? != menu_text(text) {
                         item.set_text(menu_text(text))?;
                     }

@@ -1,5 +1,5 @@
 //! What the tray menu shows, as plain data: the default model's phase, where the server
-//! listens, the pause switch, what is generating and downloading in; menu entries with
+//! listens, the pause switch, what is generating and downloading, the models in memory in; menu entries with
 //! their labels and enabled flags, the tooltip and the menu-bar title out. No Tauri types,
 //! so every state is unit-tested without a display; `tray.rs` turns the entries into
 //! native menu items.
@@ -40,6 +40,16 @@ pub struct Activity {
 pub struct Download {
     pub repo: String,
     pub percent: Option<u8>,
+}
+
+/// A model in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedModel {
+    pub name: String,
+    /// Bytes of its files (what its weights take in memory).
+    pub bytes: u64,
+    /// The server's default model (kept loaded: the menu offers no unload for it).
+    pub default: bool,
 }
 
 /// The menu's actions. Their ids are the native menu items' ids.
@@ -95,7 +105,31 @@ pub enum Entry {
         label: String,
         enabled: bool,
     },
+    /// "Unload NAME": takes a model other than the default out of memory.
+    Unload {
+        model: String,
+    },
     Separator,
+}
+
+impl Entry {
+    /// The native menu item's id (an unload item's is `unload:` and the model's name).
+    pub fn id(&self) -> String {
+        match self {
+            Entry::Info { id, .. } => id.to_string(),
+            Entry::Item { action, .. } => action.id().to_string(),
+            Entry::Unload { model } => format!("{UNLOAD_PREFIX}{model}"),
+            Entry::Separator => String::new(),
+        }
+    }
+}
+
+/// Ids of unload items start with this, then the model's name.
+const UNLOAD_PREFIX: &str = "unload:";
+
+/// The model an unload item's id names.
+pub fn unload_target(id: &str) -> Option<&str> {
+    id.strip_prefix(UNLOAD_PREFIX)
 }
 
 /// Id of the status line.
@@ -106,6 +140,8 @@ pub const HINT_ID: &str = "hint";
 pub const ACTIVITY_ID: &str = "activity";
 /// Id of a download's line.
 pub const DOWNLOAD_ID: &str = "download";
+/// Id of a loaded model's line.
+pub const LOADED_ID: &str = "loaded";
 
 /// Longest error line shown; longer messages are cut with an ellipsis.
 pub const MAX_LINE_CHARS: usize = 72;
@@ -120,6 +156,8 @@ pub struct TrayModel {
     pub listening: Option<String>,
     pub activity: Activity,
     pub downloads: Vec<Download>,
+    /// The models in memory, the default one first.
+    pub loaded: Vec<LoadedModel>,
     /// Quick chat's global shortcut as the menu shows it, while one is registered.
     pub quick_chat_shortcut: Option<String>,
 }
@@ -132,6 +170,7 @@ impl Default for TrayModel {
             listening: None,
             activity: Activity::default(),
             downloads: Vec::new(),
+            loaded: Vec::new(),
             quick_chat_shortcut: None,
         }
     }
@@ -268,6 +307,16 @@ impl TrayModel {
         }
     }
 
+    /// A loaded model's line: "In memory: NAME · 105 MB", "(default)" after the default's.
+    pub fn loaded_line(model: &LoadedModel) -> String {
+        let default = if model.default { " (default)" } else { "" };
+        format!(
+            "In memory: {}{default} · {}",
+            model.name,
+            format_bytes(model.bytes)
+        )
+    }
+
     /// The menu, top to bottom (the native menu is rebuilt from it on every change).
     pub fn entries(&self) -> Vec<Entry> {
         let serving = self.endpoint().is_some();
@@ -306,6 +355,23 @@ impl TrayModel {
             item(Action::CopyEndpoint, "Copy Endpoint URL", serving),
             item(Action::TogglePause, self.pause_label(), serving),
             Entry::Separator,
+        ]);
+        if serving && !self.loaded.is_empty() {
+            entries.extend(self.loaded.iter().map(|m| Entry::Info {
+                id: LOADED_ID,
+                text: Self::loaded_line(m),
+            }));
+            entries.extend(
+                self.loaded
+                    .iter()
+                    .filter(|m| !m.default)
+                    .map(|m| Entry::Unload {
+                        model: m.name.clone(),
+                    }),
+            );
+            entries.push(Entry::Separator);
+        }
+        entries.extend([
             item(Action::Settings, "Settings…", !stopping),
             Entry::Separator,
             item(Action::Quit, "Quit Seedbar", !stopping),
@@ -326,6 +392,16 @@ impl TrayModel {
     pub fn title(&self) -> Option<String> {
         let rate = self.activity.tokens_per_second?;
         (self.activity.running > 0).then(|| format!("{rate:.0} tok/s"))
+    }
+}
+
+/// Bytes as the menu shows them: "105 MB", "4.3 GB".
+pub fn format_bytes(bytes: u64) -> String {
+    let mb = bytes as f64 / 1e6;
+    if mb >= 1000.0 {
+        format!("{:.1} GB", mb / 1000.0)
+    } else {
+        format!("{mb:.0} MB")
     }
 }
 
@@ -520,9 +596,8 @@ mod tests {
             m.entries()
                 .iter()
                 .map(|e| match e {
-                    Entry::Info { id, .. } => id.to_string(),
-                    Entry::Item { action, .. } => action.id().to_string(),
                     Entry::Separator => "-".to_string(),
+                    entry => entry.id(),
                 })
                 .collect::<Vec<_>>()
         };
@@ -588,6 +663,59 @@ mod tests {
                 "Downloading org/b…"
             ]
         );
+    }
+
+    /// The models in memory, each with its size, and an unload item for each but the
+    /// default; none while the server does not answer.
+    #[test]
+    fn loaded_models_and_their_unload_items() {
+        let model = |name: &str, bytes, default| LoadedModel {
+            name: name.into(),
+            bytes,
+            default,
+        };
+        let two = TrayModel {
+            loaded: vec![
+                model("SmolLM2-135M-Instruct", 105_000_000, true),
+                model("Qwen3-8B-4bit", 4_610_000_000, false),
+            ],
+            ..up(serving(), false)
+        };
+        let entries = two.entries();
+        let at = entries
+            .iter()
+            .position(|e| e.id() == LOADED_ID)
+            .expect("a loaded line");
+        assert_eq!(entries[at - 1], Entry::Separator);
+        let lines: Vec<_> = entries[at..at + 3]
+            .iter()
+            .map(|e| match e {
+                Entry::Info { text, .. } => text.clone(),
+                other => other.id(),
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "In memory: SmolLM2-135M-Instruct (default) · 105 MB",
+                "In memory: Qwen3-8B-4bit · 4.6 GB",
+                "unload:Qwen3-8B-4bit",
+            ]
+        );
+        assert_eq!(
+            entries[at + 2],
+            Entry::Unload {
+                model: "Qwen3-8B-4bit".into()
+            }
+        );
+        assert_eq!(entries[at + 3], Entry::Separator);
+        assert_eq!(unload_target(&entries[at + 2].id()), Some("Qwen3-8B-4bit"));
+        assert_eq!(unload_target("settings"), None);
+        let stopping = TrayModel {
+            phase: Phase::Stopping,
+            ..two.clone()
+        };
+        assert!(stopping.entries().iter().all(|e| e.id() != LOADED_ID));
     }
 
     #[test]

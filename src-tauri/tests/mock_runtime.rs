@@ -30,6 +30,8 @@ impl Server for FakeServer {
     fn set_paused(&self, paused: bool) {
         self.paused.store(paused, Ordering::SeqCst);
     }
+
+    fn unload(&self, _name: &str) {}
 }
 
 fn app() -> (App<MockRuntime>, Arc<Shell>) {
