@@ -22,7 +22,7 @@ else ifneq ($(BACKEND),cpu)
 $(error BACKEND is cpu (the default) or cuda, not $(BACKEND))
 endif
 
-.PHONY: run ask test lint check-macos bench build setup ui app bundle default-model test-app soak
+.PHONY: run ask test lint check-macos bench build setup ui app bundle default-model test-app soak screenshots
 
 # Every command builds the CLI and the app together: cargo resolves the dependencies'
 # features per build, so building either alone would compile them anew (minutes) after the
@@ -61,6 +61,13 @@ test-app: app
 	scripts/setup.sh --tests
 	cargo test -p seedbar-app
 	$(CACHE)/venv/bin/python -m pytest -q tests/test_tauri_app.py
+
+# The README's pictures: the app under Xvfb and the chat page in a browser, written into
+# docs/screenshots/ (the tests otherwise write theirs to target/screenshots/).
+screenshots: app
+	scripts/setup.sh --tests
+	SEEDBAR_SCREENSHOTS=$(CURDIR)/docs/screenshots $(CACHE)/venv/bin/python -m pytest -q tests/test_tauri_app.py
+	cd ui && SEEDBAR_SCREENSHOTS=$(CURDIR)/docs/screenshots node --test ../tests/e2e/chat.test.mjs
 
 # The workspace holds the app, which bundles ui/dist: build the UI before any cargo run.
 LINT := cargo fmt --all --check && cargo clippy --workspace --all-targets -- -D warnings

@@ -2,7 +2,8 @@
 WebDriver (WebKitWebDriver, one keep-alive connection), its tray menu docked in `trayer`
 and clicked with xdotool. The store holds the real SmolLM2-135M-Instruct.
 
-Screenshots land in docs/screenshots/ (chat-window.png, tray-menu.png, quick-chat.png).
+Screenshots (chat-window.png, tray-menu.png, quick-chat.png) land in $SEEDBAR_SCREENSHOTS
+(`make screenshots`: docs/screenshots/), else in target/screenshots/.
 """
 
 import base64
@@ -27,7 +28,7 @@ import pytest
 from conftest import BIN, DEFAULT_MODEL, ROOT, default_gguf, wait_for
 
 APP = ROOT / "target" / "debug" / "seedbar-app"
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+SCREENSHOTS = Path(os.environ.get("SEEDBAR_SCREENSHOTS") or ROOT / "target" / "screenshots")
 SCREEN = (1280, 800)
 QUESTION = "What is the capital of France?"
 TOOLS = ["Xvfb", "WebKitWebDriver", "trayer", "xdotool", "xclip", "import", "dbus-daemon"]

@@ -155,8 +155,10 @@ export async function serveStatic() {
   return { url: `http://127.0.0.1:${server.address().port}`, stop: () => new Promise((r) => server.close(r)) };
 }
 
+/** Where a screenshot goes: `$SEEDBAR_SCREENSHOTS` (`make screenshots`: docs/screenshots), else
+ *  target/screenshots, so the tests leave the tracked pictures alone. */
 export function screenshotPath(name) {
-  const dir = join(ROOT, 'docs/screenshots');
+  const dir = process.env.SEEDBAR_SCREENSHOTS || join(ROOT, 'target/screenshots');
   mkdirSync(dir, { recursive: true });
   return join(dir, name);
 }
