@@ -20,7 +20,8 @@ use crate::{
         stream_body, Delta, Finish, Generation, Job, Reply, ServedModel, Settings, StopReason,
         Token, Translator,
     },
-    sse::{sse, with_seed, SseMessage},
+    receipt::with_receipt,
+    sse::{sse, SseMessage},
     structured::{self, forced_call, ChatInput},
     App,
 };
@@ -653,13 +654,16 @@ pub async fn messages(
     let job = Job::new(vec![prompt], settings, "msg_");
     let generation = Generation::start(&app, model, job)?;
     let frame = MessageFrame::new(&generation, stops);
-    let seed = frame.seed;
+    let receipt = generation.receipt();
     if common.stream {
         let translator = MessageStream {
             frame,
             blocks: BlockStream::default(),
         };
-        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
+        return Ok(with_receipt(
+            &receipt,
+            sse(stream_body(generation, translator)),
+        ));
     }
     let reply = generation.collect().await?.pop().unwrap_or_default();
     let end = frame.end(reply.reason());
@@ -668,7 +672,7 @@ pub async fn messages(
         Some(end),
         reply.usage().completion_tokens,
     );
-    Ok(with_seed(seed, Json(message)))
+    Ok(with_receipt(&receipt, Json(message)))
 }
 
 pub async fn count_tokens(

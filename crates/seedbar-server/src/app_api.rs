@@ -30,7 +30,8 @@ use crate::{
     generation::{self, spawn_body, Generation, Job, Prompt, ServedModel},
     model_host::{Capabilities, ModelCard},
     pulls::Pull,
-    sse::{sse, with_seed},
+    receipt::with_receipt,
+    sse::sse,
     App, Readiness,
 };
 use db::db;
@@ -395,8 +396,9 @@ async fn reply(
         },
     );
     let (user, reply) = db(&app, move |s| s.begin_reply(id, &turn, &row)).await?;
+    let receipt = generation.receipt();
     let body = spawn_body(move |tx| reply_stream::stream_reply(app, generation, user, reply, tx));
-    Ok(with_seed(seed, sse(body)))
+    Ok(with_receipt(&receipt, sse(body)))
 }
 
 /// The chat a reply answers and what to store for it, from the request and the messages.

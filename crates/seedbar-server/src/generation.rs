@@ -25,7 +25,7 @@ use seedbar_scheduler::{draw_seed, Request, RequestStream, TokenLogprob, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc::Sender;
 
-use crate::{error::ApiError, metrics::Metrics, model_host::LoadedModel, App};
+use crate::{error::ApiError, metrics::Metrics, model_host::LoadedModel, receipt::Receipt, App};
 
 /// Stop strings a request may give (OpenAI allows 4; editors' autocomplete sends ~10).
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -360,6 +360,14 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// The receipt this reply is answered with.
+    pub fn receipt(&self) -> Receipt {
+        Receipt {
+            seed: self.seed,
+            provenance: self.model.provenance.clone(),
+        }
+    }
+
     /// Build the prompts and submit `n` choices for each prompt; choice `k` (prompt-major)
     /// uses `seed + k`.
     pub fn start(app: &App, served: ServedModel, job: Job) -> Result<Self, ApiError> {

@@ -18,6 +18,7 @@ mod ollama;
 mod openai;
 mod pulls;
 mod readiness;
+mod receipt;
 mod rerank;
 mod responses;
 mod security;

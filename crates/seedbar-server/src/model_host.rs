@@ -23,7 +23,10 @@ use seedbar_engine::{
 use seedbar_grammar::{GrammarError, Vocabulary};
 use seedbar_scheduler::{DiskCache, DiskTier, Scheduler, SchedulerConfig, SubmitError};
 
-use crate::error::ApiError;
+use crate::{
+    error::ApiError,
+    receipt::{weights_digest, Provenance},
+};
 
 /// What clients are told about a model.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -49,8 +52,9 @@ pub struct LoadedModel {
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
     pub config: ModelConfig,
-    /// Changes whenever the weights or the build change, as OpenAI's `system_fingerprint`.
-    pub fingerprint: String,
+    /// Its weights' content hash, the build and the backend: what a reply's receipt holds
+    /// besides its seed and settings (`fingerprint` is OpenAI's `system_fingerprint`).
+    pub provenance: Provenance,
     /// Ids that end a reply.
     pub eos_ids: Vec<u32>,
     /// The vocabulary as structured outputs see it, built on first use.
@@ -138,32 +142,9 @@ struct FactsEntry {
 
 /// Read `card`'s files: the inventory from their headers, and the digest of their bytes.
 fn read_facts(card: &ModelCard) -> Result<ModelFacts, ApiError> {
-    use sha2::{Digest, Sha256};
     let inventory = seedbar_engine::inventory::read(&card.path).map_err(ApiError::internal)?;
-    let mut files = if card.path.is_dir() {
-        std::fs::read_dir(&card.path)
-            .map_err(ApiError::internal)?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.is_file())
-            .collect()
-    } else {
-        vec![card.path.clone()]
-    };
-    files.sort();
-    let mut hasher = Sha256::new();
-    for file in files {
-        let mut reader = std::fs::File::open(&file).map_err(ApiError::internal)?;
-        std::io::copy(&mut reader, &mut hasher).map_err(ApiError::internal)?;
-    }
-    let digest = hasher
-        .finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect::<String>();
-    Ok(ModelFacts {
-        inventory,
-        digest: format!("sha256:{digest}"),
-    })
+    let digest = weights_digest(&card.path).map_err(ApiError::internal)?;
+    Ok(ModelFacts { inventory, digest })
 }
 
 /// A loaded model and when a request last asked for it.
@@ -686,7 +667,12 @@ fn load(card: ModelCard, config: SchedulerConfig) -> Result<LoadedModel, ApiErro
             format!("cannot load {}: {e}", card.name),
         )
     })?;
-    let fingerprint = fingerprint(&card);
+    let provenance = Provenance::of(&card).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot read {}: {e}", card.path.display()),
+        )
+    })?;
     let tokenizer = model.tokenizer.clone();
     let template = model.template.clone();
     let model_config = model.config().clone();
@@ -699,23 +685,8 @@ fn load(card: ModelCard, config: SchedulerConfig) -> Result<LoadedModel, ApiErro
         tokenizer,
         template,
         config: model_config,
-        fingerprint,
+        provenance,
     })
-}
-
-/// `fp_` + a hash of the build, the backend and the model file's identity.
-fn fingerprint(card: &ModelCard) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut h = DefaultHasher::new();
-    (
-        env!("CARGO_PKG_VERSION"),
-        &card.name,
-        card.bytes,
-        card.created,
-    )
-        .hash(&mut h);
-    seedbar_engine::runtime::default_device_is_gpu().hash(&mut h);
-    format!("fp_{:012x}", h.finish() & 0xffff_ffff_ffff)
 }
 
 /// Seconds since the epoch.

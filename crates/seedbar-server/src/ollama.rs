@@ -29,7 +29,7 @@ use crate::{
     },
     model_host::{KeepAlive, ModelCard, ModelFacts},
     pulls::PullStatus,
-    sse::with_seed,
+    receipt::with_receipt,
     structured::{self, OllamaFormat},
     App,
 };
@@ -852,13 +852,16 @@ async fn respond(
     stream: bool,
     route: Route,
 ) -> std::result::Result<Response, ApiError> {
-    let seed = generation.seed;
+    let receipt = generation.receipt();
     let lines = ReplyLines::new(&generation, route);
     if stream {
-        return Ok(with_seed(seed, ndjson(stream_body(generation, lines))));
+        return Ok(with_receipt(
+            &receipt,
+            ndjson(stream_body(generation, lines)),
+        ));
     }
     let reply = generation.collect().await?.pop().unwrap_or_default();
-    Ok(with_seed(seed, Json(lines.whole(reply))))
+    Ok(with_receipt(&receipt, Json(lines.whole(reply))))
 }
 
 fn json_line(value: &impl Serialize) -> String {

@@ -24,7 +24,8 @@ use crate::{
         TotalUsage, Translator,
     },
     model_host::ModelCard,
-    sse::{sse, with_seed, SseMessage},
+    receipt::with_receipt,
+    sse::{sse, SseMessage},
     structured::{self, ResponseFormat, ToolChoice, ToolMode},
     App,
 };
@@ -215,7 +216,7 @@ pub async fn chat_completions(
         ..Job::new(vec![prompt], settings, "chatcmpl-")
     };
     let generation = Generation::start(&app, model, job)?;
-    let seed = generation.seed;
+    let receipt = generation.receipt();
     if common.stream {
         let translator = ChatStream {
             envelope: Envelope::new(&generation, "chat.completion.chunk"),
@@ -223,14 +224,17 @@ pub async fn chat_completions(
             calls: vec![0; generation.choices()],
             include_usage: common.include_usage(),
         };
-        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
+        return Ok(with_receipt(
+            &receipt,
+            sse(stream_body(generation, translator)),
+        ));
     }
     let logprobs = logprobs.is_some();
     let body = whole_response(generation, "chat.completion", |index, reply| {
         chat_choice(index, reply, logprobs)
     })
     .await?;
-    Ok(with_seed(seed, Json(body)))
+    Ok(with_receipt(&receipt, Json(body)))
 }
 
 // ---- wire structs ----------------------------------------------------------------------
@@ -253,7 +257,7 @@ impl Envelope {
             object,
             created: generation.created,
             model: generation.model.card.name.clone(),
-            system_fingerprint: generation.model.fingerprint.clone(),
+            system_fingerprint: generation.model.provenance.fingerprint.clone(),
             seed: generation.seed,
         }
     }
@@ -750,14 +754,17 @@ pub async fn completions(
         ..Job::new(prompts, settings, "cmpl-")
     };
     let generation = Generation::start(&app, model, job)?;
-    let seed = generation.seed;
+    let receipt = generation.receipt();
     if common.stream {
         let translator = CompletionStream {
             envelope: Envelope::new(&generation, "text_completion"),
             echoes,
             include_usage: common.include_usage(),
         };
-        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
+        return Ok(with_receipt(
+            &receipt,
+            sse(stream_body(generation, translator)),
+        ));
     }
     let logprobs = req.logprobs.is_some();
     let body = whole_response(generation, "text_completion", |index, reply| {
@@ -770,7 +777,7 @@ pub async fn completions(
         }
     })
     .await?;
-    Ok(with_seed(seed, Json(body)))
+    Ok(with_receipt(&receipt, Json(body)))
 }
 
 /// Legacy completion chunks: each choice's echo, a chunk per token (empty text included,

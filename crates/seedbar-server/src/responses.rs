@@ -20,7 +20,8 @@ use crate::{
     generation::{
         stream_body, Finish, Generation, Job, ServedModel, StopReason, Token, Translator,
     },
-    sse::{sse, with_seed, SseMessage},
+    receipt::with_receipt,
+    sse::{sse, SseMessage},
     structured::{self, forced_call, one_format, ChatInput, TextFormat},
     App,
 };
@@ -394,14 +395,17 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
     let job = Job::new(vec![prompt], settings, "resp_");
     let generation = Generation::start(&app, model, job)?;
     let frame = ResponseFrame::new(&generation);
-    let seed = frame.seed;
+    let receipt = generation.receipt();
     if common.stream {
         let translator = ResponseStream {
             output: Output::new(&frame.id),
             frame,
             sequence_number: 0,
         };
-        return Ok(with_seed(seed, sse(stream_body(generation, translator))));
+        return Ok(with_receipt(
+            &receipt,
+            sse(stream_body(generation, translator)),
+        ));
     }
     let reply = generation.collect().await?.pop().unwrap_or_default();
     let mut output = Output::new(&frame.id);
@@ -413,7 +417,7 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
         reply.usage().completion_tokens,
         reply.reasoning_tokens,
     );
-    Ok(with_seed(seed, Json(response)))
+    Ok(with_receipt(&receipt, Json(response)))
 }
 
 /// A streamed response: `response.created` and `response.in_progress`, the item events,

@@ -210,7 +210,7 @@ pub fn cors() -> CorsLayer {
             Method::DELETE,
             Method::OPTIONS,
         ])
-        .expose_headers([header::HeaderName::from_static(crate::sse::SEED_HEADER)])
+        .expose_headers(crate::receipt::HEADERS.map(header::HeaderName::from_static))
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! What every generating route answers with: server-sent events from a translator's
-//! messages, and the header carrying the seed a reply used.
+//! messages (the headers carrying a reply's receipt are `receipt.rs`'s).
 
 use std::convert::Infallible;
 
@@ -9,9 +9,6 @@ use axum::response::{
 };
 use futures_util::StreamExt;
 use serde::Serialize;
-
-/// Response header carrying the seed a reply used.
-pub const SEED_HEADER: &str = "x-seedbar-seed";
 
 /// A server-sent event as a translator writes it: its name (where the protocol names
 /// events) and its data.
@@ -44,9 +41,4 @@ pub(crate) fn sse(
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
-}
-
-/// Attach the seed header.
-pub fn with_seed(seed: u64, body: impl IntoResponse) -> Response {
-    ([(SEED_HEADER, seed.to_string())], body).into_response()
 }

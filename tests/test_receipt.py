@@ -1,0 +1,90 @@
+"""A reply's reproducibility receipt (#32): every generating route answers with the seed, the
+model's weights hash (SHA-256 of its file), its quantization, the engine build and the backend
+class in `x-seedbar-*` headers, and OpenAI's `system_fingerprint` is the fingerprint of all but
+the seed. Two replies with the same seed and settings have equal receipts and equal text;
+another weights file changes the hash and the fingerprint."""
+
+import hashlib
+import shutil
+
+import httpx
+import pytest
+
+from conftest import DEFAULT_MODEL, Seedbar, default_gguf, serving
+
+ALTERED = "SmolLM2-altered"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("receipt")
+    sb = Seedbar(root / "home")
+    sb.run("models", "add", default_gguf(), "--name", DEFAULT_MODEL)
+    # The same model with one byte of its last tensor changed: it loads and answers, from
+    # other weights.
+    altered = root / "altered.gguf"
+    shutil.copy(default_gguf(), altered)
+    with open(altered, "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 0x01]))
+    sb.run("models", "add", altered, "--name", ALTERED)
+    with serving(sb) as srv:
+        yield srv
+
+
+def receipt(response):
+    return {k: v for k, v in response.headers.items() if k.startswith("x-seedbar-")}
+
+
+def chat(server, model=DEFAULT_MODEL, seed=5, **extra):
+    body = {"model": model, "messages": [{"role": "user", "content": "Name a colour."}],
+            "max_tokens": 12, "temperature": 0.9, "seed": seed, **extra}
+    response = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def test_every_reply_carries_its_receipt(server):
+    response = chat(server)
+    got = receipt(response)
+    assert got["x-seedbar-seed"] == "5"
+    assert got["x-seedbar-weights"] == sha256(default_gguf())
+    assert got["x-seedbar-quantization"] == "Q4_1"
+    assert got["x-seedbar-engine"].startswith("seedbar ")
+    assert got["x-seedbar-backend"] == "cpu"
+    assert got["x-seedbar-fingerprint"] == response.json()["system_fingerprint"]
+    assert got["x-seedbar-fingerprint"].startswith("fp_")
+    # The other routes say the same.
+    for path, body in [
+        ("/v1/completions", {"prompt": "Hi", "max_tokens": 2}),
+        ("/v1/messages", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+        ("/v1/responses", {"input": "Hi", "max_output_tokens": 16}),
+        ("/api/chat", {"messages": [{"role": "user", "content": "Hi"}], "stream": False,
+                       "options": {"num_predict": 2, "seed": 5}}),
+    ]:
+        other = httpx.post(f"{server.url}{path}", json={"model": DEFAULT_MODEL, **body}, timeout=120)
+        assert other.status_code == 200, (path, other.text)
+        mine = receipt(other)
+        assert {k: v for k, v in mine.items() if k != "x-seedbar-seed"} == {
+            k: v for k, v in got.items() if k != "x-seedbar-seed"}, path
+
+
+def test_equal_seeds_give_equal_receipts_and_text_and_other_weights_another_fingerprint(server):
+    first, again = chat(server, seed=11), chat(server, seed=11)
+    assert receipt(first) == receipt(again)
+    assert first.json()["choices"][0]["message"] == again.json()["choices"][0]["message"]
+    other_seed = chat(server, seed=12)
+    assert receipt(other_seed)["x-seedbar-fingerprint"] == receipt(first)["x-seedbar-fingerprint"]
+    altered = chat(server, model=ALTERED, seed=11)
+    assert receipt(altered)["x-seedbar-weights"] != receipt(first)["x-seedbar-weights"]
+    assert altered.json()["system_fingerprint"] != first.json()["system_fingerprint"]
