@@ -88,3 +88,28 @@ def test_equal_seeds_give_equal_receipts_and_text_and_other_weights_another_fing
     altered = chat(server, model=ALTERED, seed=11)
     assert receipt(altered)["x-seedbar-weights"] != receipt(first)["x-seedbar-weights"]
     assert altered.json()["system_fingerprint"] != first.json()["system_fingerprint"]
+
+
+def test_a_chat_reply_keeps_its_receipt_in_the_store_and_the_export(server):
+    with httpx.Client(base_url=server.url, timeout=120) as api:
+        created = api.post("/app/conversations", json={"settings": {"seed": 21, "max_tokens": 8}})
+        cid = created.json()["id"]
+        with api.stream("POST", f"/app/conversations/{cid}/reply", json={"content": "Hi"}) as resp:
+            assert resp.status_code == 200
+            headers = receipt(resp)
+            for _ in resp.iter_lines():
+                pass
+        stored = api.get(f"/app/conversations/{cid}").json()["messages"][-1]
+        assert stored["seed"] == 21 and headers["x-seedbar-seed"] == "21"
+        provenance = stored["provenance"]
+        assert provenance == {
+            "weights": sha256(default_gguf()),
+            "quantization": "Q4_1",
+            "engine": headers["x-seedbar-engine"],
+            "backend": "cpu",
+            "fingerprint": headers["x-seedbar-fingerprint"],
+        }
+        exported = api.get(f"/app/conversations/{cid}/export", params={"format": "json"}).json()
+        assert exported["messages"][-1]["provenance"] == provenance
+        markdown = api.get(f"/app/conversations/{cid}/export").text
+        assert provenance["fingerprint"] in markdown

@@ -63,6 +63,16 @@ describe('chat window', { skip, timeout: 900_000 }, () => {
     assert.ok(first.text.length > 0);
     const all = await messages(page);
     assert.equal(all.length, 2, 'regenerate replaces the last reply');
+    // Its receipt: the seed, and what else fixes the reply.
+    const receipt = `${tid('message')}[data-role="assistant"] ${tid('receipt')}`;
+    await page.click(`${receipt} summary`);
+    const field = async (name) => (await page.textContent(`${receipt} ${tid(`receipt-${name}`)}`)).trim();
+    assert.equal(await field('seed'), '1234');
+    assert.match(await field('weights'), /^sha256:[0-9a-f]{64}$/);
+    assert.match(await field('fingerprint'), /^fp_[0-9a-f]{12}$/);
+    assert.equal(await field('backend'), 'CPU');
+    assert.match(await field('engine'), /^seedbar /);
+    await page.click(`${receipt} summary`);
     // The picture for the docs: a real reply under a pinned seed.
     await page.click(tid('toggle-settings'));
     await page.waitForSelector(tid('settings-panel'), { state: 'detached' });

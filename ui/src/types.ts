@@ -42,6 +42,21 @@ export type Message = {
   reasoning: string | null;
   /** How long the model thought, in milliseconds: null when it did not, or was cut off thinking. */
   reasoning_ms: number | null;
+  /** Replies: the rest of the reply's receipt (its model's weights, the engine, the backend). */
+  provenance?: Provenance | null;
+};
+
+/** What fixed a reply besides its seed and sampling (the server's `x-seedbar-*` headers). */
+export type Provenance = {
+  /** `sha256:` and the digest of the model's files. */
+  weights: string;
+  quantization: string | null;
+  /** `seedbar 0.1.0 (commit)`. */
+  engine: string;
+  /** `cpu`, `cuda` or `metal`. */
+  backend: string;
+  /** OpenAI's `system_fingerprint`: changes when any of the above does. */
+  fingerprint: string;
 };
 
 export type ConversationDetail = Conversation & { messages: Message[] };

@@ -1,6 +1,7 @@
 //! A conversation exported for use elsewhere: Markdown to read or share, and JSON that keeps
 //! everything needed to reproduce a pinned-seed reply (each reply's seed, model and sampling,
-//! the conversation's settings). The JSON is versioned (`seedbar.conversation`, version 1).
+//! the conversation's settings, what fixed each reply besides: its `provenance`). The JSON
+//! is versioned (`seedbar.conversation`, version 1).
 
 use serde::Serialize;
 
@@ -63,6 +64,10 @@ pub fn markdown(conversation: &Conversation, messages: &[Message]) -> String {
                 if let Some(seed) = message.seed {
                     about.push(format!("seed {seed}"));
                 }
+                let fingerprint = message.provenance.as_ref().map(|p| &p["fingerprint"]);
+                if let Some(fingerprint) = fingerprint.and_then(|f| f.as_str()) {
+                    about.push(format!("`{fingerprint}`"));
+                }
                 if message.status != Status::Complete {
                     about.push(message.status.as_str().to_string());
                 }
@@ -121,6 +126,7 @@ mod tests {
             created_at: "2026-12-01T10:00:00Z".into(),
             reasoning: None,
             reasoning_ms: None,
+            provenance: None,
         }
     }
 

@@ -71,7 +71,7 @@ const CONVERSATION_COLUMNS: &str =
     "id, title, created_at, updated_at, model, system_prompt, temperature, top_p, max_tokens, seed";
 
 const MESSAGE_COLUMNS: &str = "id, conversation_id, role, content, seed, model, temperature, \
-     top_p, max_tokens, system_prompt, status, created_at, reasoning, reasoning_ms";
+     top_p, max_tokens, system_prompt, status, created_at, reasoning, reasoning_ms, provenance";
 
 /// The conversations database. Thread-safe: one connection behind a mutex.
 pub struct ChatStore {
@@ -383,8 +383,8 @@ fn insert_message(conn: &Connection, conversation: i64, new: &NewMessage) -> Res
     conn.execute(
         &format!(
             "INSERT INTO messages (conversation_id, role, content, status, seed, model,
-                 temperature, top_p, max_tokens, system_prompt, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW})"
+                 temperature, top_p, max_tokens, system_prompt, provenance, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, {NOW})"
         ),
         params![
             conversation,
@@ -397,6 +397,7 @@ fn insert_message(conn: &Connection, conversation: i64, new: &NewMessage) -> Res
             sampling.map(|s| s.top_p),
             sampling.map(|s| s.max_tokens),
             sampling.map(|s| &s.system_prompt),
+            new.provenance.as_ref().map(|p| p.to_string()),
         ],
     )?;
     get_message(conn, conn.last_insert_rowid())
@@ -481,6 +482,10 @@ fn message(row: &Row) -> rusqlite::Result<Message> {
         created_at: row.get(11)?,
         reasoning: row.get(12)?,
         reasoning_ms: row.get::<_, Option<i64>>(13)?.map(|ms| ms as u64),
+        // Written by this store from a JSON value: a row that does not parse has none.
+        provenance: row
+            .get::<_, Option<String>>(14)?
+            .and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 

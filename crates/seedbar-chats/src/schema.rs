@@ -46,6 +46,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 3: a reply's thinking (models that think) and how long it took.
     "ALTER TABLE messages ADD COLUMN reasoning TEXT;
     ALTER TABLE messages ADD COLUMN reasoning_ms INTEGER;",
+    // 4: what fixed a reply besides its seed and sampling: its model's weights hash, the
+    // engine build and the backend (JSON).
+    "ALTER TABLE messages ADD COLUMN provenance TEXT;",
 ];
 
 /// Bring the database up to version `target`; refuse one newer than this build knows.

@@ -58,7 +58,11 @@ fn app_settings() -> AppSettings {
 
 /// A streaming reply row for a conversation with `settings()`.
 fn reply_row() -> NewMessage {
-    NewMessage::reply(42, settings().sampling())
+    NewMessage::reply(
+        42,
+        settings().sampling(),
+        serde_json::json!({"fingerprint": "fp_0123456789ab", "backend": "cpu"}),
+    )
 }
 
 /// A conversation with a question and a finished reply.

@@ -158,6 +158,10 @@ pub struct Message {
     pub reasoning: Option<String>,
     /// How long the model thought, in milliseconds.
     pub reasoning_ms: Option<u64>,
+    /// Replies: what fixed the reply besides its seed and sampling (the server's receipt:
+    /// the model's weights hash and quantization, the engine build, the backend class and
+    /// their fingerprint), as the server wrote it.
+    pub provenance: Option<serde_json::Value>,
 }
 
 /// What a streaming reply has written: its content and, from models that think, its
@@ -187,6 +191,7 @@ pub struct NewMessage {
     pub status: Status,
     pub seed: Option<u64>,
     pub sampling: Option<Sampling>,
+    pub provenance: Option<serde_json::Value>,
 }
 
 impl NewMessage {
@@ -198,17 +203,19 @@ impl NewMessage {
             status: Status::Complete,
             seed: None,
             sampling: None,
+            provenance: None,
         }
     }
 
-    /// The row of a reply about to stream.
-    pub fn reply(seed: u64, sampling: Sampling) -> Self {
+    /// The row of a reply about to stream, with its model's `provenance`.
+    pub fn reply(seed: u64, sampling: Sampling, provenance: serde_json::Value) -> Self {
         NewMessage {
             role: Role::Assistant,
             content: String::new(),
             status: Status::Streaming,
             seed: Some(seed),
             sampling: Some(sampling),
+            provenance: Some(provenance),
         }
     }
 }

@@ -153,6 +153,7 @@ impl StartingMessage {
                 status: Status::Complete,
                 seed,
                 sampling: seed.map(|_| settings.sampling()),
+                provenance: None,
             }),
         }
     }
@@ -387,16 +388,18 @@ async fn reply(
 
     // The turn and the streaming reply row in one transaction, refused (409) while another
     // reply streams into this conversation.
-    // The reply records the model it ran on (the default one for a conversation without).
+    // The reply records the model it ran on (the default one for a conversation without),
+    // and the rest of its receipt.
+    let receipt = generation.receipt();
     let row = NewMessage::reply(
         seed,
         seedbar_chats::Sampling {
             model: ran_on,
             ..settings.sampling()
         },
+        serde_json::to_value(&receipt.provenance).map_err(ApiError::internal)?,
     );
     let (user, reply) = db(&app, move |s| s.begin_reply(id, &turn, &row)).await?;
-    let receipt = generation.receipt();
     let body = spawn_body(move |tx| reply_stream::stream_reply(app, generation, user, reply, tx));
     Ok(with_receipt(&receipt, sse(body)))
 }

@@ -5,6 +5,7 @@ import type { UiMessage } from '../convList';
 import { renderMarkdown } from '../markdown';
 import { formatSeed } from '../seed';
 import { IconCheck, IconCopy, IconPencil, IconPin, IconRefresh } from './icons';
+import { Receipt } from './Receipt';
 import { ThinkingBlock } from './ThinkingBlock';
 
 type Props = {
@@ -91,6 +92,7 @@ function MessageItemInner({ message, pinnedSeed, isLastReply, busy }: Props) {
                   <IconPin size={12} /> pin this seed
                 </button>
               )}
+              {!message.streaming && <Receipt message={message} />}
             </span>
           )}
           {message.content && (

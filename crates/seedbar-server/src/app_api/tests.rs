@@ -15,6 +15,7 @@ fn message(id: i64, role: Role, content: &str) -> Message {
         created_at: String::new(),
         reasoning: None,
         reasoning_ms: None,
+        provenance: None,
     }
 }
 
