@@ -113,3 +113,41 @@ def test_a_chat_reply_keeps_its_receipt_in_the_store_and_the_export(server):
         assert exported["messages"][-1]["provenance"] == provenance
         markdown = api.get(f"/app/conversations/{cid}/export").text
         assert provenance["fingerprint"] in markdown
+
+
+def test_an_exported_conversation_imports_and_replays_identically(server):
+    with httpx.Client(base_url=server.url, timeout=300) as api:
+        cid = api.post("/app/conversations", json={"settings": {"seed": 31, "max_tokens": 10,
+                                                                "temperature": 0.9}}).json()["id"]
+        for question in ["Name a fruit.", "And a vegetable?"]:
+            with api.stream("POST", f"/app/conversations/{cid}/reply", json={"content": question}) as resp:
+                assert resp.status_code == 200
+                for _ in resp.iter_lines():
+                    pass
+        exported = api.get(f"/app/conversations/{cid}/export", params={"format": "json"}).json()
+
+        imported = api.post("/app/conversations/import", json=exported)
+        assert imported.status_code == 200, imported.text
+        copy = imported.json()
+        assert copy["id"] != cid and copy["settings"]["seed"] == 31
+        stored = api.get(f"/app/conversations/{copy['id']}").json()["messages"]
+        original = [dict(m) for m in exported["messages"]]
+        keep = ("role", "content", "seed", "sampling", "provenance", "reasoning")
+        assert [{k: m[k] for k in keep} for m in stored] == [{k: m[k] for k in keep} for m in original]
+
+        replay = api.post(f"/app/conversations/{copy['id']}/replay").json()
+        assert (replay["total"], replay["identical"]) == (2, 2), replay
+        assert all(r["differences"] == [] for r in replay["replies"]), replay
+
+        # Positive control: a reply changed after the fact does not replay as identical (the
+        # last one: an earlier one would change the history of those after it too).
+        exported["messages"][3]["content"] += " (edited)"
+        edited = api.post("/app/conversations/import", json=exported).json()
+        replay = api.post(f"/app/conversations/{edited['id']}/replay").json()
+        assert (replay["total"], replay["identical"]) == (2, 1), replay
+        assert [r["identical"] for r in replay["replies"]] == [True, False]
+        assert replay["replies"][1]["content"] == original[3]["content"]
+
+        # Another format is refused with the protocol's error.
+        wrong = api.post("/app/conversations/import", json={**exported, "version": 9})
+        assert wrong.status_code == 400 and "version 9" in wrong.json()["error"]["message"]

@@ -383,8 +383,9 @@ fn insert_message(conn: &Connection, conversation: i64, new: &NewMessage) -> Res
     conn.execute(
         &format!(
             "INSERT INTO messages (conversation_id, role, content, status, seed, model,
-                 temperature, top_p, max_tokens, system_prompt, provenance, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, {NOW})"
+                 temperature, top_p, max_tokens, system_prompt, provenance, reasoning,
+                 reasoning_ms, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {NOW})"
         ),
         params![
             conversation,
@@ -398,6 +399,8 @@ fn insert_message(conn: &Connection, conversation: i64, new: &NewMessage) -> Res
             sampling.map(|s| s.max_tokens),
             sampling.map(|s| &s.system_prompt),
             new.provenance.as_ref().map(|p| p.to_string()),
+            new.reasoning,
+            new.reasoning_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
         ],
     )?;
     get_message(conn, conn.last_insert_rowid())

@@ -132,7 +132,7 @@ impl Status {
 }
 
 /// The settings a reply was generated with.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
     pub model: String,
     pub temperature: f64,
@@ -192,6 +192,9 @@ pub struct NewMessage {
     pub seed: Option<u64>,
     pub sampling: Option<Sampling>,
     pub provenance: Option<serde_json::Value>,
+    /// A reply's thinking and how long it took (an imported conversation's).
+    pub reasoning: Option<String>,
+    pub reasoning_ms: Option<u64>,
 }
 
 impl NewMessage {
@@ -204,6 +207,8 @@ impl NewMessage {
             seed: None,
             sampling: None,
             provenance: None,
+            reasoning: None,
+            reasoning_ms: None,
         }
     }
 
@@ -216,6 +221,8 @@ impl NewMessage {
             seed: Some(seed),
             sampling: Some(sampling),
             provenance: Some(provenance),
+            reasoning: None,
+            reasoning_ms: None,
         }
     }
 }

@@ -53,6 +53,8 @@ pub fn routes() -> Router<Arc<App>> {
         )
         .route("/app/conversations/{id}/reply", post(reply))
         .route("/app/conversations/{id}/export", get(export_conversation))
+        .route("/app/conversations/import", post(replay::import))
+        .route("/app/conversations/{id}/replay", post(replay::replay))
         .route("/app/models", get(list_models))
         .route("/app/models/{name}", delete(delete_model))
         .route("/app/models/pull", post(pull_model))
@@ -153,7 +155,7 @@ impl StartingMessage {
                 status: Status::Complete,
                 seed,
                 sampling: seed.map(|_| settings.sampling()),
-                provenance: None,
+                ..NewMessage::user("")
             }),
         }
     }
@@ -371,18 +373,10 @@ async fn reply(
         (name, _) => name.to_string(),
     };
     let model = ServedModel::find(&app, &name).await?;
-    let messages: Vec<ChatMessage> = (!settings.system_prompt.is_empty())
-        .then(|| ChatMessage::new("system", &settings.system_prompt))
-        .into_iter()
-        .chain(history)
-        .collect();
     let seed = settings.seed.unwrap_or_else(draw_seed);
     let sampling = generation_settings(&settings, seed);
     sampling.validate("settings.")?;
-    let prompt = Prompt::Chat {
-        messages,
-        tools: None,
-    };
+    let prompt = reply_prompt(&settings.system_prompt, history);
     let ran_on = model.card.name.clone();
     let generation = Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-"))?;
 
@@ -405,6 +399,29 @@ async fn reply(
 }
 
 /// The chat a reply answers and what to store for it, from the request and the messages.
+/// Stored messages as the chat a reply answers: replies that were cut off before any text
+/// add nothing to it.
+fn chat_history(messages: &[Message]) -> Vec<ChatMessage> {
+    messages
+        .iter()
+        .filter(|m| !m.content.is_empty())
+        .map(|m| ChatMessage::new(m.role.as_str(), &m.content))
+        .collect()
+}
+
+/// A reply's prompt: the system prompt, if any, then the chat.
+fn reply_prompt(system_prompt: &str, history: Vec<ChatMessage>) -> Prompt {
+    let messages = (!system_prompt.is_empty())
+        .then(|| ChatMessage::new("system", system_prompt))
+        .into_iter()
+        .chain(history)
+        .collect();
+    Prompt::Chat {
+        messages,
+        tools: None,
+    }
+}
+
 fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn), ApiError> {
     let turn = match (body.content, body.regenerate, body.edit) {
         (Some(content), false, None) => Turn::Send(content),
@@ -465,11 +482,8 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
     if new_text.is_some_and(|text| text.trim().is_empty()) {
         return Err(ApiError::bad_param(param, "the message is empty"));
     }
-    // Replies that were cut off before any text add nothing to the chat.
-    let history = kept
-        .iter()
-        .filter(|m| !m.content.is_empty())
-        .map(|m| ChatMessage::new(m.role.as_str(), &m.content))
+    let history = chat_history(kept)
+        .into_iter()
         .chain(new_text.map(|text| ChatMessage::new("user", text)))
         .collect();
     Ok((history, turn))
@@ -721,6 +735,7 @@ async fn retry(State(app): State<Arc<App>>) -> Result<(StatusCode, Json<ServerSt
 }
 
 mod db;
+mod replay;
 mod reply_stream;
 #[cfg(test)]
 mod tests;
