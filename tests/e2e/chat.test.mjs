@@ -99,6 +99,23 @@ describe('chat window', { skip, timeout: 900_000 }, () => {
     assert.deepEqual(exported.messages.map((m) => m.seed), [null, 1234]);
   });
 
+  it('replays the seeded reply identically, and imports the JSON export as a new conversation', async () => {
+    await page.click(tid('export-toggle'));
+    await page.click(tid('replay'));
+    await page.waitForSelector(`${tid('replay-result')}[data-state="done"]`, { timeout: 120_000 });
+    assert.equal((await page.textContent(tid('replay-summary'))).trim(), '1 of 1 seeded replies came out identical.');
+    await page.click(tid('export-toggle'));
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click(tid('export-json'))]);
+    const before = await messages(page);
+    const title = (await page.textContent(tid('chat-title'))).trim();
+    const id = await page.getAttribute(tid('chat-view'), 'data-conversation');
+    await page.setInputFiles(tid('import-file'), await download.path());
+    await page.waitForSelector(`${tid('chat-view')}:not([data-conversation="${id}"])`);
+    await page.waitForSelector(`${tid('message')}[data-role="assistant"]`);
+    assert.equal((await page.textContent(tid('chat-title'))).trim(), title);
+    assert.deepEqual((await messages(page)).map((m) => [m.role, m.text, m.seed]), before.map((m) => [m.role, m.text, m.seed]));
+  });
+
   it('pins the seed of a reply, and unpins with one click', async () => {
     await page.click(tid('seed-unpin'));
     await page.waitForSelector(`${tid('seed-pin')}[data-pinned="false"]`);

@@ -8,7 +8,7 @@ import {
 } from './convList';
 import { drafts } from './drafts';
 import { getState, setState, toast, updateMessages, type Route } from './store';
-import type { Conversation, ReplyRequest, Settings } from './types';
+import type { Conversation, Replay, ReplyRequest, Settings } from './types';
 
 let sessionKey: string | null = null;
 
@@ -157,6 +157,36 @@ export async function newConversation(replaceRoute = false): Promise<Conversatio
   } catch (error) {
     report(error);
     if (replaceRoute) navigate({ view: 'chat', id: null }, true);
+    return null;
+  }
+}
+
+/** Import a JSON export chosen on disk and open it. */
+export async function importConversationFile(file: File): Promise<Conversation | null> {
+  let exported: unknown;
+  try {
+    exported = JSON.parse(await file.text());
+  } catch {
+    toast(`${file.name} is not a JSON export of a conversation`, 'error');
+    return null;
+  }
+  try {
+    const conversation = await client.importConversation(exported);
+    setState((s) => ({ conversations: upsertConversation(s.conversations, conversation), query: '' }));
+    navigate({ view: 'chat', id: conversation.id });
+    return conversation;
+  } catch (error) {
+    report(error);
+    return null;
+  }
+}
+
+/** Regenerate a conversation's seeded replies; what came out, or null when it failed. */
+export async function replayConversation(id: number): Promise<Replay | null> {
+  try {
+    return await client.replayConversation(id);
+  } catch (error) {
+    report(error);
     return null;
   }
 }

@@ -3,7 +3,7 @@
 
 import { DONE, SseParser, decodeData } from './sse';
 import type {
-  AppSettings, AppStatus, Conversation, ConversationDetail, ModelInfo, Pull, ReplyEvent, ReplyRequest, Settings,
+  AppSettings, AppStatus, Conversation, ConversationDetail, ModelInfo, Pull, Replay, ReplyEvent, ReplyRequest, Settings,
   StartingMessage,
 } from './types';
 
@@ -191,6 +191,16 @@ export class Client {
     const disposition = response.headers.get('Content-Disposition') ?? '';
     const name = /filename="([^"]+)"/.exec(disposition)?.[1] ?? `conversation.${format === 'json' ? 'json' : 'md'}`;
     return { name, blob: await response.blob() };
+  }
+
+  /** A JSON export (`seedbar.conversation` v1) as a new conversation. */
+  importConversation(exported: unknown) {
+    return this.request<Conversation>('POST', '/app/conversations/import', 'Importing the conversation failed', exported);
+  }
+
+  /** Regenerate each seeded reply and say which came out the same. */
+  replayConversation(id: number) {
+    return this.request<Replay>('POST', `/app/conversations/${id}/replay`, 'Replaying the conversation failed', {});
   }
 
   // Models

@@ -46,6 +46,22 @@ export type Message = {
   provenance?: Provenance | null;
 };
 
+/** What replaying a conversation found (`POST /app/conversations/{id}/replay`). */
+export type Replay = {
+  /** Seeded, complete replies replayed, and those that came out the same. */
+  total: number;
+  identical: number;
+  replies: {
+    message_id: number;
+    identical: boolean;
+    content: string | null;
+    reasoning: string | null;
+    error: string | null;
+    /** Where the reply's receipt differs from this machine's ("backend: cuda there, cpu here"). */
+    differences: string[];
+  }[];
+};
+
 /** What fixed a reply besides its seed and sampling (the server's `x-seedbar-*` headers). */
 export type Provenance = {
   /** `sha256:` and the digest of the model's files. */

@@ -1,7 +1,8 @@
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
-import { exportConversation, newConversation, reply, stop } from '../actions';
+import { exportConversation, importConversationFile, newConversation, replayConversation, reply, stop } from '../actions';
 import { drafts } from '../drafts';
 import { useAppState } from '../store';
+import type { Replay } from '../types';
 import { MessageItem } from './MessageItem';
 import { SeedPin } from './SeedPin';
 import { SettingsPanel } from './SettingsPanel';
@@ -11,6 +12,7 @@ import { IconDownload, IconSend, IconSliders, IconStop } from './icons';
 export function ChatView({ id }: { id: number | null }) {
   const s = useAppState();
   const [showSettings, setShowSettings] = useState(() => localStorage.getItem('seedbar.settingsOpen') === '1');
+  const [replay, setReplay] = useState<{ id: number; result: Replay | 'running' } | null>(null);
   const toggleSettings = () => {
     setShowSettings((v) => {
       try { localStorage.setItem('seedbar.settingsOpen', v ? '0' : '1'); } catch { /* ignore */ }
@@ -65,12 +67,17 @@ export function ChatView({ id }: { id: number | null }) {
             <span class="chat-model" data-testid="chat-model">{conversation.settings.model}</span>
           </div>
           <SeedPin conversation={conversation} lastSeed={lastSeed} />
-          <ExportMenu id={id} />
+          <ExportMenu id={id} busy={streaming || replay?.result === 'running'} onReplay={async () => {
+            setReplay({ id, result: 'running' });
+            const result = await replayConversation(id);
+            setReplay(result ? { id, result } : null);
+          }} />
           <button type="button" class={`icon-button${showSettings ? ' active' : ''}`} data-testid="toggle-settings"
             aria-label="Chat settings" aria-expanded={showSettings} title="Chat settings" onClick={toggleSettings}>
             <IconSliders size={18} />
           </button>
         </header>
+        {replay?.id === id && <ReplayResult replay={replay.result} onClose={() => setReplay(null)} />}
         <MessageList id={id} streaming={streaming}>
           {messages.length === 0 ? (
             <div class="chat-empty" data-testid="empty-chat">
@@ -185,9 +192,34 @@ function Composer({ id: convId, streaming }: { id: number | null; streaming: boo
   );
 }
 
-/** Export the conversation: Markdown to read, JSON with the seeds that reproduce each reply. */
-function ExportMenu({ id }: { id: number }) {
+/** What a replay found: how many seeded replies came out the same, and for the others why
+ *  they may not (where their receipts differ from this machine's). */
+function ReplayResult({ replay, onClose }: { replay: Replay | 'running'; onClose: () => void }) {
+  if (replay === 'running') {
+    return <div class="replay-result" role="status" data-testid="replay-result" data-state="running">Replaying the seeded replies…</div>;
+  }
+  const all = replay.total > 0 && replay.identical === replay.total;
+  return (
+    <div class={`replay-result ${all ? 'ok' : 'warn'}`} role="status" data-testid="replay-result" data-state="done">
+      <strong data-testid="replay-summary">
+        {replay.total === 0 ? 'No seeded replies to replay.' : `${replay.identical} of ${replay.total} seeded replies came out identical.`}
+      </strong>
+      {replay.replies.filter((r) => !r.identical).map((r) => (
+        <p key={r.message_id} class="small" data-testid="replay-difference">
+          A reply came out different{r.error ? `: ${r.error}` : ''}.
+          {r.differences.length > 0 ? ` Its receipt differs here: ${r.differences.join('; ')}.` : ' Its receipt matches this machine.'}
+        </p>
+      ))}
+      <button type="button" class="link-button" onClick={onClose}>Dismiss</button>
+    </div>
+  );
+}
+
+/** Export the conversation (Markdown to read, JSON with the seeds that reproduce each reply),
+ *  import a JSON export, and replay this conversation's seeded replies. */
+function ExportMenu({ id, busy, onReplay }: { id: number; busy: boolean; onReplay: () => void }) {
   const [open, setOpen] = useState(false);
+  const file = useRef<HTMLInputElement>(null);
   const save = (format: 'markdown' | 'json') => {
     setOpen(false);
     void exportConversation(id, format);
@@ -202,8 +234,18 @@ function ExportMenu({ id }: { id: number }) {
         <div class="export-options" role="menu">
           <button type="button" role="menuitem" data-testid="export-markdown" onClick={() => save('markdown')}>Markdown</button>
           <button type="button" role="menuitem" data-testid="export-json" onClick={() => save('json')}>JSON (with seeds)</button>
+          <button type="button" role="menuitem" data-testid="replay" disabled={busy}
+            title="Regenerate each seeded reply and compare" onClick={() => { setOpen(false); onReplay(); }}>Replay seeded replies</button>
+          <button type="button" role="menuitem" data-testid="import-conversation" onClick={() => file.current?.click()}>Import a JSON export…</button>
         </div>
       )}
+      <input ref={file} type="file" accept=".json,application/json" hidden data-testid="import-file"
+        onChange={(e) => {
+          const chosen = e.currentTarget.files?.[0];
+          e.currentTarget.value = '';
+          setOpen(false);
+          if (chosen) void importConversationFile(chosen);
+        }} />
     </div>
   );
 }
