@@ -199,7 +199,8 @@ def test_a_pinned_seed_regenerates_the_same_reply(api):
 def test_export_as_markdown_and_json_reproduces_a_pinned_reply(api, server):
     conversation = create(api, "Colors: a list!", temperature=0.8, seed=777, max_tokens=SHORT)
     cid = conversation["id"]
-    answer = reply(api, cid, {"content": "Name three colors."})[-1]["message"]["content"]
+    done = reply(api, cid, {"content": "Name three colors."})[-1]["message"]
+    answer, fingerprint = done["content"], done["provenance"]["fingerprint"]
 
     md = api.get(f"/app/conversations/{cid}/export")
     assert md.status_code == 200, md.text
@@ -207,7 +208,7 @@ def test_export_as_markdown_and_json_reproduces_a_pinned_reply(api, server):
     assert md.headers["content-disposition"] == 'attachment; filename="Colors--a-list.md"'
     assert md.text.startswith("# Colors: a list!\n")
     assert "seed pinned 777" in md.text and "## User\n\nName three colors.\n" in md.text
-    assert f"seed 777)\n\n{answer.strip()}" in md.text
+    assert f"seed 777, `{fingerprint}`)\n\n{answer.strip()}" in md.text
 
     exported = api.get(f"/app/conversations/{cid}/export", params={"format": "json"}).json()
     assert (exported["format"], exported["version"]) == ("seedbar.conversation", 1)
@@ -310,7 +311,7 @@ def own_store(tmp_path):
 
 def test_a_killed_server_loses_nothing_shown_as_sent_or_completed(own_store):
     settings = {"port": 7555, "api_key": "", "allowed_origins": [], "show_in_dock": True, "launch_at_login": True,
-                "quick_chat_shortcut": "Alt+F9"}
+                "quick_chat_shortcut": "Alt+F9", "prompt_cache_disk_gb": 2, "unload_idle_minutes": 5}
     srv = start_server(own_store)
     try:
         with httpx.Client(base_url=srv.url, timeout=120) as api:
@@ -560,6 +561,8 @@ def test_settings_round_trip(api):
         "show_in_dock": True,
         "launch_at_login": False,
         "quick_chat_shortcut": "Alt+Space",
+        "prompt_cache_disk_gb": 8,
+        "unload_idle_minutes": 0,
     }
     assert set(api.get("/app/settings").json()) == set(new)
     assert api.get("/app/settings").json()["quick_chat_shortcut"] == "CommandOrControl+Shift+Space"
