@@ -12,7 +12,13 @@ fn main() {
         .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
         .unwrap_or_default();
     println!("cargo:rustc-env=SEEDBAR_COMMIT={commit}");
+    // What moves when the commit does; only paths that exist (Cargo reruns a script whose
+    // path is missing on every build).
+    println!("cargo:rerun-if-changed=build.rs");
     for moved in ["HEAD", "refs/heads", "packed-refs"] {
-        println!("cargo:rerun-if-changed=../../.git/{moved}");
+        let path = format!("../../.git/{moved}");
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
 }
