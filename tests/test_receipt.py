@@ -5,7 +5,10 @@ the seed. Two replies with the same seed and settings have equal receipts and eq
 another weights file changes the hash and the fingerprint."""
 
 import hashlib
+import json
+import os
 import shutil
+import time
 
 import httpx
 import pytest
@@ -151,3 +154,27 @@ def test_an_exported_conversation_imports_and_replays_identically(server):
         # Another format is refused with the protocol's error.
         wrong = api.post("/app/conversations/import", json={**exported, "version": 9})
         assert wrong.status_code == 400 and "version 9" in wrong.json()["error"]["message"]
+
+
+def test_weights_are_hashed_once_per_version_of_their_files(tmp_path):
+    sb = Seedbar(tmp_path / "home")
+    model = tmp_path / "model.gguf"
+    shutil.copy(default_gguf(), model)
+    sb.run("models", "add", model, "--name", DEFAULT_MODEL)
+    real = sha256(model)
+    kept = sb.home / "weights-digests.json"
+
+    def weights():
+        with serving(sb) as srv:
+            return receipt(chat(srv))["x-seedbar-weights"]
+
+    assert weights() == real
+    digests = json.loads(kept.read_text())
+    (path,) = [p for p, (_, digest) in digests.items() if digest == real]
+    # Kept across restarts: a digest on record for these files' version is used, not rehashed.
+    version, _ = digests[path]
+    kept.write_text(json.dumps({path: [version, "sha256:" + "0" * 64]}))
+    assert weights() == "sha256:" + "0" * 64
+    # Files that changed (their time) are hashed again.
+    os.utime(model, (time.time() + 5, time.time() + 5))
+    assert weights() == real

@@ -25,7 +25,7 @@ use seedbar_scheduler::{DiskCache, DiskTier, Scheduler, SchedulerConfig, SubmitE
 
 use crate::{
     error::ApiError,
-    receipt::{weights_digest, Provenance},
+    receipt::{Digests, Provenance},
 };
 
 /// What clients are told about a model.
@@ -141,9 +141,9 @@ struct FactsEntry {
 }
 
 /// Read `card`'s files: the inventory from their headers, and the digest of their bytes.
-fn read_facts(card: &ModelCard) -> Result<ModelFacts, ApiError> {
+fn read_facts(card: &ModelCard, digests: &Digests) -> Result<ModelFacts, ApiError> {
     let inventory = seedbar_engine::inventory::read(&card.path).map_err(ApiError::internal)?;
-    let digest = weights_digest(&card.path).map_err(ApiError::internal)?;
+    let digest = digests.of(&card.path).map_err(ApiError::internal)?;
     Ok(ModelFacts { inventory, digest })
 }
 
@@ -238,6 +238,8 @@ pub struct ModelHost {
     reading_facts: tokio::sync::Mutex<()>,
     /// The prompt cache's disk tier, shared by every model's scheduler.
     disk_cache: Option<Arc<DiskCache>>,
+    /// Models' weights digests, kept in the data directory across restarts.
+    digests: Arc<Digests>,
     /// Each model file's capabilities, by path, with the size and time they were read at.
     capabilities: Mutex<HashMap<PathBuf, (u64, u64, Capabilities)>>,
 }
@@ -262,6 +264,7 @@ impl ModelHost {
         idle_keep_alive: KeepAlive,
         disk_cache: Option<Arc<DiskCache>>,
     ) -> Self {
+        let digests = Arc::new(Digests::open(store.root()));
         ModelHost {
             store,
             outside,
@@ -276,6 +279,7 @@ impl ModelHost {
             reading_facts: tokio::sync::Mutex::new(()),
             disk_cache,
             capabilities: Mutex::new(HashMap::new()),
+            digests,
         }
     }
 
@@ -422,7 +426,8 @@ impl ModelHost {
             cache,
             model: format!("{} {} {}", card.path.display(), card.bytes, card.created),
         });
-        let loaded = tokio::task::spawn_blocking(move || load(card, config))
+        let digests = self.digests.clone();
+        let loaded = tokio::task::spawn_blocking(move || load(card, config, &digests))
             .await
             .map_err(ApiError::internal)??;
         let loaded = Arc::new(loaded);
@@ -620,7 +625,8 @@ impl ModelHost {
             return Ok(facts);
         }
         let read = card.clone();
-        let facts = tokio::task::spawn_blocking(move || read_facts(&read))
+        let digests = self.digests.clone();
+        let facts = tokio::task::spawn_blocking(move || read_facts(&read, &digests))
             .await
             .map_err(ApiError::internal)??;
         let facts = Arc::new(facts);
@@ -660,14 +666,18 @@ fn retire(models: Vec<Entry>) {
     }
 }
 
-fn load(card: ModelCard, config: SchedulerConfig) -> Result<LoadedModel, ApiError> {
+fn load(
+    card: ModelCard,
+    config: SchedulerConfig,
+    digests: &Digests,
+) -> Result<LoadedModel, ApiError> {
     let model = Model::load(&card.path).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot load {}: {e}", card.name),
         )
     })?;
-    let provenance = Provenance::of(&card).map_err(|e| {
+    let provenance = Provenance::of(&card, digests).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("cannot read {}: {e}", card.path.display()),

@@ -4,7 +4,12 @@
 //! same reply, on any machine of that backend class. Every generating route says so in
 //! `x-seedbar-*` headers, and OpenAI's `system_fingerprint` is the provenance's fingerprint.
 
-use std::path::Path;
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::UNIX_EPOCH,
+};
 
 use axum::response::{IntoResponse, Response};
 use seedbar_engine::runtime::Backend;
@@ -55,9 +60,9 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    /// `card`'s, hashing its files.
-    pub fn of(card: &ModelCard) -> std::io::Result<Provenance> {
-        let weights = weights_digest(&card.path)?;
+    /// `card`'s (its files hashed, or their digest known from before).
+    pub fn of(card: &ModelCard, digests: &Digests) -> std::io::Result<Provenance> {
+        let weights = digests.of(&card.path)?;
         let backend = match Backend::current() {
             Backend::Cpu => "cpu",
             Backend::Cuda => "cuda",
@@ -120,22 +125,86 @@ pub fn with_receipt(receipt: &Receipt, body: impl IntoResponse) -> Response {
     response
 }
 
-/// `sha256:` and the digest of the model file, or of a folder's files in name order.
-pub fn weights_digest(path: &Path) -> std::io::Result<String> {
-    let mut files = if path.is_dir() {
-        std::fs::read_dir(path)?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.is_file())
-            .collect()
-    } else {
-        vec![path.to_path_buf()]
-    };
-    files.sort();
-    let mut hasher = Sha256::new();
-    for file in files {
-        std::io::copy(&mut std::fs::File::open(&file)?, &mut hasher)?;
+/// The weights digests computed so far, kept in `weights-digests.json` in the data directory,
+/// so a model's files are hashed once per version (their sizes and times), not at every load
+/// (an 8B model's take seconds).
+pub struct Digests {
+    file: PathBuf,
+    /// By model path: the files' version when hashed, and the digest.
+    known: Mutex<HashMap<PathBuf, (String, String)>>,
+}
+
+/// The file [`Digests`] keeps in the data directory.
+pub const DIGESTS_FILE: &str = "weights-digests.json";
+
+impl Digests {
+    /// The digests kept in `root` (none where the file is missing or unreadable).
+    pub fn open(root: &Path) -> Digests {
+        let file = root.join(DIGESTS_FILE);
+        let known = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default();
+        Digests {
+            file,
+            known: Mutex::new(known),
+        }
     }
-    Ok(format!("sha256:{}", hex(&hasher.finalize())))
+
+    /// `sha256:` and the digest of the model at `path`, hashed if its files changed since.
+    pub fn of(&self, path: &Path) -> std::io::Result<String> {
+        let files = model_files(path)?;
+        let version = version(&files)?;
+        let lock = || self.known.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, digest)) = lock().get(path) {
+            if *seen == version {
+                return Ok(digest.clone());
+            }
+        }
+        let mut hasher = Sha256::new();
+        for file in &files {
+            std::io::copy(&mut std::fs::File::open(file)?, &mut hasher)?;
+        }
+        let digest = format!("sha256:{}", hex(&hasher.finalize()));
+        let mut known = lock();
+        known.insert(path.to_path_buf(), (version, digest.clone()));
+        // Kept for the next start; a failure to write only costs a hash then.
+        let temporary = self.file.with_extension("tmp");
+        let written = serde_json::to_vec(&*known)
+            .map_err(std::io::Error::other)
+            .and_then(|json| std::fs::write(&temporary, json))
+            .and_then(|()| std::fs::rename(&temporary, &self.file));
+        if let Err(e) = written {
+            tracing::warn!(file = %self.file.display(), error = %e, "weights digests not kept");
+        }
+        Ok(digest)
+    }
+}
+
+/// The model file, or a folder's files in name order.
+fn model_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Each file's name, size and modification time: what changes when the files do.
+fn version(files: &[PathBuf]) -> std::io::Result<String> {
+    let mut version = String::new();
+    for file in files {
+        let metadata = std::fs::metadata(file)?;
+        let modified = metadata.modified()?.duration_since(UNIX_EPOCH);
+        let nanos = modified.map_or(0, |d| d.as_nanos());
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        version += &format!("{name}:{}:{nanos};", metadata.len());
+    }
+    Ok(version)
 }
 
 fn hex(bytes: &[u8]) -> String {
