@@ -27,7 +27,7 @@ use mlx_rs::Dtype;
 use seedbar_engine::{
     runtime::Backend,
     step::{
-        kv_cache::{self, element_bytes, HostKv, KvCache, KvSnapshot, StoredKv},
+        kv_cache::{self, buffer_bytes, HostKv, KvCache, KvSnapshot, StoredKv},
         plan::Layout,
     },
 };
@@ -601,15 +601,19 @@ fn parse(bytes: &[u8], found: &Found) -> Result<Vec<KvSnapshot>, String> {
 fn read_layer(r: &mut &[u8]) -> io::Result<KvSnapshot> {
     let window = Some(read_i32(r)?).filter(|&w| w >= 0);
     let (first, len) = (read_i32(r)?, read_i32(r)?);
-    let held = (len - first).max(0) as u64;
+    let held = (i64::from(len) - i64::from(first)).max(0) as u64;
+    let too_large = || invalid("a layer larger than any file");
     let kind = read_bytes(r, 1)?[0];
     let stored = match kind {
         0 => StoredKv::Empty,
         1 => {
             let (kv_heads, head_dim) = (read_u32(r)? as usize, read_u32(r)? as usize);
-            let floats = held * (kv_heads * head_dim) as u64;
-            let keys = bytemuck::pod_collect_to_vec(&read_bytes(r, 4 * floats)?);
-            let values = bytemuck::pod_collect_to_vec(&read_bytes(r, 4 * floats)?);
+            let bytes = [held, kv_heads as u64, head_dim as u64]
+                .into_iter()
+                .try_fold(4u64, u64::checked_mul)
+                .ok_or_else(too_large)?;
+            let keys = bytemuck::pod_collect_to_vec(&read_bytes(r, bytes)?);
+            let values = bytemuck::pod_collect_to_vec(&read_bytes(r, bytes)?);
             StoredKv::Host(Arc::new(HostKv {
                 keys,
                 values,
@@ -623,8 +627,7 @@ fn read_layer(r: &mut &[u8]) -> io::Result<KvSnapshot> {
             for d in &mut shape {
                 *d = read_i32(r)?;
             }
-            let elements: u64 = shape.iter().map(|&d| d.max(0) as u64).product();
-            let size = elements * element_bytes(dtype).map_err(|e| invalid(e.to_string()))? as u64;
+            let size = buffer_bytes(&shape, dtype).ok_or_else(too_large)? as u64;
             StoredKv::Device {
                 dtype,
                 shape,

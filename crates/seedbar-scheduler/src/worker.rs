@@ -185,7 +185,9 @@ impl Worker {
 
     fn serve(&mut self) -> seedbar_engine::Result<()> {
         loop {
-            if self.rows.is_empty() && self.queue.is_empty() {
+            // Nothing to step: nothing queued, or every row's slot waits for a file.
+            let slots_full = self.rows.len() + self.loading.len() >= self.config.max_rows;
+            if self.rows.is_empty() && (self.queue.is_empty() || slots_full) {
                 // While files load, wake now and then to see whether they have.
                 let waited = if self.loading.is_empty() {
                     self.commands
@@ -259,6 +261,9 @@ impl Worker {
                     self.stats.queued.fetch_sub(1, Ordering::SeqCst);
                 }
                 self.loading.retain(|l| l.pending.id != id);
+                self.stats
+                    .running
+                    .store(self.rows.len() + self.loading.len(), Ordering::SeqCst);
                 if let Some(row) = self.rows.iter_mut().find(|r| r.id == id) {
                     row.finished = true;
                 }

@@ -422,9 +422,10 @@ impl ModelHost {
         self.check_fits(&card)?;
         retire(self.make_room(&card)?);
         let mut config = self.config.clone();
+        // The model's identity in the disk tier's keys is its weights' digest (`load`).
         config.disk_cache = self.disk_cache.clone().map(|cache| DiskTier {
             cache,
-            model: format!("{} {} {}", card.path.display(), card.bytes, card.created),
+            model: String::new(),
         });
         let digests = self.digests.clone();
         let loaded = tokio::task::spawn_blocking(move || load(card, config, &digests))
@@ -668,7 +669,7 @@ fn retire(models: Vec<Entry>) {
 
 fn load(
     card: ModelCard,
-    config: SchedulerConfig,
+    mut config: SchedulerConfig,
     digests: &Digests,
 ) -> Result<LoadedModel, ApiError> {
     let model = Model::load(&card.path).map_err(|e| {
@@ -683,6 +684,11 @@ fn load(
             format!("cannot read {}: {e}", card.path.display()),
         )
     })?;
+    // KV kept on disk is the weights' own: files replaced in place (same name, size and
+    // time) are other weights, another key.
+    if let Some(tier) = config.disk_cache.as_mut() {
+        tier.model = provenance.weights.clone();
+    }
     let tokenizer = model.tokenizer.clone();
     let template = model.template.clone();
     let model_config = model.config().clone();

@@ -17,7 +17,7 @@
 
 mod snapshot;
 
-pub use snapshot::{element_bytes, KvSnapshot, StoredKv};
+pub use snapshot::{buffer_bytes, KvSnapshot, StoredKv};
 
 use std::{collections::BTreeMap, sync::Arc};
 

@@ -183,3 +183,52 @@ fn the_least_recently_used_files_go_over_the_budget() {
     assert_eq!(cache.stats().bytes.load(Ordering::Relaxed), 0);
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// A file whose checksum is right but whose layer says nonsense (a buffer of negative
+/// dimensions) is refused and removed, not a panic.
+#[test]
+fn a_well_formed_file_of_impossible_shapes_is_refused() {
+    let dir = scratch("shapes");
+    let cache = DiskCache::open(&dir, 1 << 30).unwrap();
+    let sequence = tokens(200, 1);
+    let layer = KvSnapshot {
+        window: None,
+        first: 0,
+        len: 200,
+        stored: StoredKv::Device {
+            dtype: Dtype::Float32,
+            shape: [1, -1, 1, -4],
+            keys: Vec::new(),
+            values: Vec::new(),
+        },
+    };
+    let job = Job {
+        key: KEY.into(),
+        tokens: sequence.clone(),
+        reusable_from: 0,
+        layers: vec![layer],
+    };
+    cache.writes.send(Work::Write(job)).unwrap();
+    wait_for_writes(&cache, 1);
+    let found = cache.find(KEY, &tokens(300, 1), GRANULARITY, 0).unwrap();
+    assert!(cache
+        .load(&found)
+        .unwrap_err()
+        .contains("larger than any file"));
+    assert_eq!(cache.stats().rejected.load(Ordering::Relaxed), 1);
+    assert!(files_in(&dir).is_empty());
+    // Restoring such a layer is refused too.
+    let layer = KvSnapshot {
+        window: None,
+        first: 0,
+        len: 2,
+        stored: StoredKv::Host(Arc::new(HostKv {
+            keys: vec![0.0; 3],
+            values: vec![0.0; 3],
+            kv_heads: usize::MAX,
+            head_dim: 2,
+        })),
+    };
+    assert!(KvCache::restore(layer).is_err());
+    let _ = fs::remove_dir_all(&dir);
+}

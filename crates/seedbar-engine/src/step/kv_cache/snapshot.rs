@@ -41,7 +41,7 @@ pub enum StoredKv {
 }
 
 /// Bytes of one element of the dtypes KV is kept in.
-pub fn element_bytes(dtype: Dtype) -> Result<usize> {
+fn element_bytes(dtype: Dtype) -> Result<usize> {
     match dtype {
         Dtype::Float32 => Ok(4),
         Dtype::Float16 | Dtype::Bfloat16 => Ok(2),
@@ -66,13 +66,21 @@ fn bytes_of(buffer: &Array) -> Result<Vec<u8>> {
     })
 }
 
+/// Bytes of a buffer of `shape` and `dtype`; `None` unless every dimension is positive and
+/// the size fits.
+pub fn buffer_bytes(shape: &[i32; 4], dtype: Dtype) -> Option<usize> {
+    let size = element_bytes(dtype).ok()?;
+    shape.iter().try_fold(size, |n, &d| {
+        let d = usize::try_from(d).ok().filter(|&d| d > 0)?;
+        n.checked_mul(d)
+    })
+}
+
 /// A buffer of `shape` and `dtype` from its row-major bytes.
 fn buffer_from(bytes: &[u8], shape: &[i32; 4], dtype: Dtype) -> Result<Array> {
-    let elements = shape.iter().map(|&d| d.max(0) as usize).product::<usize>();
-    if bytes.len() != elements * element_bytes(dtype)? {
+    if buffer_bytes(shape, dtype) != Some(bytes.len()) {
         return Err(EngineError::InvalidRequest(format!(
-            "a KV buffer of shape {shape:?} needs {} bytes, not {}",
-            elements * element_bytes(dtype)?,
+            "a KV buffer of shape {shape:?} and {dtype:?} does not hold {} bytes",
             bytes.len()
         )));
     }
@@ -153,8 +161,10 @@ impl KvCache {
             StoredKv::Empty if held > 0 => return refuse("holds no keys"),
             StoredKv::Empty => {}
             StoredKv::Host(host) => {
-                let floats = held as usize * host.width();
-                if host.width() == 0 || host.keys.len() != floats || host.values.len() != floats {
+                let width = host.kv_heads.checked_mul(host.head_dim).filter(|&w| w > 0);
+                let floats = width.and_then(|width| width.checked_mul(held as usize));
+                let sized = |keys: &[f32]| Some(keys.len()) == floats;
+                if !sized(&host.keys) || !sized(&host.values) {
                     return refuse("has host keys of another size");
                 }
                 cache.host = Some(host);
