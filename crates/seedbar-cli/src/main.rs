@@ -3,6 +3,7 @@
 
 mod bench;
 mod probe;
+mod remotes;
 mod serve;
 mod server_client;
 
@@ -55,7 +56,7 @@ enum Command {
         system: Option<String>,
         prompt: String,
     },
-    /// List the models in the store, or add a GGUF file or model directory to it.
+    /// List the models in the store and the remote ones, or add or remove one.
     Models {
         #[command(subcommand)]
         action: Option<ModelsAction>,
@@ -103,6 +104,11 @@ enum ModelsAction {
     },
     /// Remove a model from the store (a linked file or folder stays where it is).
     Rm { name: String },
+    /// Add a model another engine serves (vLLM, SGLang, llama-server, Ollama, Seedbar): it
+    /// is probed, then served on every route under NAME.
+    AddRemote(remotes::AddRemoteArgs),
+    /// Remove a remote model and its key.
+    RmRemote { name: String },
 }
 
 /// The dtypes `seedbar convert --dtype` writes.
@@ -203,7 +209,7 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Models { action: None } => {
             let store = ModelStore::open_default()?;
             let models = store.list()?;
-            if models.is_empty() {
+            if models.is_empty() && seedbar_remote::Remotes::open(store.root()).list().is_empty() {
                 println!(
                     "no models in {} (try `seedbar pull org/name`)",
                     store.root().display()
@@ -218,7 +224,14 @@ fn run(cli: Cli) -> Result<u8> {
                     m.path.display()
                 );
             }
+            remotes::list(&store);
         }
+        Command::Models {
+            action: Some(ModelsAction::AddRemote(args)),
+        } => remotes::add(args)?,
+        Command::Models {
+            action: Some(ModelsAction::RmRemote { name }),
+        } => remotes::remove(&name)?,
         Command::Models {
             action: Some(ModelsAction::Add { file, name }),
         } => {

@@ -26,6 +26,18 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+impl ToolCall {
+    /// The reply's `index`-th call, its id derived from its position and content (so a
+    /// seeded reply's ids are the same each time).
+    pub fn new(index: usize, name: String, arguments: String) -> ToolCall {
+        ToolCall {
+            id: call_id(index, &name, &arguments),
+            name,
+            arguments,
+        }
+    }
+}
+
 /// A piece of a reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolOutput {
@@ -124,13 +136,8 @@ impl ToolCallParser {
                     self.started = true;
                     self.after_call = true;
                     for (name, arguments) in calls {
-                        let id = call_id(self.calls, &name, &arguments);
+                        out.push(ToolOutput::Call(ToolCall::new(self.calls, name, arguments)));
                         self.calls += 1;
-                        out.push(ToolOutput::Call(ToolCall {
-                            id,
-                            name,
-                            arguments,
-                        }));
                     }
                 }
             }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use axum::{extract::State, response::Response, Json};
 use seedbar_engine::{ChatMessage, ToolCall};
+use seedbar_scheduler::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -599,14 +600,16 @@ impl MessageFrame {
     fn new(generation: &Generation, stops: Vec<String>) -> Self {
         MessageFrame {
             id: generation.id.clone(),
-            model: generation.model.card.name.clone(),
+            model: generation.model.clone(),
             seed: generation.seed,
             input_tokens: generation.prompt_tokens,
             stops,
         }
     }
 
-    fn message(&self, content: Vec<OutBlock>, end: Option<MessageEnd>, output: usize) -> Message {
+    /// The message with `content`; `usage` counts the reply (and, from a remote engine, the
+    /// prompt).
+    fn message(&self, content: Vec<OutBlock>, end: Option<MessageEnd>, usage: &Usage) -> Message {
         Message {
             id: self.id.clone(),
             kind: MessageType::Message,
@@ -616,8 +619,8 @@ impl MessageFrame {
             stop_reason: end.as_ref().map(|e| e.stop_reason),
             stop_sequence: end.and_then(|e| e.stop_sequence),
             usage: MessageUsage {
-                input_tokens: self.input_tokens,
-                output_tokens: output,
+                input_tokens: self.input_tokens.max(usage.prompt_tokens),
+                output_tokens: usage.completion_tokens,
             },
             seed: self.seed,
         }
@@ -649,10 +652,10 @@ pub async fn messages(
     let mut settings = settings(&common, fields)?;
     let (prompt, forced_call) = conversation.into_chat()?.into_prompt();
     let forced_call = forced_call.map(|call| (call, "tool_choice"));
-    structured::constrain(&mut settings, &model.model, forced_call).await?;
+    structured::constrain(&mut settings, &model, forced_call).await?;
     let stops = settings.stop.clone();
     let job = Job::new(vec![prompt], settings, "msg_");
-    let generation = Generation::start(&app, model, job)?;
+    let generation = Generation::start(&app, model, job).await?;
     let frame = MessageFrame::new(&generation, stops);
     let receipt = generation.receipt();
     if common.stream {
@@ -667,11 +670,7 @@ pub async fn messages(
     }
     let reply = generation.collect().await?.pop().unwrap_or_default();
     let end = frame.end(reply.reason());
-    let message = frame.message(
-        content_blocks(&reply),
-        Some(end),
-        reply.usage().completion_tokens,
-    );
+    let message = frame.message(content_blocks(&reply), Some(end), &reply.usage());
     Ok(with_receipt(&receipt, Json(message)))
 }
 
@@ -682,7 +681,7 @@ pub async fn count_tokens(
     let (common, conversation): (CommonFields, Conversation) = (body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;
     let (prompt, _) = conversation.into_chat()?.into_prompt();
-    let prompt = prompt.tokens(&model)?;
+    let prompt = prompt.tokens(model.local("counting tokens")?)?;
     Ok(Json(TokenCount {
         input_tokens: prompt.len(),
     }))
@@ -699,7 +698,7 @@ impl Translator for MessageStream {
     type Wire = SseMessage;
 
     fn start(&mut self) -> Vec<SseMessage> {
-        let message = self.frame.message(Vec::new(), None, 0);
+        let message = self.frame.message(Vec::new(), None, &Usage::default());
         vec![StreamEvent::MessageStart { message }.sse()]
     }
 

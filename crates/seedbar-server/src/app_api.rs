@@ -56,6 +56,8 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/app/conversations/import", post(replay::import))
         .route("/app/conversations/{id}/replay", post(replay::replay))
         .route("/app/models", get(list_models))
+        .route("/app/remotes", get(remotes::list).post(remotes::add))
+        .route("/app/remotes/{name}", delete(remotes::remove))
         .route("/app/models/{name}", delete(delete_model))
         .route("/app/models/pull", post(pull_model))
         .route("/app/models/import", post(import_model))
@@ -377,8 +379,8 @@ async fn reply(
     let sampling = generation_settings(&settings, seed);
     sampling.validate("settings.")?;
     let prompt = reply_prompt(&settings.system_prompt, history);
-    let ran_on = model.card.name.clone();
-    let generation = Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-"))?;
+    let ran_on = model.name().to_string();
+    let generation = Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-")).await?;
 
     // The turn and the streaming reply row in one transaction, refused (409) while another
     // reply streams into this conversation.
@@ -736,6 +738,7 @@ async fn retry(State(app): State<Arc<App>>) -> Result<(StatusCode, Json<ServerSt
 
 mod db;
 mod replay;
+mod remotes;
 mod reply_stream;
 #[cfg(test)]
 mod tests;

@@ -90,6 +90,7 @@ impl CommonFields {
             },
             logprobs,
             constraint: None,
+            format: None,
             speculative: self.speculative,
             thinking: None,
             template_kwargs: self.chat_template_kwargs.clone().unwrap_or_default(),

@@ -119,6 +119,24 @@ fn closing_if_unread(status: StatusCode, mut response: Response) -> Response {
     response
 }
 
+/// A remote engine's refusal or failure, named, with the status `UpstreamError::status` picks.
+impl From<seedbar_remote::UpstreamError> for ApiError {
+    fn from(error: seedbar_remote::UpstreamError) -> Self {
+        use seedbar_remote::UpstreamError as E;
+        let code = match &error {
+            E::Unreachable { .. } => "upstream_unreachable",
+            E::Timeout { .. } => "upstream_timeout",
+            E::Refused { status: 401 | 403, .. } => "upstream_unauthorized",
+            E::Refused { .. } | E::Broken { .. } => "upstream_error",
+        };
+        let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+        ApiError {
+            code: Some(code),
+            ..ApiError::new(status, error.to_string())
+        }
+    }
+}
+
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         let message = e.to_string();

@@ -4,12 +4,15 @@
 //! (compiled by `structured`), the choices as scheduler requests (choice `k` sampled with
 //! `seed + k`, so each is reproducible on its own), thinking kept apart from the answer
 //! (models whose template thinks), tool-call parsing, the finish-reason rule,
-//! usage and timings. A running [`Generation`] yields neutral [`Event`]s per choice; the one
+//! usage and timings; a remote model's choices are asked of its engine (`remote`), a local
+//! one's of its scheduler (`local`). A running [`Generation`] yields neutral [`Event`]s per choice; the one
 //! streaming loop, [`drive`], feeds them to a protocol's [`Translator`], and
 //! [`Generation::collect`] folds them into whole [`Reply`]s for non-streamed responses.
 
+mod local;
+mod remote;
+
 use std::{
-    ops::Deref,
     pin::Pin,
     sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
@@ -17,15 +20,21 @@ use std::{
 
 use futures_util::{stream, Stream, StreamExt};
 use seedbar_engine::{
-    ChatMessage, ChatPrompt, FinishReason, ReasoningOutput, ReasoningParser, SamplingParams,
-    TemplateKwargs, ToolCall, ToolCallParser, ToolOutput,
+    ChatMessage, ChatPrompt, FinishReason, SamplingParams, TemplateKwargs,
+    ToolCall,
 };
-use seedbar_grammar::Constraint;
-use seedbar_scheduler::{draw_seed, Request, RequestStream, TokenLogprob, Usage};
+use seedbar_grammar::{Constraint, Format};
+use seedbar_scheduler::{draw_seed, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc::Sender;
 
-use crate::{error::ApiError, metrics::Metrics, model_host::LoadedModel, receipt::Receipt, App};
+use crate::{
+    error::ApiError,
+    metrics::Metrics,
+    model_host::{LoadedModel, RemoteModel},
+    receipt::{Provenance, Receipt},
+    App,
+};
 
 /// Stop strings a request may give (OpenAI allows 4; editors' autocomplete sends ~10).
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -40,8 +49,11 @@ pub struct Settings {
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
     pub logprobs: Option<usize>,
-    /// The output format every choice must follow, fresh (see `structured`).
+    /// The output format every choice must follow, fresh (see `structured`): compiled for
+    /// a local model's vocabulary...
     pub constraint: Option<Constraint>,
+    /// ...and as asked, which a remote model's engine is sent.
+    pub format: Option<Format>,
     /// `Some(false)` turns speculative decoding off for this request (Seedbar's
     /// `speculative` field); the reply is the same either way.
     pub speculative: Option<bool>,
@@ -103,18 +115,31 @@ impl Settings {
 
 // ---- model lookup and prompts ----------------------------------------------------------
 
-/// The model a request names, loaded, and how long finding (or loading) it took.
+/// The model a request names, loaded (or remote), and how long finding (or loading) it took.
 pub struct ServedModel {
-    pub model: Arc<LoadedModel>,
+    pub model: Served,
     pub load_duration: Duration,
 }
 
+/// Where a model runs.
+#[derive(Clone)]
+pub enum Served {
+    Local(Arc<LoadedModel>),
+    Remote(Arc<RemoteModel>),
+}
+
 impl ServedModel {
-    /// The model called `name` (case-insensitive; Ollama's `:latest` allowed), loading it
-    /// if needed. While the default model is not ready, a model that is not there is a 503
-    /// saying why (no model yet, downloading, failed) and what to do.
+    /// The model called `name` (case-insensitive; Ollama's `:latest` allowed): a remote one,
+    /// or a local one loaded if needed. While the default model is not ready, a model that
+    /// is not there is a 503 saying why (no model yet, downloading, failed) and what to do.
     pub async fn find(app: &App, name: &str) -> Result<Self, ApiError> {
         let asked = Instant::now();
+        if let Some(remote) = app.models.remote(name) {
+            return Ok(ServedModel {
+                model: Served::Remote(remote),
+                load_duration: Duration::ZERO,
+            });
+        }
         let model = match app.models.get(name).await {
             Err(e) if e.code == Some("model_not_found") => {
                 let readiness = app.readiness();
@@ -126,17 +151,33 @@ impl ServedModel {
             found => found?,
         };
         Ok(ServedModel {
-            model,
+            model: Served::Local(model),
             load_duration: asked.elapsed(),
         })
     }
-}
 
-impl Deref for ServedModel {
-    type Target = LoadedModel;
+    /// The name clients know it by.
+    pub fn name(&self) -> &str {
+        match &self.model {
+            Served::Local(model) => &model.card.name,
+            Served::Remote(model) => &model.remote.name,
+        }
+    }
 
-    fn deref(&self) -> &LoadedModel {
-        &self.model
+    /// The local model, for what only a local model does (`what`: e.g. "counting tokens");
+    /// a 400 for a remote one.
+    pub fn local(&self, what: &str) -> Result<&Arc<LoadedModel>, ApiError> {
+        match &self.model {
+            Served::Local(model) => Ok(model),
+            Served::Remote(model) => Err(ApiError::bad_param(
+                "model",
+                format!(
+                    "{} runs on a remote engine ({}): {what} needs a local model",
+                    model.remote.name,
+                    model.remote.owner()
+                ),
+            )),
+        }
     }
 }
 
@@ -338,7 +379,10 @@ pub struct TotalUsage {
 }
 
 impl TotalUsage {
+    /// A choice's usage. Its prompt counts where the prompts were not counted before (a
+    /// remote engine counts them).
     fn add(&mut self, usage: &Usage, reasoning_tokens: usize) {
+        self.prompt_tokens = self.prompt_tokens.max(usage.prompt_tokens);
         self.completion_tokens += usage.completion_tokens;
         self.cached_tokens = self.cached_tokens.max(usage.cached_tokens);
         self.reasoning_tokens += reasoning_tokens;
@@ -349,14 +393,78 @@ impl TotalUsage {
 
 /// A running request.
 pub struct Generation {
-    pub model: Arc<LoadedModel>,
+    /// The model's name, as clients know it.
+    pub model: String,
+    pub provenance: Provenance,
     pub seed: u64,
     pub id: String,
     pub created: u64,
-    /// Each prompt's token ids as run (context included).
+    /// Each prompt's token ids as run (context included; none for a remote model, whose
+    /// engine counts its prompt in each choice's usage).
     pub prompts: Vec<Vec<u32>>,
     pub prompt_tokens: usize,
-    choices: Vec<ChoiceRun>,
+    choices: Vec<Choice>,
+}
+
+/// A choice running on a local model's scheduler or on a remote engine.
+enum Choice {
+    Local(local::ChoiceRun),
+    Remote(remote::RemoteRun),
+}
+
+impl Choice {
+    async fn next(&mut self) -> Option<Event> {
+        match self {
+            Choice::Local(run) => run.next().await,
+            Choice::Remote(run) => run.next().await,
+        }
+    }
+}
+
+/// When a choice started and produced its tokens: its timings, and the latency metrics.
+pub(crate) struct Clock {
+    started: Instant,
+    load_duration: Duration,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    metrics: Arc<Metrics>,
+}
+
+impl Clock {
+    fn new(started: Instant, load_duration: Duration, metrics: &Arc<Metrics>) -> Clock {
+        Clock {
+            started,
+            load_duration,
+            first_token: None,
+            last_token: None,
+            metrics: metrics.clone(),
+        }
+    }
+
+    /// A token came: time to first token or inter-token latency, into the metrics.
+    fn observe_token(&mut self) {
+        let now = Instant::now();
+        match self.last_token {
+            None => self.metrics.time_to_first_token.observe(now - self.started),
+            Some(before) => self.metrics.inter_token_latency.observe(now - before),
+        }
+        self.metrics
+            .generated_tokens
+            .fetch_add(1, Ordering::Relaxed);
+        self.first_token.get_or_insert(now);
+        self.last_token = Some(now);
+    }
+
+    fn timings(&self) -> Timings {
+        let now = Instant::now();
+        let first = self.first_token.unwrap_or(now);
+        Timings {
+            load: self.load_duration,
+            prompt_eval: first - self.started,
+            eval: now - first,
+            total: self.load_duration + (now - self.started),
+        }
+    }
 }
 
 impl Generation {
@@ -364,71 +472,27 @@ impl Generation {
     pub fn receipt(&self) -> Receipt {
         Receipt {
             seed: self.seed,
-            provenance: self.model.provenance.clone(),
+            provenance: self.provenance.clone(),
         }
     }
 
-    /// Build the prompts and submit `n` choices for each prompt; choice `k` (prompt-major)
-    /// uses `seed + k`.
-    pub fn start(app: &App, served: ServedModel, job: Job) -> Result<Self, ApiError> {
+    /// Build the prompts and start `n` choices for each prompt; choice `k` (prompt-major)
+    /// uses `seed + k`. A remote model's choices are asked of its engine here, so that a
+    /// refusal (a bad key, the engine down) is the response's status.
+    pub async fn start(app: &App, served: ServedModel, job: Job) -> Result<Self, ApiError> {
         let started = Instant::now();
-        let ServedModel {
-            model,
-            load_duration,
-        } = served;
-        let settings = job.settings;
-        let tools = job.prompts.iter().any(Prompt::offers_tools);
-        let kwargs = settings.template_kwargs(&model);
-        let built = job
-            .prompts
-            .iter()
-            .map(|prompt| {
-                let chat = prompt.build(&model, &kwargs)?;
-                // A constrained reply is its format from the first token: nothing to split.
-                let thinks = prompt.may_think(&model) && settings.constraint.is_none();
-                let parser = thinks.then(|| match chat.opens_in_thinking {
-                    true => ReasoningParser::in_thinking(),
-                    false => ReasoningParser::new(),
-                });
-                Ok(([job.context.clone(), chat.tokens].concat(), parser))
-            })
-            .collect::<Result<Vec<_>, ApiError>>()?;
-        let seed = settings.seed.unwrap_or_else(draw_seed);
-        let mut choices = Vec::with_capacity(built.len() * job.n);
-        let mut prompts = Vec::with_capacity(built.len());
-        for (prompt, reasoning) in built {
-            for _ in 0..job.n {
-                let request = Request {
-                    prompt: prompt.clone(),
-                    sampling: settings.sampling.clone(),
-                    seed: Some(seed.wrapping_add(choices.len() as u64)),
-                    max_tokens: settings.max_tokens.unwrap_or(usize::MAX),
-                    stop: settings.stop.clone(),
-                    logprobs: settings.logprobs,
-                    constraint: settings.constraint.clone(),
-                    trace: false,
-                    speculative: settings.speculative.unwrap_or(true),
-                };
-                // On an error the streams already submitted are dropped, which cancels them.
-                let events = model.scheduler.submit(request)?;
-                choices.push(ChoiceRun {
-                    events,
-                    reasoning: reasoning.clone(),
-                    reasoning_tokens: 0,
-                    parser: tools.then(ToolCallParser::new),
-                    called_tools: false,
-                    offset: 0,
-                    first_token: None,
-                    last_token: None,
-                    ended: false,
-                    started,
-                    load_duration,
-                    model: model.clone(),
-                    metrics: app.metrics.clone(),
-                });
+        let seed = job.settings.seed.unwrap_or_else(draw_seed);
+        let clock = || Clock::new(started, served.load_duration, &app.metrics);
+        let (provenance, prompts, choices) = match &served.model {
+            Served::Local(model) => {
+                let (prompts, choices) = local::start(model, &job, seed, clock)?;
+                (model.provenance.clone(), prompts, choices)
             }
-            prompts.push(prompt);
-        }
+            Served::Remote(model) => {
+                let choices = remote::start(model, &job, seed, clock).await?;
+                (model.provenance.clone(), Vec::new(), choices)
+            }
+        };
         let prompt_tokens = prompts.iter().map(Vec::len).sum();
         app.metrics
             .prompt_tokens
@@ -436,7 +500,8 @@ impl Generation {
         Ok(Generation {
             id: format!("{}{:013x}", job.id_prefix, draw_seed()),
             created: crate::model_host::now(),
-            model,
+            model: served.name().to_string(),
+            provenance,
             seed,
             prompts,
             prompt_tokens,
@@ -484,169 +549,6 @@ impl Generation {
             }
         }
         Ok(replies)
-    }
-}
-
-/// One choice's run: its scheduler events made neutral.
-struct ChoiceRun {
-    events: RequestStream,
-    /// Set when the reply may think: splits its thinking from its answer.
-    reasoning: Option<ReasoningParser>,
-    /// Tokens of the reply's thinking.
-    reasoning_tokens: usize,
-    /// Set when tools were offered: splits calls out of the answer.
-    parser: Option<ToolCallParser>,
-    called_tools: bool,
-    /// Bytes of reply text so far.
-    offset: usize,
-    first_token: Option<Instant>,
-    last_token: Option<Instant>,
-    ended: bool,
-    started: Instant,
-    load_duration: Duration,
-    model: Arc<LoadedModel>,
-    metrics: Arc<Metrics>,
-}
-
-impl ChoiceRun {
-    async fn next(&mut self) -> Option<Event> {
-        if self.ended {
-            return None;
-        }
-        let Some(event) = self.events.next().await else {
-            self.ended = true;
-            return Some(Event::Failed("the reply ended before it finished".into()));
-        };
-        Some(match event {
-            seedbar_scheduler::Event::Token { id, text, logprob } => {
-                self.observe_token();
-                let logprob = logprob.map(|lp| self.logprob(id, &lp));
-                self.offset += text.len();
-                let deltas = self.split(&text);
-                if self
-                    .reasoning
-                    .as_ref()
-                    .is_some_and(ReasoningParser::thinking)
-                    || deltas.iter().any(|d| matches!(d, Delta::Reasoning(_)))
-                {
-                    self.reasoning_tokens += 1;
-                }
-                Event::Token(Token {
-                    id,
-                    deltas,
-                    logprob,
-                })
-            }
-            seedbar_scheduler::Event::Finished {
-                reason,
-                usage,
-                text,
-            } => {
-                self.ended = true;
-                let mut deltas = self.split(&text);
-                let held_back = self
-                    .reasoning
-                    .as_mut()
-                    .map(|p| p.finish())
-                    .unwrap_or_default();
-                deltas.extend(self.answer(held_back));
-                let held_back = self.parser.as_mut().map(|p| p.finish()).unwrap_or_default();
-                deltas.extend(self.deltas(held_back));
-                Event::Finish(Finish {
-                    deltas,
-                    reason: StopReason::new(reason, self.called_tools),
-                    usage,
-                    reasoning_tokens: self.reasoning_tokens,
-                    timings: self.timings(),
-                })
-            }
-            seedbar_scheduler::Event::Failed(message) => {
-                self.ended = true;
-                Event::Failed(message)
-            }
-        })
-    }
-
-    /// Time to first token and inter-token latency, into the metrics.
-    fn observe_token(&mut self) {
-        let now = Instant::now();
-        match self.last_token {
-            None => self.metrics.time_to_first_token.observe(now - self.started),
-            Some(before) => self.metrics.inter_token_latency.observe(now - before),
-        }
-        self.metrics
-            .generated_tokens
-            .fetch_add(1, Ordering::Relaxed);
-        self.first_token.get_or_insert(now);
-        self.last_token = Some(now);
-    }
-
-    fn timings(&self) -> Timings {
-        let now = Instant::now();
-        let first = self.first_token.unwrap_or(now);
-        Timings {
-            load: self.load_duration,
-            prompt_eval: first - self.started,
-            eval: now - first,
-            total: self.load_duration + (now - self.started),
-        }
-    }
-
-    fn logprob(&self, id: u32, lp: &TokenLogprob) -> Logprob {
-        let decode = |id: u32| self.model.tokenizer.decode(&[id]).unwrap_or_default();
-        Logprob {
-            token: decode(id),
-            logprob: lp.logprob,
-            top: lp.top.iter().map(|&(t, l)| (decode(t), l)).collect(),
-            offset: self.offset,
-        }
-    }
-
-    /// A token's text as deltas: thinking split from the answer when the reply may think,
-    /// the answer split into text and calls when tools were offered.
-    fn split(&mut self, text: &str) -> Vec<Delta> {
-        match self.reasoning.as_mut() {
-            Some(reasoning) => {
-                let outputs = reasoning.push(text);
-                self.answer(outputs)
-            }
-            None => self.answer_text(text),
-        }
-    }
-
-    /// Thinking as it is; the answer's text through [`ChoiceRun::answer_text`].
-    fn answer(&mut self, outputs: Vec<ReasoningOutput>) -> Vec<Delta> {
-        outputs
-            .into_iter()
-            .flat_map(|output| match output {
-                ReasoningOutput::Thinking(text) => vec![Delta::Reasoning(text)],
-                ReasoningOutput::Answer(text) => self.answer_text(&text),
-            })
-            .collect()
-    }
-
-    /// Answer text as deltas: split into text and calls when tools were offered.
-    fn answer_text(&mut self, text: &str) -> Vec<Delta> {
-        match self.parser.as_mut() {
-            Some(parser) => {
-                let outputs = parser.push(text);
-                self.deltas(outputs)
-            }
-            None => vec![Delta::Text(text.to_string())],
-        }
-    }
-
-    fn deltas(&mut self, outputs: Vec<ToolOutput>) -> Vec<Delta> {
-        outputs
-            .into_iter()
-            .map(|output| match output {
-                ToolOutput::Text(text) => Delta::Text(text),
-                ToolOutput::Call(call) => {
-                    self.called_tools = true;
-                    Delta::ToolCall(call)
-                }
-            })
-            .collect()
     }
 }
 

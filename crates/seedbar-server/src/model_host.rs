@@ -1,7 +1,8 @@
 //! The models the server answers for: every model installed in the store, loaded on first
 //! use (the served model at start), each running behind its own scheduler; which stay in
 //! memory, the reload of one whose engine failed, and what each model's files say about it
-//! (`ModelFacts`: its inventory and digest, read once per file version).
+//! (`ModelFacts`: its inventory and digest, read once per file version); and the remote
+//! models of the library (`RemoteModel`: a model another engine serves).
 
 use std::{
     collections::HashMap,
@@ -21,6 +22,7 @@ use seedbar_engine::{
     ChatMessage, ChatPrompt, ChatTemplate, EngineError, Model, ModelConfig, TemplateKwargs,
 };
 use seedbar_grammar::{GrammarError, Vocabulary};
+use seedbar_remote::{Remote, Remotes};
 use seedbar_scheduler::{DiskCache, DiskTier, Scheduler, SchedulerConfig, SubmitError};
 
 use crate::{
@@ -123,6 +125,14 @@ impl LoadedModel {
         prompt.push(m);
         Ok(prompt)
     }
+}
+
+/// A model another engine serves: where, with which key, and the provenance its replies
+/// carry.
+pub struct RemoteModel {
+    pub remote: Remote,
+    pub key: Option<String>,
+    pub provenance: Provenance,
 }
 
 /// What a model's files say about it.
@@ -242,6 +252,10 @@ pub struct ModelHost {
     digests: Arc<Digests>,
     /// Each model file's capabilities, by path, with the size and time they were read at.
     capabilities: Mutex<HashMap<PathBuf, (u64, u64, Capabilities)>>,
+    /// The remote models (`remotes.json` in the data directory).
+    remotes: Remotes,
+    /// Each remote as last served, by name, with its key read once.
+    remote_models: Mutex<HashMap<String, Arc<RemoteModel>>>,
 }
 
 /// What a model does, in Ollama's names: `completion` (and `tools` where its template reads
@@ -266,6 +280,8 @@ impl ModelHost {
     ) -> Self {
         let digests = Arc::new(Digests::open(store.root()));
         ModelHost {
+            remotes: Remotes::open(store.root()),
+            remote_models: Mutex::new(HashMap::new()),
             store,
             outside,
             config,
@@ -336,6 +352,37 @@ impl ModelHost {
 
     pub fn store(&self) -> &ModelStore {
         &self.store
+    }
+
+    pub fn remotes(&self) -> &Remotes {
+        &self.remotes
+    }
+
+    /// The remote model called `name` (case-insensitive), its key read from where keys are
+    /// kept the first time it is served as it is now.
+    pub fn remote(&self, name: &str) -> Option<Arc<RemoteModel>> {
+        let remote = self.remotes.get(name)?;
+        let mut served = self.remote_models.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(model) = served.get(&remote.name).filter(|m| m.remote == remote) {
+            return Some(model.clone());
+        }
+        let key = remote
+            .has_key
+            .then(|| seedbar_remote::keys::load(self.store.root(), &remote.name))
+            .flatten();
+        let model = Arc::new(RemoteModel {
+            provenance: Provenance::remote(&remote),
+            key,
+            remote,
+        });
+        served.insert(model.remote.name.clone(), model.clone());
+        Some(model)
+    }
+
+    /// Forget what was served of `name` (its key changed or it was removed).
+    pub fn forget_remote(&self, name: &str) {
+        let mut served = self.remote_models.lock().unwrap_or_else(|e| e.into_inner());
+        served.retain(|served, _| !served.eq_ignore_ascii_case(name));
     }
 
     /// Every installed model, and those served from outside the store.
@@ -452,7 +499,8 @@ impl ModelHost {
             .find(|m| m.name.to_lowercase() == key)
             .cloned()
             .ok_or_else(|| {
-                let names: Vec<String> = installed.iter().map(|m| m.name.clone()).collect();
+                let remotes = self.remotes.list().into_iter().map(|r| r.name);
+                let names: Vec<String> = installed.iter().map(|m| m.name.clone()).chain(remotes).collect();
                 ApiError::unknown_model(name, &names)
             })
     }

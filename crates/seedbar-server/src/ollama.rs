@@ -16,6 +16,7 @@ use axum::{
 };
 use futures_util::StreamExt;
 use seedbar_engine::{inventory::human_count, store::ModelKind, ChatMessage, SamplingParams};
+use seedbar_scheduler::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -72,6 +73,7 @@ impl Options {
             stop: self.stop.clone().unwrap_or_default(),
             logprobs: None,
             constraint: None,
+            format: None,
             speculative: self.speculative,
             thinking: None,
             template_kwargs: Default::default(),
@@ -104,7 +106,7 @@ impl KeepAliveField {
 /// Keep the request's model for its `keep_alive`, when it gives one.
 fn keep(app: &App, model: &ServedModel, keep_alive: Option<&KeepAliveField>) -> Result<()> {
     if let Some(field) = keep_alive {
-        app.models.set_keep_alive(&model.card.name, field.parse()?);
+        app.models.set_keep_alive(model.name(), field.parse()?);
     }
     Ok(())
 }
@@ -144,7 +146,7 @@ async fn job(
     let format = format.map(OllamaFormat::format).transpose()?.flatten();
     let mut settings = options.settings()?;
     settings.thinking = think.map(Think::on).transpose()?;
-    structured::constrain(&mut settings, &model.model, format.map(|f| (f, "format"))).await?;
+    structured::constrain(&mut settings, &model, format.map(|f| (f, "format"))).await?;
     Ok(Job::new(vec![prompt], settings, id_prefix))
 }
 
@@ -374,6 +376,23 @@ pub async fn tags(State(app): State<Arc<App>>) -> Result<Json<TagList>> {
             size: card.bytes,
             digest: facts.digest.clone(),
             details: Details::new(&card, &facts),
+        });
+    }
+    for remote in app.models.remotes().list() {
+        models.push(TagEntry {
+            name: remote.name.clone(),
+            model: remote.name.clone(),
+            modified_at: timestamp_of(0),
+            size: 0,
+            digest: format!("remote:{}", remote.model),
+            details: Details {
+                parent_model: remote.model.clone(),
+                format: "remote",
+                family: remote.engine.clone(),
+                families: vec![remote.engine.clone()],
+                parameter_size: String::new(),
+                quantization_level: String::new(),
+            },
         });
     }
     Ok(Json(TagList { models }))
@@ -634,7 +653,7 @@ pub async fn chat(
     let prompt = Prompt::Chat { messages, tools };
     let shape = (req.format.as_ref(), req.think.as_ref());
     let job = job(&model, prompt, &req.options, shape, "chat-").await?;
-    let generation = Generation::start(&app, model, job)?;
+    let generation = Generation::start(&app, model, job).await?;
     Ok(respond(generation, req.stream, Route::Chat).await?)
 }
 
@@ -680,7 +699,7 @@ pub async fn generate(
     keep(&app, &model, req.keep_alive.as_ref())?;
     if empty {
         // Ollama's way of loading a model ahead of use.
-        return Ok(Json(Loaded::now(model.card.name.clone(), "load")).into_response());
+        return Ok(Json(Loaded::now(model.name().to_string(), "load")).into_response());
     }
     let prompt = match (req.suffix, req.raw) {
         (Some(suffix), _) => Prompt::FillInTheMiddle {
@@ -704,7 +723,7 @@ pub async fn generate(
         context: req.context,
         ..job(&model, prompt, &req.options, shape, "gen-").await?
     };
-    let generation = Generation::start(&app, model, job)?;
+    let generation = Generation::start(&app, model, job).await?;
     Ok(respond(generation, req.stream, Route::Generate).await?)
 }
 
@@ -731,7 +750,7 @@ impl ReplyLines {
     fn new(generation: &Generation, route: Route) -> Self {
         ReplyLines {
             route,
-            model: generation.model.card.name.clone(),
+            model: generation.model.clone(),
             seed: generation.seed,
             prompt_tokens: generation.prompt_tokens,
             context: generation.prompts.concat(),
@@ -780,7 +799,8 @@ impl ReplyLines {
         }
     }
 
-    fn stats(&self, reason: StopReason, eval_count: usize, timings: Timings) -> Stats {
+    /// The last line's stats; a remote engine counts the prompt in `usage`.
+    fn stats(&self, reason: StopReason, usage: &Usage, timings: Timings) -> Stats {
         let nanos = |d: Duration| d.as_nanos() as u64;
         Stats {
             done_reason: match reason {
@@ -789,9 +809,9 @@ impl ReplyLines {
             },
             total_duration: nanos(timings.total),
             load_duration: nanos(timings.load),
-            prompt_eval_count: self.prompt_tokens,
+            prompt_eval_count: self.prompt_tokens.max(usage.prompt_tokens),
             prompt_eval_duration: nanos(timings.prompt_eval),
-            eval_count,
+            eval_count: usage.completion_tokens,
             eval_duration: nanos(timings.eval),
             seed: self.seed,
             context: (self.route == Route::Generate).then(|| self.context.clone()),
@@ -801,11 +821,7 @@ impl ReplyLines {
     /// The whole reply as one line (not streamed).
     fn whole(mut self, reply: Reply) -> Line {
         self.context.extend(&reply.tokens);
-        let stats = self.stats(
-            reply.reason(),
-            reply.usage().completion_tokens,
-            reply.timings(),
-        );
+        let stats = self.stats(reply.reason(), &reply.usage(), reply.timings());
         self.line(self.piece(reply.pieces), Some(stats))
     }
 }
@@ -820,11 +836,7 @@ impl Translator for ReplyLines {
 
     fn finish(&mut self, _: usize, finish: Finish) -> Vec<String> {
         let mut lines = self.pieces(finish.deltas);
-        let stats = self.stats(
-            finish.reason,
-            finish.usage.completion_tokens,
-            finish.timings,
-        );
+        let stats = self.stats(finish.reason, &finish.usage, finish.timings);
         lines.push(json_line(&self.line(self.piece(Vec::new()), Some(stats))));
         lines
     }

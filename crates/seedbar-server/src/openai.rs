@@ -12,6 +12,7 @@ use axum::{
     Json,
 };
 use seedbar_engine::{ChatMessage, ToolCall};
+use seedbar_remote::Remote;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -44,7 +45,8 @@ pub struct ModelObject {
     id: String,
     object: &'static str,
     created: u64,
-    owned_by: &'static str,
+    /// `seedbar`, or for a remote model `remote: ENGINE at HOST`.
+    owned_by: String,
 }
 
 impl From<ModelCard> for ModelObject {
@@ -53,18 +55,26 @@ impl From<ModelCard> for ModelObject {
             id: card.name,
             object: "model",
             created: card.created,
-            owned_by: "seedbar",
+            owned_by: "seedbar".into(),
+        }
+    }
+}
+
+impl From<Remote> for ModelObject {
+    fn from(remote: Remote) -> Self {
+        ModelObject {
+            owned_by: format!("remote: {}", remote.owner()),
+            id: remote.name,
+            object: "model",
+            created: 0,
         }
     }
 }
 
 pub async fn list_models(State(app): State<Arc<App>>) -> Result<Json<ModelList>, ApiError> {
-    let data = app
-        .models
-        .installed()?
-        .into_iter()
-        .map(Into::into)
-        .collect();
+    let local = app.models.installed()?.into_iter().map(Into::into);
+    let remote = app.models.remotes().list().into_iter().map(Into::into);
+    let data = local.chain(remote).collect();
     Ok(Json(ModelList {
         object: "list",
         data,
@@ -76,6 +86,9 @@ pub async fn get_model(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ModelObject>, ApiError> {
     let Path(id) = id.map_err(|e| ApiError::bad_param("model", e.body_text()))?;
+    if let Some(remote) = app.models.remotes().get(&id) {
+        return Ok(Json(remote.into()));
+    }
     Ok(Json(app.models.card(&id)?.into()))
 }
 
@@ -203,7 +216,7 @@ pub async fn chat_completions(
             .and_then(ResponseFormat::format),
         "response_format",
     )?;
-    structured::constrain(&mut settings, &model.model, format).await?;
+    structured::constrain(&mut settings, &model, format).await?;
     let messages = req
         .messages
         .into_iter()
@@ -215,7 +228,7 @@ pub async fn chat_completions(
         n,
         ..Job::new(vec![prompt], settings, "chatcmpl-")
     };
-    let generation = Generation::start(&app, model, job)?;
+    let generation = Generation::start(&app, model, job).await?;
     let receipt = generation.receipt();
     if common.stream {
         let translator = ChatStream {
@@ -256,8 +269,8 @@ impl Envelope {
             id: generation.id.clone(),
             object,
             created: generation.created,
-            model: generation.model.card.name.clone(),
-            system_fingerprint: generation.model.provenance.fingerprint.clone(),
+            model: generation.model.clone(),
+            system_fingerprint: generation.provenance.fingerprint.clone(),
             seed: generation.seed,
         }
     }
@@ -685,6 +698,7 @@ impl CompletionPrompt {
         match self {
             CompletionPrompt::Text(text) => Ok(text.clone()),
             CompletionPrompt::Tokens(ids) => {
+                let model = model.local("a prompt of token ids")?;
                 model.tokenizer.decode(ids).map_err(ApiError::internal)
             }
         }
@@ -729,7 +743,7 @@ pub async fn completions(
         .as_ref()
         .and_then(ResponseFormat::format);
     let format = format.map(|f| (f, "response_format"));
-    structured::constrain(&mut settings, &model.model, format).await?;
+    structured::constrain(&mut settings, &model, format).await?;
     let n = common.n()?;
     let given: Vec<CompletionPrompt> = req.prompt.into();
     if given.is_empty() || given.iter().any(CompletionPrompt::is_empty) {
@@ -753,7 +767,7 @@ pub async fn completions(
         n,
         ..Job::new(prompts, settings, "cmpl-")
     };
-    let generation = Generation::start(&app, model, job)?;
+    let generation = Generation::start(&app, model, job).await?;
     let receipt = generation.receipt();
     if common.stream {
         let translator = CompletionStream {

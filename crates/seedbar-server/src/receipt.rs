@@ -3,6 +3,8 @@
 //! the backend class). The same prompt, seed and settings on the same provenance give the
 //! same reply, on any machine of that backend class. Every generating route says so in
 //! `x-seedbar-*` headers, and OpenAI's `system_fingerprint` is the provenance's fingerprint.
+//! A remote model's reply names the engine that made it and whether that engine promises
+//! the same reply for the same seed (`x-seedbar-remote`).
 
 use std::{
     collections::HashMap,
@@ -32,13 +34,14 @@ pub const ENGINE: &str = if env!("SEEDBAR_COMMIT").is_empty() {
 };
 
 /// Response headers of a receipt, for CORS to expose.
-pub const HEADERS: [&str; 6] = [
+pub const HEADERS: [&str; 7] = [
     SEED_HEADER,
     "x-seedbar-fingerprint",
     "x-seedbar-weights",
     "x-seedbar-quantization",
     "x-seedbar-engine",
     "x-seedbar-backend",
+    "x-seedbar-remote",
 ];
 
 /// Response header carrying the seed a reply used.
@@ -57,6 +60,21 @@ pub struct Provenance {
     pub backend: String,
     /// `fp_` and the first 12 hex digits of a SHA-256 of the four above.
     pub fingerprint: String,
+    /// Set when another engine made the reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteOrigin>,
+}
+
+/// The engine a remote model's reply came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteOrigin {
+    /// `vllm`, `sglang`, `llama-server`, `ollama`, `seedbar` or `unknown`.
+    pub engine: String,
+    pub url: String,
+    /// The upstream's model id.
+    pub model: String,
+    /// Whether that engine promises the same reply for the same seed whatever else it runs.
+    pub identical_seeds: bool,
 }
 
 impl Provenance {
@@ -69,23 +87,42 @@ impl Provenance {
             Backend::Metal => "metal",
         };
         let quantization = card.quantization.clone();
-        let mut fingerprint = Sha256::new();
-        for part in [
-            &weights,
-            quantization.as_deref().unwrap_or(""),
-            ENGINE,
-            backend,
-        ] {
-            fingerprint.update(part.as_bytes());
-            fingerprint.update([0]);
-        }
         Ok(Provenance {
-            fingerprint: format!("fp_{}", &hex(&fingerprint.finalize())[..12]),
+            fingerprint: fingerprint(&[
+                &weights,
+                quantization.as_deref().unwrap_or(""),
+                ENGINE,
+                backend,
+            ]),
             weights,
             quantization,
             engine: ENGINE.to_string(),
             backend: backend.to_string(),
+            remote: None,
         })
+    }
+
+    /// A remote model's: the upstream's model id for the weights, its engine and version for
+    /// the engine, `remote` for the backend.
+    pub fn remote(remote: &seedbar_remote::Remote) -> Provenance {
+        let weights = format!("remote:{}", remote.model);
+        let engine = match &remote.engine_version {
+            Some(version) => format!("{} {version}", remote.engine),
+            None => remote.engine.clone(),
+        };
+        Provenance {
+            fingerprint: fingerprint(&[&weights, &remote.url, &engine, "remote"]),
+            weights,
+            quantization: None,
+            engine,
+            backend: "remote".into(),
+            remote: Some(RemoteOrigin {
+                engine: remote.engine.clone(),
+                url: remote.url.clone(),
+                model: remote.model.clone(),
+                identical_seeds: remote.identical_seeds,
+            }),
+        }
     }
 
     /// The receipt's headers for a reply with `seed`.
@@ -97,6 +134,13 @@ impl Provenance {
             self.quantization.clone(),
             Some(self.engine.clone()),
             Some(self.backend.clone()),
+            self.remote.as_ref().map(|r| {
+                let seeds = match r.identical_seeds {
+                    true => "identical",
+                    false => "not promised",
+                };
+                format!("{} at {}; seeds {seeds}", r.engine, r.url)
+            }),
         ];
         HEADERS
             .into_iter()
@@ -205,6 +249,16 @@ fn version(files: &[PathBuf]) -> std::io::Result<String> {
         version += &format!("{name}:{}:{nanos};", metadata.len());
     }
     Ok(version)
+}
+
+/// `fp_` and 12 hex digits of a SHA-256 of `parts`.
+fn fingerprint(parts: &[&str]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    format!("fp_{}", &hex(&hasher.finalize())[..12])
 }
 
 fn hex(bytes: &[u8]) -> String {

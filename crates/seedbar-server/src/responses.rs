@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use axum::{extract::State, response::Response, Json};
 use seedbar_engine::ChatMessage;
+use seedbar_scheduler::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -312,7 +313,7 @@ impl ResponseFrame {
         ResponseFrame {
             id: generation.id.clone(),
             created_at: generation.created,
-            model: generation.model.card.name.clone(),
+            model: generation.model.clone(),
             seed: generation.seed,
             input_tokens: generation.prompt_tokens,
         }
@@ -335,15 +336,18 @@ impl ResponseFrame {
     }
 
     /// The finished response: incomplete when `max_output_tokens` cut its text short;
-    /// `tokens` were generated, `reasoning_tokens` of them thinking.
+    /// `usage` counts what was generated, `reasoning_tokens` of it thinking.
     fn finished(
         &self,
         output: Vec<OutputItem>,
         reason: StopReason,
-        tokens: usize,
+        usage: &Usage,
         reasoning_tokens: usize,
     ) -> ResponseObject {
         let cut = reason == StopReason::Length;
+        let tokens = usage.completion_tokens;
+        // A remote engine counts the prompt in its usage.
+        let input_tokens = self.input_tokens.max(usage.prompt_tokens);
         ResponseObject {
             status: if cut {
                 Status::Incomplete
@@ -355,9 +359,9 @@ impl ResponseFrame {
             }),
             output,
             usage: Some(ResponseUsage {
-                input_tokens: self.input_tokens,
+                input_tokens,
                 output_tokens: tokens,
-                total_tokens: self.input_tokens + tokens,
+                total_tokens: input_tokens + tokens,
                 output_tokens_details: OutputTokensDetails { reasoning_tokens },
             }),
             ..self.running()
@@ -391,9 +395,9 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
     let reply_format = req.text.format.as_ref().and_then(TextFormat::format);
     let (prompt, forced_call) = req.into_chat()?.into_prompt();
     let format = one_format(forced_call, reply_format, "text.format")?;
-    structured::constrain(&mut settings, &model.model, format).await?;
+    structured::constrain(&mut settings, &model, format).await?;
     let job = Job::new(vec![prompt], settings, "resp_");
-    let generation = Generation::start(&app, model, job)?;
+    let generation = Generation::start(&app, model, job).await?;
     let frame = ResponseFrame::new(&generation);
     let receipt = generation.receipt();
     if common.stream {
@@ -414,7 +418,7 @@ pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Re
     let response = frame.finished(
         output.items,
         reply.reason(),
-        reply.usage().completion_tokens,
+        &reply.usage(),
         reply.reasoning_tokens,
     );
     Ok(with_receipt(&receipt, Json(response)))
@@ -471,7 +475,7 @@ impl Translator for ResponseStream {
         let response = self.frame.finished(
             items,
             finish.reason,
-            finish.usage.completion_tokens,
+            &finish.usage,
             finish.reasoning_tokens,
         );
         events.push(if response.status == Status::Incomplete {

@@ -3,16 +3,13 @@
 //! [`Format`] and compiled into the reply's constraint (400 naming the field when a schema is
 //! invalid).
 
-use std::sync::Arc;
-
 use seedbar_grammar::{Format, GrammarError, ToolSchema};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
     error::ApiError,
-    generation::{Prompt, Settings},
-    model_host::LoadedModel,
+    generation::{Prompt, Served, ServedModel, Settings},
 };
 
 /// A chat request as templates see it.
@@ -232,14 +229,19 @@ impl OllamaFormat {
 }
 
 /// Compile `format` (the request field that asked for it comes second) for `model` into
-/// `settings`. It runs on a blocking thread: the first compile for a model builds its
-/// vocabulary (every token's bytes into a trie), which must not stall the async workers.
+/// `settings` (a remote model's engine is sent the format as asked). It runs on a blocking
+/// thread: the first compile for a model builds its vocabulary (every token's bytes into a
+/// trie), which must not stall the async workers.
 pub async fn constrain(
     settings: &mut Settings,
-    model: &Arc<LoadedModel>,
+    model: &ServedModel,
     format: Option<(Format, &'static str)>,
 ) -> Result<(), ApiError> {
     let Some((format, param)) = format else {
+        return Ok(());
+    };
+    settings.format = Some(format.clone());
+    let Served::Local(model) = &model.model else {
         return Ok(());
     };
     let model = model.clone();

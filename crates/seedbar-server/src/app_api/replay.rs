@@ -194,7 +194,7 @@ async fn regenerate(
     generation_settings.validate("sampling.")?;
     let prompt = reply_prompt(&settings.system_prompt, chat_history(history));
     let job = Job::new(vec![prompt], generation_settings, "replay-");
-    let generation = Generation::start(app, model, job)?;
+    let generation = Generation::start(app, model, job).await?;
     let provenance = generation.receipt().provenance;
     let reply = generation.collect().await?.into_iter().next();
     let reply = reply.ok_or_else(|| ApiError::internal("the replay gave no reply"))?;

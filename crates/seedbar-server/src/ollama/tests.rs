@@ -10,7 +10,7 @@ fn lines(route: Route) -> ReplyLines {
         route,
         model: "m".into(),
         seed: 3,
-        prompt_tokens: 2,
+        prompt_tokens: 10,
         context: vec![1, 2],
     }
 }
@@ -62,7 +62,7 @@ fn chat_lines_from_neutral_events() {
                    "done": false}),
             json!({"model": "m", "message": {"role": "assistant", "content": ""},
                    "done": true, "done_reason": "stop", "total_duration": 40,
-                   "load_duration": 5, "prompt_eval_count": 2, "prompt_eval_duration": 10,
+                   "load_duration": 5, "prompt_eval_count": 10, "prompt_eval_duration": 10,
                    "eval_count": 2, "eval_duration": 20, "seed": 3}),
         ]
     );

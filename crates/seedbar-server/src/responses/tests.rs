@@ -251,7 +251,11 @@ fn the_response_has_openais_shape() {
     let mut output = Output::new("resp_abc");
     output.push(vec![Delta::Text("ok".into())]);
     output.finish();
-    let response = frame().finished(output.items, StopReason::Length, 4, 0);
+    let usage = Usage {
+        completion_tokens: 4,
+        ..Usage::default()
+    };
+    let response = frame().finished(output.items, StopReason::Length, &usage, 0);
     assert_eq!(
         serde_json::to_value(&response).unwrap(),
         json!({"id": "resp_abc", "object": "response", "created_at": 1,
