@@ -209,7 +209,11 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Models { action: None } => {
             let store = ModelStore::open_default()?;
             let models = store.list()?;
-            if models.is_empty() && seedbar_remote::Remotes::open(store.root()).list().is_empty() {
+            if models.is_empty()
+                && seedbar_remote::Remotes::open(store.root())
+                    .list()
+                    .is_empty()
+            {
                 println!(
                     "no models in {} (try `seedbar pull org/name`)",
                     store.root().display()

@@ -74,7 +74,12 @@ pub fn add(args: AddRemoteArgs) -> Result<()> {
         true => "a seeded reply is the same whatever else it runs",
         false => "seeds are sent, but the engine does not promise the same reply under load",
     };
-    println!("{}: {} on {} ({seeds})", remote.name, remote.model, remote.owner());
+    println!(
+        "{}: {} on {} ({seeds})",
+        remote.name,
+        remote.model,
+        remote.owner()
+    );
     Ok(())
 }
 
@@ -89,6 +94,12 @@ pub fn remove(name: &str) -> Result<()> {
 /// The remotes, after the local models in `seedbar models`.
 pub fn list(store: &ModelStore) {
     for remote in Remotes::open(store.root()).list() {
-        println!("{:<40} {:<12} {:>12}  {}", remote.name, "remote", "", remote.owner());
+        println!(
+            "{:<40} {:<12} {:>12}  {}",
+            remote.name,
+            "remote",
+            "",
+            remote.owner()
+        );
     }
 }

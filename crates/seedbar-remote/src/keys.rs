@@ -112,11 +112,17 @@ mod tests {
             Some(())
         })
         .unwrap();
-        assert_eq!(read_file(&root).get("big").map(String::as_str), Some("sk-1"));
+        assert_eq!(
+            read_file(&root).get("big").map(String::as_str),
+            Some("sk-1")
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(root.join(KEYS_FILE)).unwrap().permissions().mode();
+            let mode = std::fs::metadata(root.join(KEYS_FILE))
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
         edit_file(&root, |keys| keys.remove("big").map(|_| ())).unwrap();

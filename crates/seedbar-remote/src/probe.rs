@@ -48,11 +48,14 @@ pub async fn probe(remote: &mut Remote, key: Option<String>) -> Result<(), Upstr
     let upstream = Upstream::new(remote, upstream.key().map(String::from));
     let health = upstream.call("/health", None).await.ok();
     let is_seedbar = owner == "seedbar"
-        || health
-            .as_ref()
-            .is_some_and(|h| h["status"] == "ok" && h["models"].is_array() && h["version"].is_string());
+        || health.as_ref().is_some_and(|h| {
+            h["status"] == "ok" && h["models"].is_array() && h["version"].is_string()
+        });
     let (engine, version, identical) = if is_seedbar {
-        let version = health.as_ref().and_then(|h| h["version"].as_str()).map(String::from);
+        let version = health
+            .as_ref()
+            .and_then(|h| h["version"].as_str())
+            .map(String::from);
         ("seedbar", version, true)
     } else if remote.api == Api::Ollama {
         let version = upstream.call("/api/version", None).await.ok();
@@ -102,7 +105,10 @@ fn pick_model(asked: &str, ids: &[String]) -> Result<String, String> {
         return match ids {
             [only] => Ok(only.clone()),
             [] => Err("the upstream lists no models".into()),
-            _ => Err(format!("the upstream serves several models; name one of: {}", ids.join(", "))),
+            _ => Err(format!(
+                "the upstream serves several models; name one of: {}",
+                ids.join(", ")
+            )),
         };
     }
     let latest = format!("{asked}:latest");
@@ -129,9 +135,16 @@ mod tests {
     fn the_model_is_the_one_asked_for_or_the_only_one() {
         let ids = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         assert_eq!(pick_model("", &ids(&["a"])).unwrap(), "a");
-        assert!(pick_model("", &ids(&["a", "b"])).unwrap_err().contains("a, b"));
-        assert_eq!(pick_model("llama3", &ids(&["llama3:latest"])).unwrap(), "llama3:latest");
-        assert!(pick_model("x", &ids(&["a"])).unwrap_err().contains("no model 'x'"));
+        assert!(pick_model("", &ids(&["a", "b"]))
+            .unwrap_err()
+            .contains("a, b"));
+        assert_eq!(
+            pick_model("llama3", &ids(&["llama3:latest"])).unwrap(),
+            "llama3:latest"
+        );
+        assert!(pick_model("x", &ids(&["a"]))
+            .unwrap_err()
+            .contains("no model 'x'"));
         assert_eq!(pick_model("x", &[]).unwrap(), "x");
     }
 }

@@ -132,9 +132,16 @@ impl Remotes {
     /// Add `new` once its upstream answers with its key: the probe fills in the engine, the
     /// model id and what it supports. `local` are the local models' names, which a remote
     /// may not take.
-    pub async fn add_probed(&self, new: NewRemote, local: &[String]) -> Result<Remote, RegistryError> {
+    pub async fn add_probed(
+        &self,
+        new: NewRemote,
+        local: &[String],
+    ) -> Result<Remote, RegistryError> {
         check_name(&new.name)?;
-        if local.iter().any(|name| name.eq_ignore_ascii_case(&new.name)) {
+        if local
+            .iter()
+            .any(|name| name.eq_ignore_ascii_case(&new.name))
+        {
             return Err(RegistryError::Taken(new.name));
         }
         let mut remote = Remote::new(&new.name, &new.url, new.api, &new.model);
@@ -216,7 +223,8 @@ mod tests {
     use crate::Api;
 
     fn scratch(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("seedbar-remotes-{tag}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("seedbar-remotes-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
@@ -239,7 +247,10 @@ mod tests {
         assert_eq!(other.get("big").unwrap().url, "http://gpu:8000");
         other.remove("big").unwrap();
         assert!(remotes.list().is_empty());
-        assert!(matches!(remotes.remove("big"), Err(RegistryError::NotFound(_))));
+        assert!(matches!(
+            remotes.remove("big"),
+            Err(RegistryError::NotFound(_))
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -249,7 +260,10 @@ mod tests {
         let remotes = Remotes::open(&dir);
         for (name, url) in [("a b", "http://h"), ("", "http://h"), ("ok", "ftp://h")] {
             let remote = Remote::new(name, url, Api::Ollama, "m");
-            assert!(matches!(remotes.add(remote), Err(RegistryError::Invalid(_))));
+            assert!(matches!(
+                remotes.add(remote),
+                Err(RegistryError::Invalid(_))
+            ));
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

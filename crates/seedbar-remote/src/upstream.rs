@@ -4,12 +4,7 @@
 //! (nothing has streamed then); dropping the stream closes the connection, which is how
 //! every engine named here learns that its client went away and frees the request's slot.
 
-use std::{
-    collections::VecDeque,
-    pin::Pin,
-    sync::OnceLock,
-    time::Duration,
-};
+use std::{collections::VecDeque, pin::Pin, sync::OnceLock, time::Duration};
 
 use futures_util::{stream, Stream, StreamExt};
 use serde_json::Value;
@@ -113,13 +108,20 @@ impl Upstream {
     /// questions).
     pub async fn call(&self, route: &str, body: Option<&Value>) -> Result<Value, UpstreamError> {
         let response = self.send(route, body).await?;
-        let text = self.within(response.text()).await?.map_err(|e| self.broken(e))?;
+        let text = self
+            .within(response.text())
+            .await?
+            .map_err(|e| self.broken(e))?;
         serde_json::from_str(&text).map_err(|e| self.broken(e))
     }
 
     /// `POST route` with `body` (`GET` without), once more where it could not connect or got
     /// 502–504; a status of 400 and above is an error with the upstream's message.
-    async fn send(&self, route: &str, body: Option<&Value>) -> Result<reqwest::Response, UpstreamError> {
+    async fn send(
+        &self,
+        route: &str,
+        body: Option<&Value>,
+    ) -> Result<reqwest::Response, UpstreamError> {
         let mut retried = false;
         loop {
             let url = format!("{}{route}", self.remote.url);
@@ -149,10 +151,7 @@ impl Upstream {
             if status < 400 {
                 return Ok(response);
             }
-            let text = self
-                .within(response.text())
-                .await?
-                .unwrap_or_default();
+            let text = self.within(response.text()).await?.unwrap_or_default();
             let message = serde_json::from_str::<Value>(&text)
                 .ok()
                 .and_then(|body| body.get("error").map(error_message))
@@ -166,7 +165,10 @@ impl Upstream {
     }
 
     /// `future`, or a timeout error when it takes longer than the remote allows.
-    async fn within<T>(&self, future: impl std::future::Future<Output = T>) -> Result<T, UpstreamError> {
+    async fn within<T>(
+        &self,
+        future: impl std::future::Future<Output = T>,
+    ) -> Result<T, UpstreamError> {
         tokio::time::timeout(self.timeout(), future)
             .await
             .map_err(|_| UpstreamError::Timeout {
@@ -209,7 +211,10 @@ impl Upstream {
                 }
                 let read = match state.upstream.within(state.bytes.next()).await {
                     Err(timeout) => Err(timeout),
-                    Ok(Some(Ok(bytes))) => state.reader.push(&bytes).map_err(|e| state.upstream.broken(e)),
+                    Ok(Some(Ok(bytes))) => state
+                        .reader
+                        .push(&bytes)
+                        .map_err(|e| state.upstream.broken(e)),
                     Ok(Some(Err(e))) => Err(state.upstream.broken(reason(&e))),
                     Ok(None) => {
                         state.done = true;

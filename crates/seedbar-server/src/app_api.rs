@@ -380,7 +380,8 @@ async fn reply(
     sampling.validate("settings.")?;
     let prompt = reply_prompt(&settings.system_prompt, history);
     let ran_on = model.name().to_string();
-    let generation = Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-")).await?;
+    let generation =
+        Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-")).await?;
 
     // The turn and the streaming reply row in one transaction, refused (409) while another
     // reply streams into this conversation.
@@ -737,8 +738,8 @@ async fn retry(State(app): State<Arc<App>>) -> Result<(StatusCode, Json<ServerSt
 }
 
 mod db;
-mod replay;
 mod remotes;
+mod replay;
 mod reply_stream;
 #[cfg(test)]
 mod tests;

@@ -126,7 +126,9 @@ impl From<seedbar_remote::UpstreamError> for ApiError {
         let code = match &error {
             E::Unreachable { .. } => "upstream_unreachable",
             E::Timeout { .. } => "upstream_timeout",
-            E::Refused { status: 401 | 403, .. } => "upstream_unauthorized",
+            E::Refused {
+                status: 401 | 403, ..
+            } => "upstream_unauthorized",
             E::Refused { .. } | E::Broken { .. } => "upstream_error",
         };
         let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_GATEWAY);

@@ -20,8 +20,7 @@ use std::{
 
 use futures_util::{stream, Stream, StreamExt};
 use seedbar_engine::{
-    ChatMessage, ChatPrompt, FinishReason, SamplingParams, TemplateKwargs,
-    ToolCall,
+    ChatMessage, ChatPrompt, FinishReason, SamplingParams, TemplateKwargs, ToolCall,
 };
 use seedbar_grammar::{Constraint, Format};
 use seedbar_scheduler::{draw_seed, Usage};

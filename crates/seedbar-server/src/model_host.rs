@@ -500,7 +500,11 @@ impl ModelHost {
             .cloned()
             .ok_or_else(|| {
                 let remotes = self.remotes.list().into_iter().map(|r| r.name);
-                let names: Vec<String> = installed.iter().map(|m| m.name.clone()).chain(remotes).collect();
+                let names: Vec<String> = installed
+                    .iter()
+                    .map(|m| m.name.clone())
+                    .chain(remotes)
+                    .collect();
                 ApiError::unknown_model(name, &names)
             })
     }

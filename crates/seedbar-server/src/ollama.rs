@@ -146,7 +146,7 @@ async fn job(
     let format = format.map(OllamaFormat::format).transpose()?.flatten();
     let mut settings = options.settings()?;
     settings.thinking = think.map(Think::on).transpose()?;
-    structured::constrain(&mut settings, &model, format.map(|f| (f, "format"))).await?;
+    structured::constrain(&mut settings, model, format.map(|f| (f, "format"))).await?;
     Ok(Job::new(vec![prompt], settings, id_prefix))
 }
 

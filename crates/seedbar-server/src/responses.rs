@@ -472,12 +472,9 @@ impl Translator for ResponseStream {
         let mut events = self.output.push(finish.deltas);
         events.extend(self.output.finish());
         let items = std::mem::take(&mut self.output.items);
-        let response = self.frame.finished(
-            items,
-            finish.reason,
-            &finish.usage,
-            finish.reasoning_tokens,
-        );
+        let response =
+            self.frame
+                .finished(items, finish.reason, &finish.usage, finish.reasoning_tokens);
         events.push(if response.status == Status::Incomplete {
             StreamEvent::Incomplete { response }
         } else {

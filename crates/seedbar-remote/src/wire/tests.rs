@@ -55,10 +55,20 @@ fn an_openai_streams_call_fragments_are_joined() {
         panic!("{pieces:?}")
     };
     assert_eq!(
-        (call.id.as_str(), call.name.as_str(), call.arguments.as_str()),
+        (
+            call.id.as_str(),
+            call.name.as_str(),
+            call.arguments.as_str()
+        ),
         ("call_1", "get_weather", "{\"city\":\"Paris\"}")
     );
-    assert!(matches!(pieces[1], Piece::Finish(Finish { end: End::ToolCalls, .. })));
+    assert!(matches!(
+        pieces[1],
+        Piece::Finish(Finish {
+            end: End::ToolCalls,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -66,11 +76,15 @@ fn an_error_in_the_stream_and_a_cut_stream_are_errors() {
     let error = "data: {\"error\":{\"message\":\"out of memory\",\"code\":500}}\n";
     assert_eq!(read(Api::OpenAi, error).unwrap_err(), "out of memory");
     let cut = "data: {\"choices\":[{\"delta\":{\"content\":\"Par\"}}]}\n";
-    assert!(read(Api::OpenAi, cut).unwrap_err().contains("before the reply finished"));
+    assert!(read(Api::OpenAi, cut)
+        .unwrap_err()
+        .contains("before the reply finished"));
     assert!(read(Api::Ollama, "{\"error\":\"model 'x' not found\"}\n")
         .unwrap_err()
         .contains("not found"));
-    assert!(read(Api::Ollama, "<html>\n").unwrap_err().contains("not JSON"));
+    assert!(read(Api::Ollama, "<html>\n")
+        .unwrap_err()
+        .contains("not JSON"));
 }
 
 #[test]
@@ -86,7 +100,10 @@ fn an_ollama_stream_gives_text_thinking_calls_and_counts() {
     let pieces = read(Api::Ollama, stream).unwrap();
     assert_eq!(pieces[0], Piece::Reasoning("hm".into()));
     assert_eq!(pieces[1], Piece::Text("Hi".into()));
-    assert_eq!(pieces[2], Piece::ToolCall(ToolCall::new(0, "f".into(), "{\"a\":1}".into())));
+    assert_eq!(
+        pieces[2],
+        Piece::ToolCall(ToolCall::new(0, "f".into(), "{\"a\":1}".into()))
+    );
     assert_eq!(pieces[3], finish(End::ToolCalls, 5, 2));
 }
 
@@ -111,7 +128,10 @@ fn requests_carry_the_seed_and_settings() {
     assert_eq!(body["top_k"], 40);
     assert_eq!(body["max_tokens"], 12);
     assert!(body.get("min_p").is_none());
-    assert_eq!(body["response_format"]["json_schema"]["schema"]["type"], "object");
+    assert_eq!(
+        body["response_format"]["json_schema"]["schema"]["type"],
+        "object"
+    );
 
     let remote = Remote::new("r", "http://h:1", Api::Ollama, "llama3");
     ask.prompt = AskPrompt::FillInTheMiddle {

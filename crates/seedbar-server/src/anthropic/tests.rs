@@ -377,7 +377,11 @@ fn the_message_has_anthropics_shape() {
         completion_tokens: 4,
         ..Usage::default()
     };
-    let message = f.message(content_blocks(&reply), Some(f.end(StopReason::Length)), &usage);
+    let message = f.message(
+        content_blocks(&reply),
+        Some(f.end(StopReason::Length)),
+        &usage,
+    );
     assert_eq!(
         serde_json::to_value(&message).unwrap(),
         json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "m",

@@ -34,14 +34,26 @@ impl From<Remote> for RemoteInfo {
 }
 
 pub(super) async fn list(State(app): State<Arc<App>>) -> Json<Vec<RemoteInfo>> {
-    Json(app.models.remotes().list().into_iter().map(Into::into).collect())
+    Json(
+        app.models
+            .remotes()
+            .list()
+            .into_iter()
+            .map(Into::into)
+            .collect(),
+    )
 }
 
 pub(super) async fn add(
     State(app): State<Arc<App>>,
     ApiJson(new): ApiJson<NewRemote>,
 ) -> Result<(StatusCode, Json<RemoteInfo>), ApiError> {
-    let local: Vec<String> = app.models.installed()?.into_iter().map(|m| m.name).collect();
+    let local: Vec<String> = app
+        .models
+        .installed()?
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
     let name = new.name.clone();
     let remote = app
         .models

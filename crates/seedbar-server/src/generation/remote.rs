@@ -38,17 +38,18 @@ pub(super) async fn start(
         return only_local("logprobs", "requests for log-probabilities");
     }
     if !settings.sampling.logit_bias.is_empty() {
-        return only_local("logit_bias", "a logit bias (token ids are the engine's own)");
+        return only_local(
+            "logit_bias",
+            "a logit bias (token ids are the engine's own)",
+        );
     }
     let shape = settings.format.as_ref().map(|format| match format {
         Format::JsonObject => Shape::Json,
         Format::JsonSchema(schema) => Shape::JsonSchema(schema.clone()),
-        Format::ToolCall(tools) => {
-            Shape::Call(match tools.as_slice() {
-                [one] => Some(one.name.clone()),
-                _ => None,
-            })
-        }
+        Format::ToolCall(tools) => Shape::Call(match tools.as_slice() {
+            [one] => Some(one.name.clone()),
+            _ => None,
+        }),
     });
     let mut asks = Vec::with_capacity(job.prompts.len() * job.n);
     for prompt in &job.prompts {
