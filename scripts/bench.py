@@ -3,7 +3,8 @@ batch-1 decode, aggregate throughput at 1/2/4/8 concurrent streams (mlx-lm's bat
 generation, and mlx-lm's server behaviour for seeded requests: one at a time), and Seedbar's
 seeded identity rate in random concurrent mixes. Prints the ratios (Seedbar / mlx-lm). Then the
 CPU peer a Linux user would pick, llama.cpp's llama-server, over HTTP, plain and with
-speculative decoding on both sides (scripts/cpu_peer.py).
+speculative decoding on both sides (scripts/cpu_peer.py), and llama-server as a remote engine
+behind Seedbar (scripts/remote_peer.py).
 
 Run through `make bench` (which prepares everything); mlx-lm reads the MLX directory that
 `seedbar convert` makes from the default GGUF."""
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import bench_common
 import cpu_peer
+import remote_peer
 from mlx_lm.utils import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +91,8 @@ def main() -> None:
         cpu_peer.compare(SEEDBAR, Path(llama_server.read_text().strip()), gguf, PROMPTS)
         print()
         cpu_peer.speculative(SEEDBAR, Path(llama_server.read_text().strip()), gguf, PROMPTS)
+        print()
+        remote_peer.compare(SEEDBAR, Path(llama_server.read_text().strip()), gguf)
     else:
         print("llama-server is not built: `make bench` builds it (scripts/setup.sh --bench)")
 

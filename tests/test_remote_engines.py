@@ -82,6 +82,8 @@ def test_adding_probes_the_upstream_and_keeps_the_key_apart(server, upstream, ho
     assert models[DEFAULT_MODEL] == "seedbar"
     tags = [m["name"] for m in httpx.get(f"{server.url}/api/tags", timeout=30).json()["models"]]
     assert REMOTE in tags
+    shown = ollama.Client(host=server.url).show(REMOTE)
+    assert "completion" in shown.capabilities and shown.details.family == "seedbar"
 
 
 @pytest.mark.parametrize("body, status, words", [
@@ -303,3 +305,28 @@ def test_an_ollama_upstream_keeps_seeds_too(server, upstream):
         assert ours["message"]["content"] == theirs["message"]["content"]
     finally:
         assert httpx.delete(f"{server.url}/app/remotes/far-ollama", timeout=30).status_code == 204
+
+
+def test_a_conversation_on_a_remote_model_keeps_where_its_replies_ran(server, upstream):
+    with httpx.Client(base_url=server.url, timeout=120) as api:
+        created = api.post("/app/conversations", json={"settings": {"model": REMOTE, "seed": 21, "max_tokens": 12}})
+        assert created.status_code == 200, created.text
+        cid = created.json()["id"]
+        texts = []
+        for body in ({"content": "Hi"}, {"regenerate": True}):
+            with api.stream("POST", f"/app/conversations/{cid}/reply", json=body) as resp:
+                assert resp.status_code == 200
+                assert resp.headers["x-seedbar-backend"] == "remote"
+                events = [json.loads(line[5:]) for line in resp.iter_lines() if line.startswith("data:")]
+            assert events[-1]["type"] == "done", events
+            texts.append(api.get(f"/app/conversations/{cid}").json()["messages"][-1])
+        first, again = texts
+        assert first["content"] and first["content"] == again["content"], "the pinned seed, sent upstream"
+        assert first["provenance"]["remote"] == {
+            "engine": "seedbar", "url": upstream.url, "model": DEFAULT_MODEL, "identical_seeds": True}
+        assert first["provenance"]["backend"] == "remote"
+        exported = api.get(f"/app/conversations/{cid}/export", params={"format": "json"}).json()
+        assert exported["messages"][-1]["provenance"]["remote"]["engine"] == "seedbar"
+        # A remote that is not in the library is refused as the conversation's model.
+        refused = api.patch(f"/app/conversations/{cid}", json={"settings": {"model": "nowhere"}})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "settings.model"

@@ -323,9 +323,11 @@ fn check_settings(app: &App, settings: &Settings, check_model: bool) -> Result<(
         return Ok(());
     }
     let installed = app.models.installed()?;
-    if !installed
-        .iter()
-        .any(|m| m.name.eq_ignore_ascii_case(&settings.model))
+    let remote = app.models.remotes().get(&settings.model).is_some();
+    if !remote
+        && !installed
+            .iter()
+            .any(|m| m.name.eq_ignore_ascii_case(&settings.model))
     {
         let names: Vec<String> = installed.into_iter().map(|m| m.name).collect();
         return Err(ApiError {

@@ -16,6 +16,7 @@ use axum::{
 };
 use futures_util::StreamExt;
 use seedbar_engine::{inventory::human_count, store::ModelKind, ChatMessage, SamplingParams};
+use seedbar_remote::Remote;
 use seedbar_scheduler::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -198,6 +199,18 @@ struct Details {
 }
 
 impl Details {
+    /// A remote model's: its engine as the family, its upstream id as the parent.
+    fn remote(remote: &Remote) -> Self {
+        Details {
+            parent_model: remote.model.clone(),
+            format: "remote",
+            family: remote.engine.clone(),
+            families: vec![remote.engine.clone()],
+            parameter_size: String::new(),
+            quantization_level: String::new(),
+        }
+    }
+
     fn new(card: &ModelCard, facts: &ModelFacts) -> Self {
         let family = facts.inventory.architecture.clone();
         Details {
@@ -223,6 +236,36 @@ pub struct ShowBody {
 }
 
 /// `/api/show`'s `model_info`: the general keys, then `<architecture>.<hyper-parameter>`.
+impl ShowBody {
+    /// A remote model's: what its engine supports, as the probe found.
+    fn remote(remote: &Remote) -> Self {
+        let supports = remote.supports;
+        let capabilities = [
+            (true, "completion"),
+            (supports.tools, "tools"),
+            (supports.images, "vision"),
+            (supports.reasoning, "thinking"),
+        ];
+        ShowBody {
+            modelfile: format!("# {} on {}", remote.model, remote.owner()),
+            parameters: String::new(),
+            template: String::new(),
+            details: Details::remote(remote),
+            model_info: ModelInfo {
+                architecture: remote.engine.clone(),
+                basename: remote.model.clone(),
+                parameter_count: 0,
+                hyperparameters: BTreeMap::new(),
+            },
+            capabilities: capabilities
+                .into_iter()
+                .filter_map(|(has, name)| has.then_some(name))
+                .collect(),
+            modified_at: timestamp_of(0),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct ModelInfo {
     #[serde(rename = "general.architecture")]
@@ -385,14 +428,7 @@ pub async fn tags(State(app): State<Arc<App>>) -> Result<Json<TagList>> {
             modified_at: timestamp_of(0),
             size: 0,
             digest: format!("remote:{}", remote.model),
-            details: Details {
-                parent_model: remote.model.clone(),
-                format: "remote",
-                family: remote.engine.clone(),
-                families: vec![remote.engine.clone()],
-                parameter_size: String::new(),
-                quantization_level: String::new(),
-            },
+            details: Details::remote(&remote),
         });
     }
     Ok(Json(TagList { models }))
@@ -416,6 +452,9 @@ pub async fn show(
     OllamaJson(req): OllamaJson<ModelRequest>,
 ) -> Result<Json<ShowBody>> {
     let name = req.name();
+    if let Some(remote) = app.models.remotes().get(&name) {
+        return Ok(Json(ShowBody::remote(&remote)));
+    }
     let card = app.models.card(&name)?;
     let facts = app.models.facts(&card).await?;
     let inventory = &facts.inventory;
