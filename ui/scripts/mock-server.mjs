@@ -3,6 +3,8 @@
 // docs/app-api.md in memory, replies (and quick chat's chat/completions stream) made up from
 // the seed, and dist/ served at /. Models whose name holds "think" (the library's "thinker")
 // think first, as Qwen3 does: their replies stream a short reasoning before the answer.
+// Remote engines are kept without a probe: a key "wrong" is refused (401), a URL holding
+// "unreachable" cannot be reached (502); the rest are vLLM, whose seeds are not promised.
 // Usage: node scripts/mock-server.mjs [--port 7338] [--api-key KEY] [--dir dist] [--model NAME]
 //   --model: the default model quick chat asks (SmolLM2-135M-Instruct; `thinker` thinks)
 import { createServer } from 'node:http';
@@ -30,6 +32,7 @@ const models = [
   { name: 'thinker', format: 'safetensors', bytes: 1_200_000, quantization: null, architecture: 'qwen3', supported: true, loaded: false, memory_needed: 1440000, fits: true, capabilities: ['completion', 'tools', 'thinking'] },
 ];
 const pulls = new Map();
+const remotes = [];
 let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space' };
 
 const words = ['The', 'capital', 'of', 'France', 'is', 'Paris.', 'It', 'sits', 'on', 'the', 'Seine,', 'and', 'is', 'known', 'for', 'art,', 'food', 'and', 'the', 'Eiffel', 'Tower.'];
@@ -240,6 +243,30 @@ const server = createServer(async (req, res) => {
       if (!pull) return fail(res, 404, 'no such pull');
       if (pull.status === 'downloading') pull.status = 'cancelled';
       return send(res, 200, pull);
+    }
+    if (path === '/app/remotes' && m === 'GET') return send(res, 200, remotes);
+    if (path === '/app/remotes' && m === 'POST') {
+      const b = await body(req);
+      if (!b.name || !/^https?:\/\//.test(b.url ?? '')) return fail(res, 400, 'a remote needs a name and an http(s) URL');
+      if (models.some((x) => x.name === b.name)) return fail(res, 409, `'${b.name}' is the name of a model on this computer`);
+      if (b.url.includes('unreachable')) return fail(res, 502, `the remote engine '${b.name}' (${b.url}) cannot be reached: connection refused`);
+      if (b.key === 'wrong') {
+        return send(res, 401, { error: { message: `the remote engine '${b.name}' answered 401: the API key is not valid`, code: 'upstream_unauthorized' } });
+      }
+      const url = b.url.replace(/\/+$/, '').replace(/\/v1$/, '');
+      const remote = {
+        name: b.name, url, api: b.api ?? 'openai', model: b.model || 'Qwen/Qwen3-8B', engine: 'vllm', engine_version: '0.11.0',
+        identical_seeds: b.identical_seeds ?? false, supports: { seeds: true, tools: true, images: false, structured: true, reasoning: true },
+        timeout_s: b.timeout_s ?? 300, has_key: !!b.key, owner: `vllm at ${url.split('://')[1].split('/')[0]}`,
+      };
+      remotes.splice(0, remotes.length, ...remotes.filter((x) => x.name !== b.name), remote);
+      return send(res, 201, remote);
+    }
+    if ((match = /^\/app\/remotes\/([^/]+)$/.exec(path)) && m === 'DELETE') {
+      const at = remotes.findIndex((x) => x.name === decodeURIComponent(match[1]));
+      if (at === -1) return fail(res, 404, `no remote ${decodeURIComponent(match[1])}`);
+      remotes.splice(at, 1);
+      return send(res, 204);
     }
     if (path === '/app/settings' && m === 'GET') return send(res, 200, appSettings);
     if (path === '/app/settings' && m === 'PUT') {

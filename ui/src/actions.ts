@@ -8,7 +8,7 @@ import {
 } from './convList';
 import { drafts } from './drafts';
 import { getState, setState, toast, updateMessages, type Route } from './store';
-import type { Conversation, Replay, ReplyRequest, Settings } from './types';
+import type { Conversation, NewRemote, Replay, ReplyRequest, Settings } from './types';
 
 let sessionKey: string | null = null;
 
@@ -64,13 +64,16 @@ function onHash() {
 export function applyRoute(route: Route) {
   setState({ route });
   if (route.view === 'chat' && route.id !== null) void loadConversation(route.id);
-  if (route.view === 'models') void loadModels();
+  if (route.view === 'models') {
+    void loadModels();
+    void loadRemotes();
+  }
 }
 
 export async function init() {
   window.addEventListener('hashchange', onHash);
   onHash();
-  await Promise.all([loadConversations(), loadStatus(), loadModels()]);
+  await Promise.all([loadConversations(), loadStatus(), loadModels(), loadRemotes()]);
 }
 
 // Conversations
@@ -365,6 +368,41 @@ export async function cancelPull(repo: string) {
   }
 }
 
+// Remote engines
+
+export async function loadRemotes() {
+  try {
+    setState({ remotes: await client.listRemotes() });
+  } catch (error) {
+    report(error);
+    if (getState().remotes === null) setState({ remotes: [] });
+  }
+}
+
+/** Adds a remote engine (the server checks it answers first); the error to show when refused. */
+export async function addRemote(remote: NewRemote): Promise<{ ok: true } | { ok: false; error: string }> {
+  try {
+    const added = await client.addRemote(remote);
+    await loadRemotes();
+    toast(`Added ${added.name} (${added.owner}).`, 'info');
+    return { ok: true };
+  } catch (error) {
+    return { ok: false, error: errorText(error) };
+  }
+}
+
+export async function removeRemote(name: string): Promise<boolean> {
+  try {
+    await client.removeRemote(name);
+    setState((s) => ({ remotes: (s.remotes ?? []).filter((r) => r.name !== name) }));
+    toast(`Removed ${name}.`, 'info');
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
+  }
+}
+
 // Status and key
 
 let statusTimer: ReturnType<typeof setTimeout> | undefined;
@@ -414,7 +452,7 @@ export async function submitApiKey(key: string) {
   saveApiKey(key.trim());
   setState({ needKey: null });
   const { route } = getState();
-  await Promise.all([loadConversations(), loadStatus(), loadModels()]);
+  await Promise.all([loadConversations(), loadStatus(), loadModels(), loadRemotes()]);
   if (route.view === 'chat' && route.id !== null) await loadConversation(route.id);
 }
 

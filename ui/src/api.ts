@@ -3,8 +3,8 @@
 
 import { DONE, SseParser, decodeData } from './sse';
 import type {
-  AppSettings, AppStatus, Conversation, ConversationDetail, ModelInfo, Pull, Replay, ReplyEvent, ReplyRequest, Settings,
-  StartingMessage,
+  AppSettings, AppStatus, Conversation, ConversationDetail, ModelInfo, NewRemote, Pull, Remote, Replay, ReplyEvent, ReplyRequest,
+  Settings, StartingMessage,
 } from './types';
 
 declare global {
@@ -25,8 +25,10 @@ export class ApiError extends Error {
     this.status = status;
     this.code = code;
   }
+  /** Refused for want of a (valid) key to this server; a remote engine refusing its own key
+   *  (`upstream_unauthorized`) is not. */
   get unauthorized() {
-    return this.status === 401;
+    return this.status === 401 && this.code !== 'upstream_unauthorized';
   }
 }
 
@@ -223,6 +225,19 @@ export class Client {
   cancelPull(repo: string) {
     const path = repo.split('/').map(encodeURIComponent).join('/');
     return this.request<Pull>('DELETE', `/app/models/pulls/${path}`, `Cancelling ${repo} failed`);
+  }
+
+  // Remote engines
+
+  listRemotes() {
+    return this.request<Remote[]>('GET', '/app/remotes', 'Loading remote engines failed');
+  }
+  /** Probes the engine, then keeps it; refused with the engine's answer (401, 502, 504...). */
+  addRemote(remote: NewRemote) {
+    return this.request<Remote>('POST', '/app/remotes', `Adding ${remote.name} failed`, remote);
+  }
+  removeRemote(name: string) {
+    return this.request<void>('DELETE', `/app/remotes/${encodeURIComponent(name)}`, `Removing ${name} failed`);
   }
 
   // App

@@ -3,7 +3,7 @@
 
 import { useEffect, useState } from 'preact/hooks';
 import type { UiMessage } from './convList';
-import type { AppStatus, Conversation, ModelInfo, Pull } from './types';
+import type { AppStatus, Conversation, ModelInfo, Pull, Remote } from './types';
 
 export type Route = { view: 'chat'; id: number | null } | { view: 'models' } | { view: 'settings' };
 
@@ -31,6 +31,8 @@ export type AppState = {
   /** A refused send put its text back in this conversation's composer. */
   restoredDraft: { id: number; at: number } | null;
   models: ModelInfo[] | null;
+  /** Models other engines run, served here by name. */
+  remotes: Remote[] | null;
   pulls: Pull[];
   toasts: Toast[];
   /** A request was refused for want of an API key. */
@@ -50,6 +52,7 @@ export const initialState = (): AppState => ({
   finished: {},
   restoredDraft: null,
   models: null,
+  remotes: null,
   pulls: [],
   toasts: [],
   needKey: null,

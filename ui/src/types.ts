@@ -73,6 +73,19 @@ export type Provenance = {
   backend: string;
   /** OpenAI's `system_fingerprint`: changes when any of the above does. */
   fingerprint: string;
+  /** Set when a remote engine made the reply (`backend` is then `remote`). */
+  remote?: RemoteOrigin | null;
+};
+
+/** The engine a remote model's reply came from. */
+export type RemoteOrigin = {
+  engine: RemoteEngine;
+  /** The engine's base URL. */
+  url: string;
+  /** The model id the engine knows it by. */
+  model: string;
+  /** Whether the engine promises the same reply for the same seed, whatever else it runs. */
+  identical_seeds: boolean;
 };
 
 export type ConversationDetail = Conversation & { messages: Message[] };
@@ -93,6 +106,43 @@ export type ModelInfo = {
   fits: boolean;
   /** What it does, in Ollama's names: completion, tools, thinking, vision, embedding, rerank. */
   capabilities: string[];
+};
+
+export type RemoteEngine = 'seedbar' | 'vllm' | 'sglang' | 'llama-server' | 'ollama' | 'unknown';
+
+/** A model another serving engine runs, served here under its `name` (`GET /app/remotes`). */
+export type Remote = {
+  name: string;
+  /** The engine's base URL. */
+  url: string;
+  api: 'openai' | 'ollama';
+  /** The model id the engine knows it by. */
+  model: string;
+  /** Which engine answered the probe. */
+  engine: RemoteEngine;
+  engine_version: string | null;
+  /** Whether the engine promises the same reply for the same seed, whatever else it runs. */
+  identical_seeds: boolean;
+  /** What the engine is known to take. */
+  supports: { seeds: boolean; tools: boolean; images: boolean; structured: boolean; reasoning: boolean };
+  /** Seconds without a byte from the engine before a request is given up. */
+  timeout_s: number;
+  /** Whether an API key is kept for it (keys are never sent back). */
+  has_key: boolean;
+  /** The engine and its host, for people: `vllm at gpu-box:8000`. */
+  owner: string;
+};
+
+/** What `POST /app/remotes` takes; the server probes the engine before it keeps it. */
+export type NewRemote = {
+  name: string;
+  url: string;
+  api?: Remote['api'];
+  /** Empty: the one model the engine serves. */
+  model?: string;
+  key?: string;
+  timeout_s?: number;
+  identical_seeds?: boolean;
 };
 
 export type PullStatus = 'downloading' | 'done' | 'error' | 'cancelled';

@@ -67,6 +67,31 @@ describe('Client', () => {
     expect(onUnauthorized).toHaveBeenCalledOnce();
   });
 
+  it('adds, lists and removes remote engines; an engine refusing its key is not this server asking for one', async () => {
+    const calls: [string, RequestInit][] = [];
+    const answers = [
+      json(401, { error: { message: "the remote engine 'far' answered 401: bad key", code: 'upstream_unauthorized' } }),
+      json(201, { name: 'far', owner: 'seedbar at h:1' }),
+      json(200, []),
+      new Response(null, { status: 204 }),
+    ];
+    const { client, onUnauthorized } = clientWith((async (url: string, init: RequestInit) => {
+      calls.push([url, init]);
+      return answers.shift()!;
+    }) as unknown as typeof fetch);
+    const refused = client.addRemote({ name: 'far', url: 'http://h:1/v1', key: 'sk-wrong' });
+    await expect(refused).rejects.toMatchObject({ message: "Adding far failed: the remote engine 'far' answered 401: bad key", status: 401, unauthorized: false });
+    expect(onUnauthorized).not.toHaveBeenCalled();
+    expect(await client.addRemote({ name: 'far', url: 'http://h:1/v1', key: 'sk-up' })).toEqual({ name: 'far', owner: 'seedbar at h:1' });
+    expect(await client.listRemotes()).toEqual([]);
+    expect(await client.removeRemote('far/x')).toBeUndefined();
+    expect(calls.map(([url, init]) => `${init.method} ${url}`)).toEqual([
+      'POST http://127.0.0.1:7337/app/remotes', 'POST http://127.0.0.1:7337/app/remotes',
+      'GET http://127.0.0.1:7337/app/remotes', 'DELETE http://127.0.0.1:7337/app/remotes/far%2Fx',
+    ]);
+    expect(JSON.parse(calls[1][1].body as string)).toEqual({ name: 'far', url: 'http://h:1/v1', key: 'sk-up' });
+  });
+
   it('turns network failures into a message naming the server', async () => {
     const { client } = clientWith((async () => { throw new TypeError('Failed to fetch'); }) as unknown as typeof fetch);
     await expect(client.listModels()).rejects.toMatchObject({

@@ -49,6 +49,7 @@ export function ChatView({ id }: { id: number | null }) {
 
   const { conversation, messages } = detail;
   const streaming = !!s.streams[id];
+  const remote = s.remotes?.find((r) => r.name === conversation.settings.model);
   let lastReplyIndex = -1;
   for (let i = messages.length - 1; i >= 0; i--) {
     if (messages[i].role === 'assistant') { lastReplyIndex = i; break; }
@@ -64,7 +65,10 @@ export function ChatView({ id }: { id: number | null }) {
         <header class="chat-head">
           <div class="chat-title-block">
             <h1 class="chat-title" data-testid="chat-title">{conversation.title}</h1>
-            <span class="chat-model" data-testid="chat-model">{conversation.settings.model}</span>
+            <span class="chat-model" data-testid="chat-model">
+              {conversation.settings.model}
+              {remote && <span class="badge" data-testid="chat-model-remote" title={`Runs on ${remote.url}`}>remote: {remote.owner}</span>}
+            </span>
           </div>
           <SeedPin conversation={conversation} lastSeed={lastSeed} />
           <ExportMenu id={id} busy={streaming || replay?.result === 'running'} onReplay={async () => {

@@ -3,6 +3,7 @@ import { useMemo, useRef, useState } from 'preact/hooks';
 import { copyText, reply, updateSettings } from '../actions';
 import type { UiMessage } from '../convList';
 import { renderMarkdown } from '../markdown';
+import { seedNotPromised, seedPromise } from '../remote';
 import { formatSeed } from '../seed';
 import { IconCheck, IconCopy, IconPencil, IconPin, IconRefresh } from './icons';
 import { Receipt } from './Receipt';
@@ -84,6 +85,11 @@ function MessageItemInner({ message, pinnedSeed, isLastReply, busy }: Props) {
           {message.role === 'assistant' && message.seed !== null && (
             <span class="seed-info">
               <span class="seed-label" data-testid="message-seed" title="The seed this reply used">seed {formatSeed(message.seed)}</span>
+              {seedNotPromised(message) && (
+                <span class="seed-unsure" data-testid="seed-not-promised" title={`${seedPromise(false)}: a replay may differ.`}>
+                  seed sent; not guaranteed
+                </span>
+              )}
               {pinnedSeed === message.seed ? (
                 <span class="pinned-note"><IconCheck size={12} /> pinned</span>
               ) : (

@@ -1,9 +1,12 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { cancelPull, deleteModel, importModel, loadModels, loadPulls, loadStatus, pullModel, report } from '../actions';
+import {
+  addRemote, cancelPull, deleteModel, importModel, loadModels, loadPulls, loadRemotes, loadStatus, pullModel, removeRemote, report,
+} from '../actions';
 import { hasNativePicker, pickModelPath } from '../picker';
 import { checkRepoId, formatBytes } from '../format';
+import { checkRemoteForm, newRemoteOf, seedBadge, seedPromise, type RemoteForm } from '../remote';
 import { useAppState } from '../store';
-import type { Pull } from '../types';
+import type { Pull, Remote } from '../types';
 import { confirmAction } from './Dialogs';
 import { IconClose, IconDownload, IconTrash } from './icons';
 
@@ -66,7 +69,7 @@ export function ModelLibrary() {
     <section class="page" data-testid="model-library" aria-labelledby="models-title">
       <header class="page-head">
         <h1 id="models-title">Models</h1>
-        <button type="button" class="button" onClick={() => void loadModels()}>Refresh</button>
+        <button type="button" class="button" onClick={() => { void loadModels(); void loadRemotes(); }}>Refresh</button>
       </header>
 
       <form class="pull-form" onSubmit={(e) => { e.preventDefault(); void submit(); }}>
@@ -130,7 +133,128 @@ export function ModelLibrary() {
           </tbody>
         </table>
       )}
+
+      <RemoteEngines />
     </section>
+  );
+}
+
+/** Models other engines run (vLLM, SGLang, llama-server, Ollama, another Seedbar): listed with
+ *  where they run and whether a seed repeats a reply there, removed, and added by URL. */
+function RemoteEngines() {
+  const { remotes } = useAppState();
+  const remove = async (name: string) => {
+    if (await confirmAction(`Remove ${name}?`, `Chats can no longer pick ${name}, and its API key is forgotten. The engine itself is not touched.`, 'Remove')) {
+      await removeRemote(name);
+    }
+  };
+  return (
+    <section class="remotes" data-testid="remote-engines" aria-labelledby="remotes-title">
+      <h2 id="remotes-title">Remote engines</h2>
+      <p class="muted small">Models another serving engine runs, chosen in chats by name like the ones on this computer.</p>
+      {remotes === null ? (
+        <p class="muted">Loading remote engines…</p>
+      ) : remotes.length === 0 ? (
+        <p class="muted" data-testid="remotes-empty">No remote engines yet.</p>
+      ) : (
+        <table class="models" data-testid="remotes-table">
+          <thead>
+            <tr><th scope="col">Name</th><th scope="col">Runs on</th><th scope="col">Model there</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr>
+          </thead>
+          <tbody>
+            {remotes.map((r) => <RemoteRow key={r.name} remote={r} onRemove={() => void remove(r.name)} />)}
+          </tbody>
+        </table>
+      )}
+      <AddRemoteForm />
+    </section>
+  );
+}
+
+function RemoteRow({ remote, onRemove }: { remote: Remote; onRemove: () => void }) {
+  return (
+    <tr data-testid="remote-row" data-name={remote.name}>
+      <td class="model-name">
+        {remote.name}
+        <span class="badge accent" title={`Runs on ${remote.url}`}>remote</span>
+        <span class={`badge${remote.identical_seeds ? '' : ' warning'}`} data-testid="remote-seeds" title={seedPromise(remote.identical_seeds)}>
+          {seedBadge(remote.identical_seeds)}
+        </span>
+      </td>
+      <td data-testid="remote-owner" title={`${remote.url}${remote.engine_version ? ` · ${remote.engine} ${remote.engine_version}` : ''}`}>
+        {remote.owner}
+      </td>
+      <td data-testid="remote-model">{remote.model}</td>
+      <td class="actions">
+        <button type="button" class="icon-button small" data-testid="remote-remove" aria-label={`Remove ${remote.name}`} title="Remove"
+          onClick={onRemove}><IconTrash size={14} /></button>
+      </td>
+    </tr>
+  );
+}
+
+const EMPTY_REMOTE: RemoteForm = { name: '', url: '', api: 'openai', model: '', key: '' };
+
+/** Add a remote engine by URL: the server asks it for its models first, with the key given. */
+function AddRemoteForm() {
+  const [form, setForm] = useState<RemoteForm>(EMPTY_REMOTE);
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const set = <K extends keyof RemoteForm>(field: K, value: RemoteForm[K]) => {
+    setForm((f) => ({ ...f, [field]: value }));
+    setError(null);
+  };
+
+  const submit = async () => {
+    const problem = checkRemoteForm(form);
+    setError(problem);
+    if (problem) return;
+    setBusy(true);
+    const result = await addRemote(newRemoteOf(form));
+    setBusy(false);
+    if (result.ok) setForm(EMPTY_REMOTE);
+    else setError(result.error);
+  };
+
+  return (
+    <form class="remote-form" data-testid="remote-form" aria-labelledby="remote-form-title" aria-busy={busy ? 'true' : undefined}
+      noValidate onSubmit={(e) => { e.preventDefault(); void submit(); }}>
+      <h3 id="remote-form-title">Add a remote engine</h3>
+      <div class="remote-fields">
+        <label class="field">
+          <span>Name</span>
+          <input data-testid="remote-name" placeholder="e.g. gpu-qwen" value={form.name} spellcheck={false} autocomplete="off"
+            onInput={(e) => set('name', e.currentTarget.value)} />
+        </label>
+        <label class="field wide">
+          <span>URL</span>
+          <input data-testid="remote-url" type="url" placeholder="http://gpu-box:8000/v1" value={form.url} spellcheck={false} autocomplete="off"
+            onInput={(e) => set('url', e.currentTarget.value)} />
+        </label>
+        <label class="field">
+          <span>Protocol</span>
+          <select data-testid="remote-api" value={form.api} onChange={(e) => set('api', e.currentTarget.value as RemoteForm['api'])}>
+            <option value="openai">OpenAI-compatible</option>
+            <option value="ollama">Ollama</option>
+          </select>
+        </label>
+        <label class="field">
+          <span>Model id (optional)</span>
+          <input data-testid="remote-model-id" placeholder="the one it serves" value={form.model} spellcheck={false} autocomplete="off"
+            onInput={(e) => set('model', e.currentTarget.value)} />
+        </label>
+        <label class="field">
+          <span>API key (optional)</span>
+          <input data-testid="remote-key" type="password" value={form.key} spellcheck={false} autocomplete="off"
+            onInput={(e) => set('key', e.currentTarget.value)} />
+        </label>
+      </div>
+      <div class="remote-submit">
+        <button type="submit" class="button primary" data-testid="remote-add" disabled={busy}>Add</button>
+        {busy && <span class="muted small" role="status" data-testid="remote-checking">Checking the engine…</span>}
+        {error && <p class="field-error" role="alert" data-testid="remote-error">{error}</p>}
+      </div>
+    </form>
   );
 }
 

@@ -1,6 +1,7 @@
 // Per-conversation settings: model, system prompt, temperature, top_p, max tokens.
 import { useEffect, useState } from 'preact/hooks';
 import { updateSettings } from '../actions';
+import { modelChoices } from '../remote';
 import { useAppState } from '../store';
 import type { Conversation, Settings } from '../types';
 import { IconClose } from './icons';
@@ -23,7 +24,7 @@ export function checkNumber(field: NumberField, text: string): { ok: true; value
 }
 
 export function SettingsPanel({ conversation, onClose }: { conversation: Conversation; onClose: () => void }) {
-  const { models } = useAppState();
+  const { models, remotes } = useAppState();
   const settings = conversation.settings;
   const [prompt, setPrompt] = useState(settings.system_prompt);
   const [numbers, setNumbers] = useState<Record<NumberField, string>>(() => texts(settings));
@@ -53,8 +54,7 @@ export function SettingsPanel({ conversation, onClose }: { conversation: Convers
     if (checked.value !== settings[field]) void save({ [field]: checked.value });
   };
 
-  const modelNames = (models ?? []).map((m) => m.name);
-  const missing = settings.model && !modelNames.includes(settings.model);
+  const choices = modelChoices(models, remotes, settings.model);
 
   return (
     <aside class="settings-panel" data-testid="settings-panel" aria-label="Conversation settings">
@@ -66,10 +66,9 @@ export function SettingsPanel({ conversation, onClose }: { conversation: Convers
       <label class="field">
         <span>Model</span>
         <select data-testid="setting-model" value={settings.model} onChange={(e) => void save({ model: e.currentTarget.value })}>
-          {missing && <option value={settings.model}>{settings.model} (not installed)</option>}
-          {modelNames.map((name) => <option key={name} value={name}>{name}</option>)}
+          {choices.map((c) => <option key={c.value} value={c.value}>{c.label}</option>)}
         </select>
-        {models !== null && models.length === 0 && <small class="muted">No models installed: add one in Models.</small>}
+        {models !== null && models.length === 0 && !remotes?.length && <small class="muted">No models installed: add one in Models.</small>}
       </label>
       <label class="field">
         <span>System prompt</span>
