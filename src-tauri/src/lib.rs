@@ -90,7 +90,11 @@ pub fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let hidden = std::env::args().any(|a| a == HIDDEN_ARG);
+    // What the saved settings ask of the start: the window closed, the menu-bar icon off.
+    let saved = seedbar_engine::store::ModelStore::open_default()
+        .map(|store| settings::Saved::load(store.root()))
+        .unwrap_or_default();
+    let hidden = std::env::args().any(|a| a == HIDDEN_ARG) || saved.start_minimized;
     let context = tauri::generate_context!("../tauri.conf.json");
     let lock_id = instance_id(
         &context.config().identifier,
@@ -127,10 +131,7 @@ pub fn run() -> ExitCode {
         #[cfg(target_os = "macos")]
         app.set_activation_policy(tauri::ActivationPolicy::Accessory);
         let handle = app.handle().clone();
-        if let Err(e) = tray::create(&handle) {
-            // Without a tray host the window and a second launch still work.
-            tracing::warn!("no tray item: {e}");
-        }
+        tray::show(&handle, saved.desktop.show_menu_bar_icon);
         if !hidden {
             window::show(&handle, "")?;
         }

@@ -18,7 +18,7 @@ use tokio::{net::TcpListener, sync::oneshot};
 use crate::{
     quick_chat, settings,
     shell::{Connection, Shell},
-    tray_model::{Activity, Download, LoadedModel, Phase},
+    tray_model::{Activity, Download, LoadedModel, Phase, Recent, RECENT_COUNT},
     window,
 };
 
@@ -28,6 +28,8 @@ pub const DEFAULT_REPO: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
 
 /// How often the tray's live status (running chats, tokens/s, downloads) is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// Every how many samples the installed chat models and recent conversations are read.
+const LIBRARY_EVERY: u32 = 3;
 
 /// What the launch asks for, from the environment (all optional; for development, tests
 /// and several stores side by side): `SEEDBAR_MODEL`, `SEEDBAR_PORT`, `SEEDBAR_API_KEY`,
@@ -136,6 +138,12 @@ async fn start<R: Runtime>(
     quick_chat::bind(handle, &saved.quick_chat_shortcut);
     // Bind first: the window learns the real port at once (and a port in use shows now);
     // connections wait in the backlog until `serve`.
+    // The default model chosen in the tray or the settings, while it is installed.
+    let mut launch = launch.clone();
+    if launch.model.is_none() {
+        launch.model = saved.default_model.clone().filter(|m| store.resolve(m).is_ok());
+    }
+    let launch = &launch;
     let config = config(launch, &saved);
     config.check()?;
     let listener = bind(SocketAddr::new(config.host, config.port)).await?;
@@ -154,7 +162,7 @@ async fn start<R: Runtime>(
 
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     shell.serving_with(stop_tx);
-    shell.attach(app.clone(), connection);
+    shell.attach(Arc::new(app.clone()), connection);
     window::open_pending(handle);
     settings::follow(handle, &app);
     follow(shell, &app);
@@ -194,6 +202,7 @@ fn follow(shell: &Arc<Shell>, app: &Arc<App>) {
     let (shell, app) = (shell.clone(), Arc::downgrade(app));
     tauri::async_runtime::spawn(async move {
         let mut last: Option<(Instant, u64, [u64; 2])> = None;
+        let mut ticks = 0u32;
         loop {
             tokio::time::sleep(SAMPLE_EVERY).await;
             let Some(app) = app.upgrade() else { break };
@@ -228,6 +237,12 @@ fn follow(shell: &Arc<Shell>, app: &Arc<App>) {
                 drafts_kept,
             };
             shell.set_activity(activity, downloads, in_memory(&app));
+            if ticks % LIBRARY_EVERY == 0 {
+                let recent = app.recent_conversations(RECENT_COUNT);
+                let recent = recent.into_iter().map(|(id, title)| Recent { id, title });
+                shell.set_library(app.chat_models().unwrap_or_default(), recent.collect());
+            }
+            ticks += 1;
         }
     });
 }

@@ -1,12 +1,13 @@
 //! The app settings (`/app/settings`, saved in the store's SQLite database by the server):
-//! port, key and origins are read once before the server starts; "Show in Dock", "Launch
-//! at login" and quick chat's shortcut are applied at start and again whenever they change.
+//! port, key, origins, the default model and "Start minimized" are read once before the
+//! server starts; "Show in Dock", "Show the menu-bar icon", "Launch at login" and quick
+//! chat's shortcut are applied at start and again whenever they change.
 
 use std::{path::Path, sync::Arc};
 
 use tauri::{AppHandle, Manager, Runtime};
 
-use crate::quick_chat;
+use crate::{quick_chat, tray};
 
 /// The saved settings that matter before the server starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +18,10 @@ pub struct Saved {
     pub desktop: Desktop,
     /// Quick chat's global shortcut (`""` for none).
     pub quick_chat_shortcut: String,
+    /// The model chosen as the default (in the tray or the settings), if any.
+    pub default_model: Option<String>,
+    /// Start with the window closed.
+    pub start_minimized: bool,
 }
 
 impl Default for Saved {
@@ -27,16 +32,41 @@ impl Default for Saved {
             allowed_origins: Vec::new(),
             desktop: Desktop::default(),
             quick_chat_shortcut: seedbar_chats::DEFAULT_QUICK_CHAT_SHORTCUT.to_string(),
+            default_model: None,
+            start_minimized: false,
         }
     }
 }
 
 /// The settings the shell itself applies.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Desktop {
     /// macOS: a Dock icon (regular app) besides the menu-bar item.
     pub show_in_dock: bool,
     pub launch_at_login: bool,
+    /// The tray / menu-bar icon; without it the app has a Dock icon on macOS, and opens
+    /// from the launcher (a second launch shows the window) and the global shortcut.
+    pub show_menu_bar_icon: bool,
+}
+
+impl Default for Desktop {
+    fn default() -> Self {
+        Desktop {
+            show_in_dock: false,
+            launch_at_login: false,
+            show_menu_bar_icon: true,
+        }
+    }
+}
+
+impl Desktop {
+    fn of(settings: &seedbar_chats::AppSettings) -> Desktop {
+        Desktop {
+            show_in_dock: settings.show_in_dock,
+            launch_at_login: settings.launch_at_login,
+            show_menu_bar_icon: settings.show_menu_bar_icon,
+        }
+    }
 }
 
 impl Saved {
@@ -50,13 +80,12 @@ impl Saved {
         match seedbar_chats::ChatStore::open(&path).and_then(|store| store.app_settings()) {
             Ok(Some(s)) => Saved {
                 port: Some(s.port),
+                desktop: Desktop::of(&s),
                 api_key: Some(s.api_key).filter(|k| !k.is_empty()),
                 allowed_origins: s.allowed_origins,
-                desktop: Desktop {
-                    show_in_dock: s.show_in_dock,
-                    launch_at_login: s.launch_at_login,
-                },
                 quick_chat_shortcut: s.quick_chat_shortcut,
+                default_model: Some(s.default_model).filter(|m| !m.is_empty()),
+                start_minimized: s.start_minimized,
             },
             Ok(None) => Saved::default(),
             Err(e) => {
@@ -67,11 +96,13 @@ impl Saved {
     }
 }
 
-/// Apply the desktop settings: the Dock icon (macOS) and the login item.
+/// Apply the desktop settings: the Dock icon (macOS), the menu-bar icon and the login item.
 pub fn apply<R: Runtime>(handle: &AppHandle<R>, desktop: Desktop) {
+    tray::show(handle, desktop.show_menu_bar_icon);
     #[cfg(target_os = "macos")]
     {
-        let policy = if desktop.show_in_dock {
+        // Without a menu-bar icon the Dock's is the way back to the app.
+        let policy = if desktop.show_in_dock || !desktop.show_menu_bar_icon {
             tauri::ActivationPolicy::Regular
         } else {
             tauri::ActivationPolicy::Accessory
@@ -103,11 +134,7 @@ pub fn follow<R: Runtime>(handle: &AppHandle<R>, app: &Arc<seedbar_server::App>)
         loop {
             let (desktop, shortcut) = {
                 let s = changes.borrow_and_update();
-                let desktop = Desktop {
-                    show_in_dock: s.show_in_dock,
-                    launch_at_login: s.launch_at_login,
-                };
-                (desktop, s.quick_chat_shortcut.clone())
+                (Desktop::of(&s), s.quick_chat_shortcut.clone())
             };
             if applied != Some(desktop) {
                 apply(&handle, desktop);

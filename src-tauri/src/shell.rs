@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use crate::tray_model::{Activity, Download, Entry, LoadedModel, Phase, TrayModel};
+use crate::tray_model::{Activity, Download, Entry, LoadedModel, Phase, Recent, TrayModel};
 
 /// Where the window's UI finds the API: written into the page as `window.__SEEDBAR__`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -42,9 +42,12 @@ pub trait Server: Send + Sync {
     fn set_paused(&self, paused: bool);
     /// Take the model called `name` out of memory (its running requests finish first).
     fn unload(&self, name: &str);
+    /// Serve `name` as the default model from now on (and at the next start); it loads in
+    /// the background.
+    fn set_default_model(&self, name: &str);
 }
 
-impl Server for seedbar_server::App {
+impl Server for Arc<seedbar_server::App> {
     fn set_paused(&self, paused: bool) {
         seedbar_server::App::set_paused(self, paused)
     }
@@ -54,6 +57,15 @@ impl Server for seedbar_server::App {
         // thread is not in.
         let _runtime = tauri::async_runtime::handle().inner().enter();
         self.models.unload(name)
+    }
+
+    fn set_default_model(&self, name: &str) {
+        let (app, name) = (self.clone(), name.to_string());
+        tauri::async_runtime::spawn(async move {
+            if let Err(e) = app.set_default_model(&name).await {
+                tracing::error!("cannot make {name} the default model: {}", e.message);
+            }
+        });
     }
 }
 
@@ -103,6 +115,10 @@ pub struct Status {
     /// The tray's tooltip and its menu's text lines, as drawn now (live status).
     pub tooltip: String,
     pub lines: Vec<String>,
+    /// The menu's items that can be chosen, top to bottom (what the arrow keys walk
+    /// through): an item's label, or a submenu's label and its items' (`Default Model >
+    /// A, *B`: a checked choice starred).
+    pub items: Vec<String>,
     /// Quick chat's shortcut, for the Settings view.
     pub quick_chat: QuickChatKey,
 }
@@ -155,6 +171,22 @@ impl Shell {
         Ok(())
     }
 
+    /// Make `name` the default model (the tray's Default Model menu).
+    pub fn set_default_model(&self, name: &str) -> Result<(), String> {
+        let server = self.server.get().ok_or("the server is not running")?;
+        server.set_default_model(name);
+        Ok(())
+    }
+
+    /// The chat models and recent conversations the menu offers (sampled by `server.rs`).
+    pub fn set_library(&self, chat_models: Vec<String>, recent: Vec<Recent>) {
+        self.model.send_if_modified(|m| {
+            let changed = m.chat_models != chat_models || m.recent != recent;
+            (m.chat_models, m.recent) = (chat_models, recent);
+            changed
+        });
+    }
+
     pub fn status(&self) -> Status {
         let model = self.model();
         Status {
@@ -173,6 +205,7 @@ impl Shell {
                     _ => None,
                 })
                 .collect(),
+            items: model.entries().iter().filter_map(Entry::choice).collect(),
             quick_chat: self.quick_chat(),
         }
     }
@@ -317,6 +350,10 @@ mod tests {
 
         fn unload(&self, name: &str) {
             self.1.lock().unwrap().push(name.to_string());
+        }
+
+        fn set_default_model(&self, name: &str) {
+            self.1.lock().unwrap().push(format!("default {name}"));
         }
     }
 

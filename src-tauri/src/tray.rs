@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use tauri::{
     image::Image,
-    menu::{IsMenuItem, Menu, MenuItem, PredefinedMenuItem},
+    menu::{CheckMenuItem, IsMenuItem, Menu, MenuItem, MenuItemKind, PredefinedMenuItem, Submenu},
     tray::TrayIconBuilder,
     AppHandle, Manager, Runtime,
 };
@@ -13,7 +13,7 @@ use tauri::{
 use crate::{
     quick_chat,
     shell::Shell,
-    tray_model::{route_of, unload_target, Action, Entry, TrayModel},
+    tray_model::{conversation_route, pick_of, route_of, Action, Entry, Pick, TrayModel},
     window,
 };
 
@@ -38,19 +38,49 @@ fn menu_text(text: &str) -> String {
 pub fn build_menu<R: Runtime>(handle: &AppHandle<R>, model: &TrayModel) -> tauri::Result<Menu<R>> {
     let menu = Menu::new(handle)?;
     for entry in model.entries() {
-        let (text, enabled) = match &entry {
-            Entry::Info { text, .. } => (text.clone(), false),
-            Entry::Item { label, enabled, .. } => (label.clone(), *enabled),
-            Entry::Unload { model } => (format!("Unload {model}"), true),
-            Entry::Separator => {
-                menu.append(&PredefinedMenuItem::separator(handle)?)?;
-                continue;
-            }
-        };
-        let item = MenuItem::with_id(handle, entry.id(), menu_text(&text), enabled, None::<&str>)?;
-        menu.append(&item as &dyn IsMenuItem<R>)?;
+        menu.append(&native_item(handle, &entry)? as &dyn IsMenuItem<R>)?;
     }
     Ok(menu)
+}
+
+/// The native item for an entry (a submenu with its items).
+fn native_item<R: Runtime>(handle: &AppHandle<R>, entry: &Entry) -> tauri::Result<MenuItemKind<R>> {
+    let plain = |text: &str, enabled| {
+        MenuItem::with_id(handle, entry.id(), menu_text(text), enabled, None::<&str>)
+            .map(MenuItemKind::MenuItem)
+    };
+    match entry {
+        Entry::Info { text, .. } => plain(text, false),
+        Entry::Item { label, enabled, .. } => plain(label, *enabled),
+        Entry::Unload { model } => plain(&format!("Unload {model}"), true),
+        Entry::Recent(recent) => plain(&recent.title, true),
+        Entry::DefaultModel { model, current } => {
+            CheckMenuItem::with_id(handle, entry.id(), menu_text(model), true, *current, None::<&str>)
+                .map(MenuItemKind::Check)
+        }
+        Entry::Submenu { label, entries, .. } => {
+            let submenu = Submenu::with_id(handle, entry.id(), menu_text(label), true)?;
+            for inner in entries {
+                submenu.append(&native_item(handle, inner)? as &dyn IsMenuItem<R>)?;
+            }
+            Ok(MenuItemKind::Submenu(submenu))
+        }
+        Entry::Separator => PredefinedMenuItem::separator(handle).map(MenuItemKind::Predefined),
+    }
+}
+
+/// Show or hide the tray item (the "Show the menu-bar icon" setting), putting it up the
+/// first time it shows.
+pub fn show<R: Runtime>(handle: &AppHandle<R>, visible: bool) {
+    let result = match handle.tray_by_id(TRAY_ID) {
+        Some(tray) => tray.set_visible(visible),
+        None if visible => create(handle),
+        None => Ok(()),
+    };
+    if let Err(e) = result {
+        // Without a tray host the window and a second launch still work.
+        tracing::warn!("no tray item: {e}");
+    }
 }
 
 /// Put the tray item up, and redraw it whenever the shell's state changes.
@@ -67,12 +97,8 @@ pub fn create<R: Runtime>(handle: &AppHandle<R>) -> tauri::Result<()> {
             let id = event.id().as_ref();
             if let Some(action) = Action::from_id(id) {
                 perform(handle, action);
-            } else if let Some(model) = unload_target(id) {
-                let shell = handle.state::<Arc<Shell>>();
-                match shell.unload(model) {
-                    Ok(()) => tracing::info!("unloaded {model}"),
-                    Err(e) => tracing::error!("unload {model}: {e}"),
-                }
+            } else if let Some(pick) = pick_of(id) {
+                picked(handle, pick);
             }
         })
         .build(handle)?;
@@ -97,16 +123,25 @@ type Shape = (String, bool);
 /// The menu on the tray and the entries it was built for.
 type Drawn<R> = Option<(Menu<R>, Vec<Shape>)>;
 
-/// An entry without its text. The menu is rebuilt only when these change: a rebuilt menu
-/// closes if it is open, so the live lines (chats, tokens/s, download %) are relabelled in
-/// place, and a click on the open menu still lands.
+/// An entry without its live text. The menu is rebuilt only when these change: a rebuilt
+/// menu closes if it is open, so the live lines (chats, tokens/s, download %) are
+/// relabelled in place, and a click on the open menu still lands. A submenu's shape holds
+/// its items' (a conversation's with its title, a model choice's with its check).
 fn shape(entry: &Entry) -> Shape {
-    let enabled = match entry {
-        Entry::Item { enabled, .. } => *enabled,
-        Entry::Unload { .. } => true,
-        Entry::Info { .. } | Entry::Separator => false,
-    };
-    (entry.id(), enabled)
+    match entry {
+        Entry::Item { enabled, .. } => (entry.id(), *enabled),
+        Entry::DefaultModel { current, .. } => (entry.id(), *current),
+        Entry::Recent(recent) => (format!("{}:{}", entry.id(), recent.title), true),
+        Entry::Unload { .. } => (entry.id(), true),
+        Entry::Submenu { entries, .. } => {
+            let inner: Vec<String> = entries
+                .iter()
+                .map(|e| format!("{:?}", shape(e)))
+                .collect();
+            (format!("{}[{}]", entry.id(), inner.join(",")), true)
+        }
+        Entry::Info { .. } | Entry::Separator => (entry.id(), false),
+    }
 }
 
 /// Bring the tray up to `model`: relabel the menu `drawn` holds when its entries are the
@@ -127,7 +162,7 @@ fn redraw<R: Runtime>(
                 let text = match entry {
                     Entry::Info { text, .. } => text,
                     Entry::Item { label, .. } => label,
-                    Entry::Unload { .. } | Entry::Separator => continue,
+                    _ => continue,
                 };
                 let id = entry.id();
                 if let Some(item) = menu.get(&id).as_ref().and_then(|k| k.as_menuitem()) {
@@ -174,6 +209,21 @@ pub fn perform<R: Runtime>(handle: &AppHandle<R>, action: Action) {
     };
     if let Err(e) = result {
         tracing::error!("{}: {e}", action.id());
+    }
+}
+
+/// Do what a model's or a conversation's item says: unload the model, make it the default,
+/// or open the conversation.
+fn picked<R: Runtime>(handle: &AppHandle<R>, pick: Pick) {
+    let shell = handle.state::<Arc<Shell>>().inner().clone();
+    let result = match pick {
+        Pick::Unload(model) => shell.unload(model),
+        Pick::Default(model) => shell.set_default_model(model),
+        Pick::Recent(id) => window::show(handle, &conversation_route(id)).map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => tracing::info!("tray: {pick:?}"),
+        Err(e) => tracing::error!("tray: {pick:?}: {e}"),
     }
 }
 

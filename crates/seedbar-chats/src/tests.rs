@@ -53,6 +53,10 @@ fn app_settings() -> AppSettings {
         quick_chat_shortcut: "Alt+Space".into(),
         prompt_cache_disk_gb: 3,
         unload_idle_minutes: 10,
+        default_model: "Qwen3-4B".into(),
+        show_menu_bar_icon: false,
+        start_minimized: true,
+        welcomed: true,
     }
 }
 
@@ -153,6 +157,9 @@ fn settings_saved_before_quick_chat_get_its_default_shortcut_and_disk_cache() {
     let settings: AppSettings = serde_json::from_str(old).unwrap();
     assert_eq!(settings.quick_chat_shortcut, DEFAULT_QUICK_CHAT_SHORTCUT);
     assert_eq!(settings.prompt_cache_disk_gb, DEFAULT_PROMPT_CACHE_DISK_GB);
+    // The menu-bar icon shows, the window opens, the default model is chosen as before.
+    assert!(settings.show_menu_bar_icon && !settings.start_minimized && !settings.welcomed);
+    assert_eq!(settings.default_model, "");
     assert!(settings.launch_at_login);
 }
 

@@ -263,6 +263,25 @@ pub struct AppSettings {
     /// room is needed, or as `seedbar serve --keep-alive` says).
     #[serde(default)]
     pub unload_idle_minutes: u32,
+    /// The model new conversations and requests that name none run on (`""`: the bundled
+    /// default, else the first chat model installed); chosen in the tray or the settings.
+    #[serde(default)]
+    pub default_model: String,
+    /// Whether the app has a menu-bar (tray) icon; without one it opens from the Dock or
+    /// launcher and the global shortcut.
+    #[serde(default = "yes")]
+    pub show_menu_bar_icon: bool,
+    /// Start with the window closed (the app waits in the menu bar).
+    #[serde(default)]
+    pub start_minimized: bool,
+    /// Whether the first run's welcome (a model picked for this machine) was done or
+    /// skipped.
+    #[serde(default)]
+    pub welcomed: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The disk budget of the prompt cache until one is chosen.

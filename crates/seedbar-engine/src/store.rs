@@ -212,22 +212,37 @@ impl ModelStore {
         progress: &mut dyn Progress,
         cancel: &AtomicBool,
     ) -> Result<PathBuf> {
-        check_repo_id(repo_id)?;
+        let (repo_id, gguf) = check_pull_id(repo_id)?;
         let hub = Hub::new(endpoint)?;
         let (revision, files) = hub.files(repo_id)?;
-        let mut files: Vec<RemoteFile> = files.into_iter().filter(|f| wanted(&f.name)).collect();
-        if !files.iter().any(|f| f.name == "config.json") {
-            return Err(EngineError::Download(format!(
-                "{repo_id} has no config.json: not a model Seedbar can run"
-            )));
-        }
-        if let Some(model_type) = hub.check_architecture(repo_id, &revision)? {
-            progress.architecture(&model_type);
-        }
-        // config.json last: until it is in place the folder is not listed as a model.
-        files.sort_by_key(|f| f.name == "config.json");
+        let mut files: Vec<RemoteFile> = files
+            .into_iter()
+            .filter(|f| match gguf {
+                Some(gguf) => f.name == gguf,
+                None => wanted(&f.name),
+            })
+            .collect();
+        let name = match gguf {
+            // One file, renamed into place whole: listed once it is all there.
+            Some(gguf) if files.is_empty() => {
+                return Err(EngineError::Download(format!("{repo_id} has no file {gguf}")))
+            }
+            Some(gguf) => gguf.trim_end_matches(".gguf").to_string(),
+            None if !files.iter().any(|f| f.name == "config.json") => {
+                return Err(EngineError::Download(format!(
+                    "{repo_id} has no config.json: not a model Seedbar can run"
+                )))
+            }
+            None => {
+                if let Some(model_type) = hub.check_architecture(repo_id, &revision)? {
+                    progress.architecture(&model_type);
+                }
+                // config.json last: until it is in place the folder is not listed as a model.
+                files.sort_by_key(|f| f.name == "config.json");
+                repo_id.replace('/', "--")
+            }
+        };
         progress.total(files.iter().filter_map(|f| f.size).sum());
-        let name = repo_id.replace('/', "--");
         let dir = self.models_dir().join(&name);
         let staging = self.root.join("downloads").join(&name);
         let mut fetched = Vec::new();
@@ -268,6 +283,23 @@ impl ModelStore {
         let dir = self.models_dir().join(&model.name);
         std::fs::remove_dir_all(&dir).map_err(|e| EngineError::io(dir, e))
     }
+}
+
+/// What a pull names: a repository (`org/name`: its safetensors, config and tokenizer), or
+/// one GGUF file of one (`org/name:file.gguf`, at the repository's top level). The
+/// repository id, and the file where one is named.
+pub fn check_pull_id(id: &str) -> Result<(&str, Option<&str>)> {
+    let Some((repo, file)) = id.split_once(':') else {
+        check_repo_id(id)?;
+        return Ok((id, None));
+    };
+    check_repo_id(repo)?;
+    if !file.ends_with(".gguf") || file.len() <= ".gguf".len() || file.contains(['/', '\\']) {
+        return Err(EngineError::InvalidRequest(format!(
+            "`{file}` is not a .gguf file at the top of {repo} (expected org/name:file.gguf)"
+        )));
+    }
+    Ok((repo, Some(file)))
 }
 
 /// A Hugging Face repository id: `org/name`.

@@ -56,6 +56,7 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/app/conversations/import", post(replay::import))
         .route("/app/conversations/{id}/replay", post(replay::replay))
         .route("/app/models", get(list_models))
+        .route("/app/catalogue", get(crate::catalogue::catalogue))
         .route("/app/remotes", get(remotes::list).post(remotes::add))
         .route("/app/remotes/{name}", delete(remotes::remove))
         .route("/app/models/{name}", delete(delete_model))
@@ -601,7 +602,7 @@ async fn pull_model(
     ApiJson(body): ApiJson<PullBody>,
 ) -> Result<(StatusCode, Json<Pull>), ApiError> {
     let repo = body.repo.trim();
-    seedbar_engine::store::check_repo_id(repo)
+    seedbar_engine::store::check_pull_id(repo).map(drop)
         .map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
     let root = app.models.store().root().to_path_buf();
     Ok((StatusCode::ACCEPTED, Json(app.pulls.start(root, repo)?)))
@@ -685,15 +686,7 @@ async fn put_settings(
             ));
         }
     }
-    let saved = settings.clone();
-    db(&app, move |s| s.set_app_settings(&saved)).await?;
-    if let Some(disk) = app.models.disk_cache() {
-        disk.set_budget(u64::from(settings.prompt_cache_disk_gb) << 30);
-    }
-    let idle = crate::state::idle_keep_alive(&settings).unwrap_or(app.config.keep_alive);
-    app.models.set_idle_keep_alive(idle);
-    app.settings.send_replace(settings.clone());
-    Ok(Json(settings))
+    Ok(Json(app.save_settings(settings).await?))
 }
 
 /// `/app/status`: the default model's readiness (state, problem, fix), where the API

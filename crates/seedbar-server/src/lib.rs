@@ -5,6 +5,7 @@
 
 mod anthropic;
 mod app_api;
+mod catalogue;
 mod common;
 mod embeddings;
 mod encoders;

@@ -11,7 +11,7 @@ pub fn default_budget() -> u64 {
 }
 
 /// The machine's physical memory.
-fn total() -> Option<u64> {
+pub fn total() -> Option<u64> {
     // SAFETY: sysconf only reads system configuration values.
     let (pages, page_size) = unsafe {
         (

@@ -173,6 +173,10 @@ impl App {
                 quick_chat_shortcut: seedbar_chats::DEFAULT_QUICK_CHAT_SHORTCUT.to_string(),
                 prompt_cache_disk_gb: seedbar_chats::DEFAULT_PROMPT_CACHE_DISK_GB,
                 unload_idle_minutes: 0,
+                default_model: String::new(),
+                show_menu_bar_icon: true,
+                start_minimized: false,
+                welcomed: false,
             },
         };
         let idle_keep_alive = idle_keep_alive(&settings).unwrap_or(config.keep_alive);
@@ -252,6 +256,93 @@ impl App {
     /// The app's settings as last saved (before any save: the running configuration's).
     pub fn app_settings(&self) -> AppSettings {
         self.settings.borrow().clone()
+    }
+
+    /// Save `settings` and apply them: the disk cache's budget, idle models' keep-alive,
+    /// the default model (checked to be an installed chat model first, 400 otherwise, and
+    /// brought up in the background when it changed), and the shell's watchers.
+    pub async fn save_settings(self: &Arc<Self>, mut settings: AppSettings) -> Result<AppSettings, ApiError> {
+        let before = self.app_settings().default_model;
+        let switch = !settings.default_model.is_empty()
+            && !settings.default_model.eq_ignore_ascii_case(&before);
+        if switch {
+            settings.default_model = self.chat_model(&settings.default_model)?;
+        }
+        let (chats, saved) = (self.chats.clone(), settings.clone());
+        tokio::task::spawn_blocking(move || chats.set_app_settings(&saved))
+            .await
+            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)?;
+        if let Some(disk) = self.models.disk_cache() {
+            disk.set_budget(u64::from(settings.prompt_cache_disk_gb) << 30);
+        }
+        let idle = idle_keep_alive(&settings).unwrap_or(self.config.keep_alive);
+        self.models.set_idle_keep_alive(idle);
+        self.settings.send_replace(settings.clone());
+        if switch {
+            self.serve_default(&settings.default_model);
+        }
+        Ok(settings)
+    }
+
+    /// Make `name` (an installed chat model) the default model, now and at the next start.
+    pub async fn set_default_model(self: &Arc<Self>, name: &str) -> Result<(), ApiError> {
+        let settings = AppSettings {
+            default_model: name.to_string(),
+            ..self.app_settings()
+        };
+        self.save_settings(settings).await.map(drop)
+    }
+
+    /// The installed chat models Seedbar runs: what the default model can be.
+    pub fn chat_models(&self) -> Result<Vec<String>, ApiError> {
+        let installed = self.models.installed()?;
+        Ok(installed
+            .into_iter()
+            .filter(|m| m.kind == ModelKind::Chat && m.supported)
+            .map(|m| m.name)
+            .collect())
+    }
+
+    /// The `count` most recently updated conversations: their ids and titles.
+    pub fn recent_conversations(&self, count: usize) -> Vec<(i64, String)> {
+        match self.chats.list("") {
+            Ok(list) => list.into_iter().take(count).map(|c| (c.id, c.title)).collect(),
+            Err(e) => {
+                tracing::warn!("cannot list the conversations: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The installed chat model called `name`, spelled as installed; a 400 naming
+    /// `default_model` for none.
+    fn chat_model(&self, name: &str) -> Result<String, ApiError> {
+        let chat = self.chat_models()?;
+        chat.iter()
+            .find(|m| m.eq_ignore_ascii_case(name))
+            .cloned()
+            .ok_or_else(|| ApiError {
+                status: axum::http::StatusCode::BAD_REQUEST,
+                param: Some("default_model".into()),
+                ..ApiError::unknown_model(name, &chat)
+            })
+    }
+
+    /// Bring `name` up as the default model in the background, unless it already is.
+    fn serve_default(self: &Arc<Self>, name: &str) {
+        if self
+            .readiness()
+            .served_model()
+            .is_some_and(|served| served.eq_ignore_ascii_case(name))
+        {
+            return;
+        }
+        let mut plan = self.plan.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        plan.wanted = Some(name.to_string());
+        self.set_readiness(Readiness::loading(name));
+        let app = self.clone();
+        tokio::spawn(async move { app.bring_up(plan).await });
     }
 
     /// Sees every change `PUT /app/settings` makes (the shell applies "show in dock" and
