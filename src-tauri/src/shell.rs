@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::Serialize;
 use tokio::sync::{oneshot, watch};
 
-use crate::tray_model::{Activity, Download, Entry, LoadedModel, Phase, Recent, TrayModel};
+use crate::tray_model::{Activity, Choice, Download, Entry, LoadedModel, Phase, Recent, TrayModel};
 
 /// Where the window's UI finds the API: written into the page as `window.__SEEDBAR__`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -116,9 +116,8 @@ pub struct Status {
     pub tooltip: String,
     pub lines: Vec<String>,
     /// The menu's items that can be chosen, top to bottom (what the arrow keys walk
-    /// through): an item's label, or a submenu's label and its items' (`Default Model >
-    /// A, *B`: a checked choice starred).
-    pub items: Vec<String>,
+    /// through), a submenu's with its items.
+    pub items: Vec<Choice>,
     /// Quick chat's shortcut, for the Settings view.
     pub quick_chat: QuickChatKey,
 }

@@ -148,27 +148,43 @@ impl Entry {
     }
 }
 
+/// An item of the menu that can be chosen, as the shell's status lists them: its label
+/// (a checked choice's starred), and a submenu's items.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Choice {
+    pub label: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<String>,
+}
+
 impl Entry {
-    /// What the entry reads as where it can be chosen (see `Status::items`); `None` for
-    /// lines, separators and disabled items.
-    pub fn choice(&self) -> Option<String> {
-        match self {
+    /// What the entry reads as where it can be chosen (what the arrow keys walk through);
+    /// `None` for lines, separators and disabled items.
+    pub fn choice(&self) -> Option<Choice> {
+        let label = match self {
             Entry::Item {
                 label,
                 enabled: true,
                 ..
-            } => Some(label.clone()),
-            Entry::Unload { model } => Some(format!("Unload {model}")),
+            } => label.clone(),
+            Entry::Unload { model } => format!("Unload {model}"),
             Entry::DefaultModel { model, current } => {
-                Some(format!("{}{model}", if *current { "*" } else { "" }))
+                format!("{}{model}", if *current { "*" } else { "" })
             }
-            Entry::Recent(recent) => Some(recent.title.clone()),
+            Entry::Recent(recent) => recent.title.clone(),
             Entry::Submenu { label, entries, .. } => {
-                let inner: Vec<String> = entries.iter().filter_map(Entry::choice).collect();
-                Some(format!("{label} > {}", inner.join(", ")))
+                let items = entries.iter().filter_map(Entry::choice);
+                return Some(Choice {
+                    label: label.clone(),
+                    items: items.map(|c| c.label).collect(),
+                });
             }
-            Entry::Item { .. } | Entry::Info { .. } | Entry::Separator => None,
-        }
+            Entry::Item { .. } | Entry::Info { .. } | Entry::Separator => return None,
+        };
+        Some(Choice {
+            label,
+            items: Vec::new(),
+        })
     }
 }
 

@@ -277,8 +277,8 @@ fn loaded_models_and_their_unload_items() {
         }
     );
     assert_eq!(entries[at + 3], Entry::Separator);
-    assert_eq!(unload_target(&entries[at + 2].id()), Some("Qwen3-8B-4bit"));
-    assert_eq!(unload_target("settings"), None);
+    assert_eq!(pick_of(&entries[at + 2].id()), Some(Pick::Unload("Qwen3-8B-4bit")));
+    assert_eq!(pick_of("settings"), None);
     let stopping = TrayModel {
         phase: Phase::Stopping,
         ..two.clone()
@@ -408,4 +408,82 @@ fn window_routes() {
     assert_eq!(route_of(Action::Settings), Some("#/settings"));
     assert_eq!(route_of(Action::OpenChat), Some(""));
     assert_eq!(route_of(Action::Quit), None);
+}
+
+#[test]
+fn recent_conversations_and_the_default_model_in_submenus() {
+    let mut model = up(serving(), false);
+    model.chat_models = vec!["SmolLM2-135M-Instruct".into(), "Qwen3-4B".into()];
+    model.recent = vec![
+        Recent {
+            id: 7,
+            title: "The long history of the Roman empire, told in a hundred short chapters".into(),
+        },
+        Recent {
+            id: 3,
+            title: "Capital of France".into(),
+        },
+    ];
+    let choices: Vec<Choice> = model.entries().iter().filter_map(Entry::choice).collect();
+    let labels: Vec<&str> = choices.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "Open Chat",
+            "New Chat",
+            "Quick Chat",
+            "Recent Conversations",
+            "Copy Endpoint URL",
+            "Pause Server",
+            "Default Model",
+            "Settings…",
+            "Quit Seedbar"
+        ]
+    );
+    assert_eq!(
+        choices[3].items,
+        ["The long history of the Roman empire, t…", "Capital of France"]
+    );
+    assert_eq!(choices[6].items, ["*SmolLM2-135M-Instruct", "Qwen3-4B"]);
+    // Each item's id says what a click does.
+    let submenu = |id: &str| {
+        model
+            .entries()
+            .into_iter()
+            .find_map(|e| match e {
+                Entry::Submenu { id: i, entries, .. } if i == id => Some(entries),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let picks: Vec<String> = submenu(RECENT_MENU_ID)
+        .iter()
+        .chain(&submenu(DEFAULT_MENU_ID))
+        .map(Entry::id)
+        .collect();
+    let picks: Vec<Pick> = picks.iter().map(|id| pick_of(id).unwrap()).collect();
+    assert_eq!(
+        picks,
+        [
+            Pick::Recent(7),
+            Pick::Recent(3),
+            Pick::Default("SmolLM2-135M-Instruct"),
+            Pick::Default("Qwen3-4B")
+        ]
+    );
+    assert_eq!(conversation_route(7), "#/c/7");
+    assert_eq!(pick_of("unload:Qwen3-4B"), Some(Pick::Unload("Qwen3-4B")));
+    assert_eq!(pick_of("recent:x"), None);
+    // Loading another default: it is the one checked.
+    model.phase = Phase::Loading {
+        model: Some("Qwen3-4B".into()),
+    };
+    let checked = model.entries().iter().filter_map(Entry::choice).find(|c| c.label == "Default Model");
+    assert_eq!(checked.unwrap().items, ["SmolLM2-135M-Instruct", "*Qwen3-4B"]);
+    // One chat model, served: no choice to make; nothing to reopen while stopping.
+    model.phase = serving();
+    model.chat_models.truncate(1);
+    assert!(!model.entries().iter().any(|e| e.id() == DEFAULT_MENU_ID));
+    model.phase = Phase::Stopping;
+    assert!(!model.entries().iter().any(|e| e.id() == RECENT_MENU_ID));
 }
