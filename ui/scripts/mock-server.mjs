@@ -5,6 +5,7 @@
 // think first, as Qwen3 does: their replies stream a short reasoning before the answer.
 // Remote engines are kept without a probe: a key "wrong" is refused (401), a URL holding
 // "unreachable" cannot be reached (502); the rest are vLLM, whose seeds are not promised.
+// `/app/catalogue` is a 16 GB Mac's; its Qwen3 4B GGUF (like any pull holding "offline") fails.
 // Usage: node scripts/mock-server.mjs [--port 7338] [--api-key KEY] [--dir dist] [--model NAME]
 //   --model: the default model quick chat asks (SmolLM2-135M-Instruct; `thinker` thinks)
 import { createServer } from 'node:http';
@@ -33,7 +34,26 @@ const models = [
 ];
 const pulls = new Map();
 const remotes = [];
-let appSettings = { port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space' };
+let appSettings = {
+  port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space',
+  prompt_cache_disk_gb: 8, unload_idle_minutes: 0, default_model: '', show_menu_bar_icon: true, start_minimized: false, welcomed: false,
+};
+/** The first run's catalogue as a 16 GB Mac sees it; a pull whose id holds "offline" fails. */
+const catalogueFormat = (format, pull, gb, recommended = false) => ({
+  format, pull, download_bytes: gb * 1e9, model_name: pull.includes(':') ? pull.split(':')[1].replace(/\.gguf$/, '') : pull.replace('/', '--'),
+  memory_bytes: Math.round(gb * 1.2e9), fits: gb < 10, installed: false, recommended,
+});
+const catalogue = {
+  memory_bytes: 16 * 2 ** 30, backend: 'metal', size_class: '3-4B',
+  models: [
+    { name: 'Qwen3 1.7B', family: 'qwen3', parameters_b: 1.7, size_class: '1-2B', architecture: 'qwen3', thinks: true, about: 'Thinks before it answers; good at code and maths for its size.',
+      formats: [catalogueFormat('mlx-4bit', 'mlx-community/Qwen3-1.7B-4bit', 0.98), catalogueFormat('gguf-q4_k_m', 'unsloth/Qwen3-1.7B-GGUF:Qwen3-1.7B-Q4_K_M.gguf', 1.11)] },
+    { name: 'Qwen3 4B', family: 'qwen3', parameters_b: 4, size_class: '3-4B', architecture: 'qwen3', thinks: true, about: 'Thinks before it answers; a strong all-rounder.',
+      formats: [catalogueFormat('mlx-4bit', 'mlx-community/Qwen3-4B-4bit', 2.28, true), catalogueFormat('gguf-q4_k_m', 'offline/Qwen3-4B-GGUF:Qwen3-4B-Q4_K_M.gguf', 2.5)] },
+    { name: 'Qwen3 8B', family: 'qwen3', parameters_b: 8.2, size_class: '7-9B', architecture: 'qwen3', thinks: true, about: 'The most capable here; needs a larger machine.',
+      formats: [catalogueFormat('mlx-4bit', 'mlx-community/Qwen3-8B-4bit', 11)] },
+  ],
+};
 
 const words = ['The', 'capital', 'of', 'France', 'is', 'Paris.', 'It', 'sits', 'on', 'the', 'Seine,', 'and', 'is', 'known', 'for', 'art,', 'food', 'and', 'the', 'Eiffel', 'Tower.'];
 function replyFor(seed, history) {
@@ -231,7 +251,8 @@ const server = createServer(async (req, res) => {
           pull.downloaded_bytes = Math.min(pull.total_bytes, pull.downloaded_bytes + 25_000_000);
           if (pull.downloaded_bytes >= pull.total_bytes) {
             pull.status = 'done';
-            models.push({ name: repo.split('/')[1], format: 'safetensors', bytes: pull.total_bytes, quantization: null, loaded: false });
+            const name = repo.includes(':') ? repo.split(':')[1].replace(/\.gguf$/, '') : repo.replace('/', '--');
+            models.push({ name, format: 'safetensors', bytes: pull.total_bytes, quantization: null, architecture: 'qwen3', supported: true, loaded: false, memory_needed: pull.total_bytes, fits: true, capabilities: ['completion'] });
           }
         }, 400);
       }
@@ -270,12 +291,17 @@ const server = createServer(async (req, res) => {
     }
     if (path === '/app/settings' && m === 'GET') return send(res, 200, appSettings);
     if (path === '/app/settings' && m === 'PUT') {
-      appSettings = await body(req);
+      const b = await body(req);
+      if (b.default_model && !models.some((x) => x.name === b.default_model)) {
+        return send(res, 400, { error: { message: `model '${b.default_model}' is not installed; installed: ${models.map((x) => x.name).join(', ')}`, type: 'invalid_request_error', param: 'default_model', code: 'model_not_found' } });
+      }
+      appSettings = b;
       return send(res, 200, appSettings);
     }
+    if (path === '/app/catalogue' && m === 'GET') return send(res, 200, catalogue);
     if (path === '/app/status' && m === 'GET') {
       return send(res, 200, {
-        state: 'ready', model: defaultModel, percent: null, problem: null, fix: null, actions: [],
+        state: 'ready', model: appSettings.default_model || defaultModel, percent: null, problem: null, fix: null, actions: [],
         endpoint: `http://127.0.0.1:${server.address().port}/v1`, paused: false, message: null,
       });
     }

@@ -7,8 +7,9 @@ import {
   type ReplyKind,
 } from './convList';
 import { drafts } from './drafts';
-import { getState, setState, toast, updateMessages, type Route } from './store';
-import type { Conversation, NewRemote, Replay, ReplyRequest, Settings } from './types';
+import { getState, setState, toast, updateMessages, type Route, type WelcomeChoice } from './store';
+import type { AppSettings, Conversation, ModelInfo, NewRemote, Pull, Replay, ReplyRequest, Settings } from './types';
+import { runningChoice, welcomeFailure, type Choice } from './welcome';
 
 let sessionKey: string | null = null;
 
@@ -73,7 +74,7 @@ export function applyRoute(route: Route) {
 export async function init() {
   window.addEventListener('hashchange', onHash);
   onHash();
-  await Promise.all([loadConversations(), loadStatus(), loadModels(), loadRemotes()]);
+  await Promise.all([loadConversations(), loadStatus(), loadModels(), loadRemotes(), loadAppSettings()]);
 }
 
 // Conversations
@@ -345,13 +346,42 @@ export async function loadPulls() {
   setState({ pulls });
   const finished = pulls.some((p) => p.status === 'done' && before.find((b) => b.repo === p.repo)?.status !== 'done');
   if (finished) void loadModels();
+  followWelcome(pulls);
   return pulls;
+}
+
+let pullTimer: ReturnType<typeof setTimeout> | undefined;
+let pullWatch = 0;
+let pullFailures = 0;
+/** Reads the downloads, and again every 500 ms while one runs (the library and the welcome
+ *  show them; a finished one joins the library wherever the window is). */
+export async function watchPulls() {
+  const mine = ++pullWatch;
+  clearTimeout(pullTimer);
+  try {
+    const list = await loadPulls();
+    if (mine !== pullWatch) return; // a later call follows them
+    pullFailures = 0;
+    if (list.some((p) => p.status === 'done')) void loadStatus();
+    if (list.some((p) => p.status === 'downloading')) pullTimer = setTimeout(watchPulls, 500);
+  } catch (error) {
+    if (mine !== pullWatch) return;
+    if (pullFailures++ === 0) report(error);
+    if (pullFailures < 20) pullTimer = setTimeout(watchPulls, 1000);
+  }
+}
+
+/** Starts a download (or finds the one of `repo` running) and follows it. */
+async function startPull(repo: string): Promise<Pull> {
+  const pull = await client.pullModel(repo);
+  setState((s) => ({ pulls: [pull, ...s.pulls.filter((p) => p.repo !== pull.repo)] }));
+  void watchPulls();
+  return pull;
 }
 
 export async function pullModel(repo: string): Promise<boolean> {
   try {
-    const pull = await client.pullModel(repo);
-    setState((s) => ({ pulls: [pull, ...s.pulls.filter((p) => p.repo !== pull.repo)] }));
+    await startPull(repo);
     return true;
   } catch (error) {
     report(error);
@@ -433,18 +463,121 @@ export async function retryModel() {
   void loadStatus();
 }
 
-/** Adds a model file or folder on this computer to the library. */
-export async function importModel(path: string): Promise<boolean> {
+/** Adds a model file or folder on this computer to the library; the model, or null when refused. */
+export async function importModel(path: string): Promise<ModelInfo | null> {
   try {
     const model = await client.importModel(path.trim());
     toast(`Imported ${model.name}.`, 'info');
     await loadModels();
     void loadStatus();
-    return true;
+    return model;
   } catch (error) {
     report(error);
-    return false;
+    return null;
   }
+}
+
+// App settings and the first-run welcome
+
+export async function loadAppSettings() {
+  try {
+    const settings = await client.getSettings();
+    setState({ settings });
+    if (!settings.welcomed) void loadCatalogue();
+  } catch (error) {
+    report(error);
+  }
+}
+
+/** Saves the app's settings (the whole object; the server checks the default model). */
+export async function saveAppSettings(settings: AppSettings): Promise<AppSettings> {
+  const saved = await client.putSettings(settings);
+  setState({ settings: saved });
+  return saved;
+}
+
+/** Changes some settings as the server has them now (another window may have saved others). */
+async function patchAppSettings(patch: Partial<AppSettings>): Promise<AppSettings> {
+  return saveAppSettings({ ...(await client.getSettings()), ...patch });
+}
+
+export async function loadCatalogue() {
+  try {
+    setState({ catalogue: await client.getCatalogue(), catalogueError: null });
+    void watchPulls();
+  } catch (error) {
+    setState({ catalogueError: errorText(error) });
+  }
+}
+
+/** The welcome's download, as the downloads show it: once done it becomes the default model. A
+ *  catalogue model still downloading after a reload is taken up again. */
+function followWelcome(pulls: Pull[]) {
+  const { welcome, settings, catalogue } = getState();
+  if (!welcome) {
+    const running = catalogue && settings && !settings.welcomed ? runningChoice(catalogue, pulls) : null;
+    if (running) setState({ welcome: welcomeChoice(running, 'downloading') });
+    return;
+  }
+  if (welcome.state !== 'downloading') return;
+  const pull = pulls.find((p) => p.repo === welcome.pull);
+  if (pull?.status === 'done') void makeDefault(welcome);
+  else if (pull?.status === 'cancelled') setState({ welcome: null });
+  else if (pull?.status === 'error') setState({ welcome: { ...welcome, state: 'failed', error: welcomeFailure(pull.error) } });
+}
+
+function welcomeChoice({ model, format }: Choice, state: 'downloading' | 'saving') {
+  return { name: model.name, pull: format.pull, model_name: format.model_name, state, error: null };
+}
+
+/** The welcome's "Download": pulls the model, which then becomes the default one; a model
+ *  already installed becomes the default at once. */
+export async function chooseWelcomeModel(choice: Choice) {
+  if (choice.format.installed) {
+    await makeDefault(welcomeChoice(choice, 'saving'));
+    return;
+  }
+  const welcome = welcomeChoice(choice, 'downloading');
+  setState({ welcome });
+  try {
+    await startPull(choice.format.pull);
+  } catch (error) {
+    setState({ welcome: { ...welcome, state: 'failed', error: errorText(error) } });
+  }
+}
+
+/** A model imported from the welcome becomes the default one. */
+export async function welcomeImported(model: ModelInfo) {
+  await makeDefault({ name: model.name, pull: '', model_name: model.name, state: 'saving', error: null });
+}
+
+/** Makes the welcome's model the default one (it loads in the background) and ends the welcome. */
+async function makeDefault(choice: WelcomeChoice) {
+  setState({ welcome: { ...choice, state: 'saving' } });
+  try {
+    await patchAppSettings({ default_model: choice.model_name, welcomed: true });
+    setState({ welcome: { ...choice, state: 'done', error: null } });
+    const { route } = getState();
+    if (route.view !== 'chat' || route.id !== null) toast(`${choice.name} is your default model now.`, 'info');
+  } catch (error) {
+    setState({ welcome: { ...choice, state: 'failed', error: errorText(error) } });
+  }
+  void loadStatus();
+}
+
+/** Ends the welcome, keeping the models as they are. */
+export async function skipWelcome() {
+  try {
+    await patchAppSettings({ welcomed: true });
+    setState({ welcome: null });
+  } catch (error) {
+    report(error);
+  }
+}
+
+/** Closes the welcome's "is your default model now". */
+export function closeWelcome() {
+  setState({ welcome: null });
 }
 
 export async function submitApiKey(key: string) {
@@ -452,7 +585,7 @@ export async function submitApiKey(key: string) {
   saveApiKey(key.trim());
   setState({ needKey: null });
   const { route } = getState();
-  await Promise.all([loadConversations(), loadStatus(), loadModels(), loadRemotes()]);
+  await Promise.all([loadConversations(), loadStatus(), loadModels(), loadRemotes(), loadAppSettings()]);
   if (route.view === 'chat' && route.id !== null) await loadConversation(route.id);
 }
 

@@ -3,7 +3,7 @@
 
 import { DONE, SseParser, decodeData } from './sse';
 import type {
-  AppSettings, AppStatus, Conversation, ConversationDetail, ModelInfo, NewRemote, Pull, Remote, Replay, ReplyEvent, ReplyRequest,
+  AppSettings, AppStatus, Catalogue, Conversation, ConversationDetail, ModelInfo, NewRemote, Pull, Remote, Replay, ReplyEvent, ReplyRequest,
   Settings, StartingMessage,
 } from './types';
 
@@ -247,6 +247,10 @@ export class Client {
   }
   putSettings(settings: AppSettings) {
     return this.request<AppSettings>('PUT', '/app/settings', 'Saving settings failed', settings);
+  }
+  /** The first run's models, fitted to this machine: what fits, which is recommended. */
+  getCatalogue() {
+    return this.request<Catalogue>('GET', '/app/catalogue', 'Loading the model catalogue failed');
   }
   status() {
     return this.request<AppStatus>('GET', '/app/status', 'Loading the server status failed');

@@ -3,7 +3,7 @@
 
 import { useEffect, useState } from 'preact/hooks';
 import type { UiMessage } from './convList';
-import type { AppStatus, Conversation, ModelInfo, Pull, Remote } from './types';
+import type { AppSettings, AppStatus, Catalogue, Conversation, ModelInfo, Pull, Remote } from './types';
 
 export type Route = { view: 'chat'; id: number | null } | { view: 'models' } | { view: 'settings' };
 
@@ -13,6 +13,19 @@ export type Detail = {
 };
 
 export type Toast = { id: number; message: string; kind: 'error' | 'info' };
+
+/** The welcome's chosen model: downloading, being made the default, the default, or failed. */
+export type WelcomeChoice = {
+  /** The catalogue's name for it ("Qwen3 4B"). */
+  name: string;
+  /** The pull id; "" for a model already in the library. */
+  pull: string;
+  /** Its name in the library. */
+  model_name: string;
+  state: 'downloading' | 'saving' | 'done' | 'failed';
+  /** What failed, to show. */
+  error: string | null;
+};
 
 export type AppState = {
   route: Route;
@@ -38,6 +51,12 @@ export type AppState = {
   /** A request was refused for want of an API key. */
   needKey: { message: string } | null;
   status: AppStatus | null;
+  /** The app's settings (`/app/settings`), once loaded. */
+  settings: AppSettings | null;
+  /** The first run's catalogue, loaded while the welcome shows; or why it could not be. */
+  catalogue: Catalogue | null;
+  catalogueError: string | null;
+  welcome: WelcomeChoice | null;
 };
 
 export const initialState = (): AppState => ({
@@ -57,6 +76,10 @@ export const initialState = (): AppState => ({
   toasts: [],
   needKey: null,
   status: null,
+  settings: null,
+  catalogue: null,
+  catalogueError: null,
+  welcome: null,
 });
 
 let state = initialState();

@@ -167,6 +167,57 @@ export type AppSettings = {
   prompt_cache_disk_gb: number;
   /** Minutes a model other than the default stays loaded once idle (0: until its room is needed). */
   unload_idle_minutes: number;
+  /** The installed chat model served by default, kept for the next start ("" picks one). */
+  default_model: string;
+  /** The tray (menu-bar) icon; without it the app opens from the Dock, launcher or shortcut. */
+  show_menu_bar_icon: boolean;
+  /** Start with the window closed. */
+  start_minimized: boolean;
+  /** Whether the first-run welcome was completed or skipped. */
+  welcomed: boolean;
+};
+
+export type Backend = 'cpu' | 'cuda' | 'metal';
+
+export type SizeClass = '1-2B' | '3-4B' | '7-9B';
+
+/** One way to download a catalogue model. */
+export type CatalogueFormat = {
+  format: 'mlx-4bit' | 'gguf-q4_k_m';
+  /** What `POST /app/models/pull` takes: `org/name` or `org/name:file.gguf`. */
+  pull: string;
+  /** About what the download is (the pull shows the exact total). */
+  download_bytes: number;
+  /** Its name in the library once pulled. */
+  model_name: string;
+  /** Memory it takes to load. */
+  memory_bytes: number;
+  /** Whether that much is free now. */
+  fits: boolean;
+  installed: boolean;
+  /** The one format the catalogue recommends on this machine. */
+  recommended: boolean;
+};
+
+export type CatalogueModel = {
+  name: string;
+  family: string;
+  parameters_b: number;
+  size_class: SizeClass;
+  architecture: string;
+  thinks: boolean;
+  /** What it is good at, in a line. */
+  about: string;
+  formats: CatalogueFormat[];
+};
+
+/** The first run's models, fitted to this machine (`GET /app/catalogue`). */
+export type Catalogue = {
+  memory_bytes: number;
+  backend: Backend;
+  /** The size class recommended here. */
+  size_class: string;
+  models: CatalogueModel[];
 };
 
 /** A message a new conversation starts with (quick chat's question and answer). */

@@ -225,7 +225,9 @@ impl ModelStore {
         let name = match gguf {
             // One file, renamed into place whole: listed once it is all there.
             Some(gguf) if files.is_empty() => {
-                return Err(EngineError::Download(format!("{repo_id} has no file {gguf}")))
+                return Err(EngineError::Download(format!(
+                    "{repo_id} has no file {gguf}"
+                )))
             }
             Some(gguf) => gguf.trim_end_matches(".gguf").to_string(),
             None if !files.iter().any(|f| f.name == "config.json") => {

@@ -602,7 +602,8 @@ async fn pull_model(
     ApiJson(body): ApiJson<PullBody>,
 ) -> Result<(StatusCode, Json<Pull>), ApiError> {
     let repo = body.repo.trim();
-    seedbar_engine::store::check_pull_id(repo).map(drop)
+    seedbar_engine::store::check_pull_id(repo)
+        .map(drop)
         .map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
     let root = app.models.store().root().to_path_buf();
     Ok((StatusCode::ACCEPTED, Json(app.pulls.start(root, repo)?)))

@@ -98,7 +98,12 @@ fn parse() -> Catalogue {
 
 /// The catalogue fitted to a machine of `memory_bytes` (`free`: what is free now) on
 /// `backend`, with `installed` library names.
-fn offer(memory_bytes: u64, free: Option<u64>, backend: &'static str, installed: &[String]) -> Offer {
+fn offer(
+    memory_bytes: u64,
+    free: Option<u64>,
+    backend: &'static str,
+    installed: &[String],
+) -> Offer {
     let catalogue = parse();
     let gb = memory_bytes / 1_000_000_000;
     let size_class = catalogue
@@ -125,7 +130,9 @@ fn offer(memory_bytes: u64, free: Option<u64>, backend: &'static str, installed:
                     let model_name = library_name(&format.pull);
                     let needed = memory::needed(format.download_bytes);
                     OfferedFormat {
-                        installed: installed.iter().any(|n| n.eq_ignore_ascii_case(&model_name)),
+                        installed: installed
+                            .iter()
+                            .any(|n| n.eq_ignore_ascii_case(&model_name)),
                         fits: free.is_none_or(|free| needed <= free),
                         recommended: Some(i) == pick && format.format == "mlx-4bit",
                         memory_bytes: needed,
@@ -174,7 +181,10 @@ mod tests {
         assert!(catalogue.models.len() >= 6);
         for model in &catalogue.models {
             assert!(
-                catalogue.size_classes.iter().any(|c| c.class == model.size_class),
+                catalogue
+                    .size_classes
+                    .iter()
+                    .any(|c| c.class == model.size_class),
                 "{}",
                 model.name
             );
@@ -182,17 +192,29 @@ mod tests {
                 let stored = StoredModel {
                     name: library_name(&format.pull),
                     path: Default::default(),
-                    format: if format.format.starts_with("gguf") { "gguf" } else { "safetensors" },
+                    format: if format.format.starts_with("gguf") {
+                        "gguf"
+                    } else {
+                        "safetensors"
+                    },
                     bytes: format.download_bytes,
                     quantization: None,
                     architecture: Some(model.architecture.clone()),
                     kind: ModelKind::Chat,
                 };
                 assert!(stored.runnable(), "{} ({})", model.name, format.format);
-                assert!(seedbar_engine::store::check_pull_id(&format.pull).is_ok(), "{}", format.pull);
+                assert!(
+                    seedbar_engine::store::check_pull_id(&format.pull).is_ok(),
+                    "{}",
+                    format.pull
+                );
                 assert!(format.download_bytes > 100_000_000, "{}", format.pull);
             }
-            assert!(model.formats.iter().any(|f| f.format == "mlx-4bit"), "{}", model.name);
+            assert!(
+                model.formats.iter().any(|f| f.format == "mlx-4bit"),
+                "{}",
+                model.name
+            );
         }
     }
 
@@ -218,7 +240,12 @@ mod tests {
 
     #[test]
     fn what_does_not_fit_or_is_installed_says_so() {
-        let offer = offer(16_000_000_000, Some(3_000_000_000), "cpu", &["qwen3-4b-q4_k_m".into()]);
+        let offer = offer(
+            16_000_000_000,
+            Some(3_000_000_000),
+            "cpu",
+            &["qwen3-4b-q4_k_m".into()],
+        );
         let formats: Vec<&OfferedFormat> = offer.models.iter().flat_map(|m| &m.formats).collect();
         let find = |pull: &str| formats.iter().find(|f| f.format.pull == pull).unwrap();
         let small = find("mlx-community/Qwen3-1.7B-4bit");

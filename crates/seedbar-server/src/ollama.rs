@@ -564,7 +564,8 @@ pub async fn pull(
         // Already in the store (a name `/api/tags` lists): up to date, as Ollama answers.
         return Ok(pulled(req.stream));
     }
-    seedbar_engine::store::check_pull_id(&repo).map(drop)
+    seedbar_engine::store::check_pull_id(&repo)
+        .map(drop)
         .map_err(|e| ApiError::bad_param("model", e.to_string()))?;
     let root = app.models.store().root().to_path_buf();
     app.pulls.start(root, &repo)?;

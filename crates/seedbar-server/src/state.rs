@@ -261,7 +261,10 @@ impl App {
     /// Save `settings` and apply them: the disk cache's budget, idle models' keep-alive,
     /// the default model (checked to be an installed chat model first, 400 otherwise, and
     /// brought up in the background when it changed), and the shell's watchers.
-    pub async fn save_settings(self: &Arc<Self>, mut settings: AppSettings) -> Result<AppSettings, ApiError> {
+    pub async fn save_settings(
+        self: &Arc<Self>,
+        mut settings: AppSettings,
+    ) -> Result<AppSettings, ApiError> {
         let before = self.app_settings().default_model;
         let switch = !settings.default_model.is_empty()
             && !settings.default_model.eq_ignore_ascii_case(&before);
@@ -307,7 +310,11 @@ impl App {
     /// The `count` most recently updated conversations: their ids and titles.
     pub fn recent_conversations(&self, count: usize) -> Vec<(i64, String)> {
         match self.chats.list("") {
-            Ok(list) => list.into_iter().take(count).map(|c| (c.id, c.title)).collect(),
+            Ok(list) => list
+                .into_iter()
+                .take(count)
+                .map(|c| (c.id, c.title))
+                .collect(),
             Err(e) => {
                 tracing::warn!("cannot list the conversations: {e}");
                 Vec::new()

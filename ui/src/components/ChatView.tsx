@@ -6,6 +6,7 @@ import type { Replay } from '../types';
 import { MessageItem } from './MessageItem';
 import { SeedPin } from './SeedPin';
 import { SettingsPanel } from './SettingsPanel';
+import { Welcome } from './Welcome';
 import { IconDownload, IconSend, IconSliders, IconStop } from './icons';
 
 
@@ -21,16 +22,22 @@ export function ChatView({ id }: { id: number | null }) {
   };
 
   if (id === null) {
+    // The first run's welcome until it is done or skipped (and its "is your default model now").
+    const welcoming = (s.settings && !s.settings.welcomed) || s.welcome?.state === 'done';
     return (
       <section class="chat" data-testid="chat-view">
         <div class="chat-main">
-          <div class="welcome">
-            <div class="empty-card" data-testid="no-conversation">
-              <h1>Seedbar</h1>
-              <p>Chat with models on this computer. Pin a seed, and the same question gets the same answer.</p>
-              <button type="button" class="button" data-testid="start-chat" onClick={() => void newConversation()}>New chat</button>
+          {welcoming ? (
+            <div class="welcome-scroll"><Welcome /></div>
+          ) : (
+            <div class="welcome">
+              <div class="empty-card" data-testid="no-conversation">
+                <h1>Seedbar</h1>
+                <p>Chat with models on this computer. Pin a seed, and the same question gets the same answer.</p>
+                <button type="button" class="button" data-testid="start-chat" onClick={() => void newConversation()}>New chat</button>
+              </div>
             </div>
-          </div>
+          )}
           <Composer id={null} streaming={false} />
         </div>
       </section>

@@ -1,12 +1,12 @@
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import {
-  addRemote, cancelPull, deleteModel, importModel, loadModels, loadPulls, loadRemotes, loadStatus, pullModel, removeRemote, report,
+  addRemote, cancelPull, deleteModel, importModel, loadModels, loadRemotes, pullModel, removeRemote, report, watchPulls,
 } from '../actions';
 import { hasNativePicker, pickModelPath } from '../picker';
 import { checkRepoId, formatBytes } from '../format';
 import { checkRemoteForm, newRemoteOf, seedBadge, seedPromise, type RemoteForm } from '../remote';
 import { useAppState } from '../store';
-import type { Pull, Remote } from '../types';
+import type { ModelInfo, Pull, Remote } from '../types';
 import { confirmAction } from './Dialogs';
 import { IconClose, IconDownload, IconTrash } from './icons';
 
@@ -24,30 +24,10 @@ export function ModelLibrary() {
   const [repo, setRepo] = useState('');
   const [repoError, setRepoError] = useState<string | null>(null);
   const [pulling, setPulling] = useState(false);
-  const timer = useRef<ReturnType<typeof setTimeout>>(undefined);
 
-  // Poll the downloads every 500 ms while one is running.
-  const downloading = pulls.some((p) => p.status === 'downloading');
   useEffect(() => {
-    let alive = true;
-    let failures = 0;
-    const tick = async () => {
-      try {
-        const list = await loadPulls();
-        failures = 0;
-        if (list.some((p) => p.status === 'done')) void loadStatus();
-        if (alive && list.some((p) => p.status === 'downloading')) timer.current = setTimeout(tick, 500);
-      } catch (error) {
-        if (failures++ === 0) report(error);
-        if (alive && failures < 20) timer.current = setTimeout(tick, 1000);
-      }
-    };
-    void tick();
-    return () => {
-      alive = false;
-      clearTimeout(timer.current);
-    };
-  }, [downloading]);
+    void watchPulls();
+  }, []);
 
   const submit = async () => {
     const error = checkRepoId(repo);
@@ -258,7 +238,7 @@ function AddRemoteForm() {
   );
 }
 
-function PullRow({ pull }: { pull: Pull }) {
+export function PullRow({ pull }: { pull: Pull }) {
   const known = pull.total_bytes > 0;
   const fraction = known ? Math.min(1, pull.downloaded_bytes / pull.total_bytes) : 0;
   return (
@@ -299,18 +279,21 @@ export function pullErrorText(error: string | null): string {
 /**
  * Import a model already on this computer: a `.gguf` file or a model folder. The native
  * picker in the app's window; a path in a browser (and in the window, for a pasted path).
- * The library links the files where they are (no copy).
+ * The library links the files where they are (no copy). `onImported`: told of the model.
  */
-function ImportForm() {
+export function ImportForm({ onImported }: { onImported?: (model: ModelInfo) => void }) {
   const [path, setPath] = useState('');
   const [busy, setBusy] = useState(false);
   const native = hasNativePicker();
 
   const run = async (chosen: string) => {
     setBusy(true);
-    const ok = await importModel(chosen);
+    const model = await importModel(chosen);
     setBusy(false);
-    if (ok) setPath('');
+    if (model) {
+      setPath('');
+      onImported?.(model);
+    }
   };
   const pick = async (folder: boolean) => {
     try {

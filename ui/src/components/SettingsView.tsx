@@ -1,7 +1,8 @@
 import { useEffect, useState } from 'preact/hooks';
-import { client, errorText, loadStatus } from '../actions';
+import { client, errorText, loadModels, loadStatus, saveAppSettings } from '../actions';
 import { useAppState } from '../store';
 import type { AppSettings } from '../types';
+import { defaultModelChoices } from '../welcome';
 
 export function checkPort(text: string): string | null {
   const port = Number(text);
@@ -49,7 +50,7 @@ async function shellShortcut(wanted?: string): Promise<ShortcutState | null> {
 const STATE_NAMES = { ready: 'Serving', loading: 'Loading model…', downloading: 'Downloading model…', no_model: 'No model', error: 'Error' } as const;
 
 export function SettingsView() {
-  const { status } = useAppState();
+  const { status, models } = useAppState();
   const [saved, setSaved] = useState<AppSettings | null>(null);
   const [form, setForm] = useState<ReturnType<typeof toForm> | null>(null);
   const [shortcut, setShortcut] = useState<ShortcutState | null>(null);
@@ -73,6 +74,7 @@ export function SettingsView() {
   useEffect(() => {
     void load();
     void loadStatus();
+    void loadModels();
   }, []);
 
   if (loadError) {
@@ -101,9 +103,10 @@ export function SettingsView() {
     setSaveError(null);
     setMessage(null);
     try {
-      const next = await client.putSettings(fromForm(form, origins));
+      const next = await saveAppSettings(fromForm(form, origins));
       setSaved(next);
       setForm(toForm(next));
+      if (next.default_model !== saved.default_model) void loadStatus();
       setShortcut(await shellShortcut(next.quick_chat_shortcut).catch(() => null));
       setMessage(restartNeeded ? 'Saved. The port, API key and allowed origins apply the next time Seedbar starts.' : 'Saved.');
     } catch (error) {
@@ -165,6 +168,17 @@ export function SettingsView() {
             <input type="checkbox" data-testid="settings-login" checked={form.launch_at_login} onChange={(e) => set({ launch_at_login: e.currentTarget.checked })} />
             <span>Open at login</span>
           </label>
+          <label class="check">
+            <input type="checkbox" data-testid="settings-start-minimized" checked={form.start_minimized} onChange={(e) => set({ start_minimized: e.currentTarget.checked })} />
+            <span>Start minimized</span>
+          </label>
+          <div class="field">
+            <label class="check">
+              <input type="checkbox" data-testid="settings-menu-bar-icon" checked={form.show_menu_bar_icon} onChange={(e) => set({ show_menu_bar_icon: e.currentTarget.checked })} />
+              <span>Show the menu-bar icon</span>
+            </label>
+            <small class="muted">Without it, open Seedbar from the Dock or launcher, or with the quick-chat shortcut.</small>
+          </div>
           <label class="field">
             <span>Quick chat shortcut</span>
             <input data-testid="settings-quick-shortcut" value={form.quick_chat_shortcut} spellcheck={false} autocomplete="off"
@@ -177,6 +191,13 @@ export function SettingsView() {
         </fieldset>
         <fieldset>
           <legend>Engine</legend>
+          <label class="field">
+            <span>Default model</span>
+            <select data-testid="settings-default-model" value={form.default_model} onChange={(e) => set({ default_model: e.currentTarget.value })}>
+              {defaultModelChoices(models, form.default_model).map((c) => <option key={c.value} value={c.value}>{c.label}</option>)}
+            </select>
+            <small class="muted">Quick chat, new chats and programs that name no model use it. It loads once saved, and at every start. Automatic: the model that came with Seedbar, else one installed.</small>
+          </label>
           <label class="field">
             <span>Prompt cache on disk (GB)</span>
             <input type="number" min={0} max={4096} data-testid="settings-prompt-cache-disk" value={form.prompt_cache_disk_gb}
@@ -207,7 +228,8 @@ function toForm(s: AppSettings) {
   return {
     port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login,
     quick_chat_shortcut: s.quick_chat_shortcut, prompt_cache_disk_gb: String(s.prompt_cache_disk_gb),
-    unload_idle_minutes: String(s.unload_idle_minutes),
+    unload_idle_minutes: String(s.unload_idle_minutes), default_model: s.default_model, show_menu_bar_icon: s.show_menu_bar_icon,
+    start_minimized: s.start_minimized, welcomed: s.welcomed,
   };
 }
 
@@ -215,7 +237,8 @@ function fromForm(f: ReturnType<typeof toForm>, origins: string[]): AppSettings 
   return {
     port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login,
     quick_chat_shortcut: f.quick_chat_shortcut.trim(), prompt_cache_disk_gb: Number(f.prompt_cache_disk_gb),
-    unload_idle_minutes: Number(f.unload_idle_minutes),
+    unload_idle_minutes: Number(f.unload_idle_minutes), default_model: f.default_model, show_menu_bar_icon: f.show_menu_bar_icon,
+    start_minimized: f.start_minimized, welcomed: f.welcomed,
   };
 }
 

@@ -43,11 +43,19 @@ pub(super) async fn start(
             "a logit bias (token ids are the engine's own)",
         );
     }
+    let offered = |prompt: &Prompt| match prompt {
+        Prompt::Chat {
+            tools: Some(tools), ..
+        } => tools.len(),
+        _ => 0,
+    };
+    let offered = job.prompts.iter().map(offered).max().unwrap_or(0);
     let shape = settings.format.as_ref().map(|format| match format {
         Format::JsonObject => Shape::Json,
         Format::JsonSchema(schema) => Shape::JsonSchema(schema.clone()),
+        // A call of any offered tool is `required`; of one among several, that one by name.
         Format::ToolCall(tools) => Shape::Call(match tools.as_slice() {
-            [one] => Some(one.name.clone()),
+            [one] if offered > 1 => Some(one.name.clone()),
             _ => None,
         }),
     });
