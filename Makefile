@@ -67,7 +67,7 @@ test-app: app
 screenshots: app
 	scripts/setup.sh --tests
 	SEEDBAR_SCREENSHOTS=$(CURDIR)/docs/screenshots $(CACHE)/venv/bin/python -m pytest -q tests/test_tauri_app.py
-	cd ui && SEEDBAR_SCREENSHOTS=$(CURDIR)/docs/screenshots node --test ../tests/e2e/chat.test.mjs
+	cd ui && SEEDBAR_SCREENSHOTS=$(CURDIR)/docs/screenshots node --test ../tests/e2e/chat.test.mjs ../tests/e2e/welcome.test.mjs
 
 # The workspace holds the app, which bundles ui/dist: build the UI before any cargo run.
 LINT := cargo fmt --all --check && cargo clippy --workspace --all-targets -- -D warnings

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import BIN, DEFAULT_MODEL, ROOT, default_gguf, wait_for
@@ -275,9 +276,12 @@ def test_window_chats_with_the_real_model(app):
     conversation = d.wait_js(
         "const m = /#\\/c\\/(\\d+)$/.exec(location.hash); return m ? Number(m[1]) : null",
         60, "a new conversation")
-    # Greedy and short, so the reply is the model's one answer.
+    # Greedy and short, so the reply is the model's one answer; its seed pinned, as the
+    # README's picture shows.
     api(f"{base}/app/conversations/{conversation}", "PATCH",
-        {"settings": {"temperature": 0, "max_tokens": 24}})
+        {"settings": {"temperature": 0, "max_tokens": 24, "seed": 42}})
+    d.js("location.reload()")
+    d.wait_js(f"return !!document.querySelector('{tid('composer-input')}')", 60, "the conversation again")
     d.type(tid("composer-input"), QUESTION)
     d.click(tid("send"))
     reply = d.wait_js(
@@ -401,16 +405,6 @@ SPARE = "Spare-Model"
 def test_tray_menu(app):
     desktop, d, base = app["desktop"], app["driver"], app["base"]
     endpoint = base + "/v1"
-    x, y = tray_icon(desktop)
-    desktop.x("xdotool", "mousemove", str(x), str(y), "click", "1")
-    time.sleep(1.0)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    desktop.screenshot(app["tmp"] / "screen-menu.png")
-    # The menu, cropped from the screen's top right corner.
-    desktop.x("convert", str(app["tmp"] / "screen-menu.png"), "-crop",
-              f"560x260+{SCREEN[0] - 560}+0", "+repage", str(SCREENSHOTS / "tray-menu.png"))
-    desktop.x("xdotool", "key", "Escape")
-    time.sleep(0.5)
 
     # Copy Endpoint URL puts the OpenAI base URL on the clipboard.
     choose(app, "Copy Endpoint URL")
@@ -454,10 +448,27 @@ def test_tray_menu(app):
     # few seconds): wait for it, so that the menu does not change while it is open.
     wait_for(lambda: any(c["label"] == "Default Model" for c in shell_status(d)["items"]), 15,
              message="the Default Model menu")
+    # The menu with both models in memory, cropped from the screen's top right corner.
+    settled_items(d)
+    x, y = tray_icon(desktop)
+    desktop.x("xdotool", "mousemove", str(x), str(y), "click", "1")
+    time.sleep(1.0)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    desktop.screenshot(app["tmp"] / "screen-menu.png")
+    desktop.x("convert", str(app["tmp"] / "screen-menu.png"), "-crop",
+              f"560x400+{SCREEN[0] - 560}+0", "+repage", str(SCREENSHOTS / "tray-menu.png"))
+    desktop.x("xdotool", "key", "Escape")
+    time.sleep(0.5)
+    process = next(p for p in psutil.process_iter(["exe"]) if p.info["exe"] == str(APP.resolve()))
+    rss_before = process.memory_info().rss
     choose(app, f"Unload {SPARE}")
     ps = lambda: [m["name"] for m in api(base + "/api/ps")["models"]]  # noqa: E731
     wait_for(lambda: SPARE not in ps(), 10, message=f"{SPARE} unloaded from the menu")
     assert DEFAULT_MODEL in ps()
+    # Its memory goes back: at least half its file's size (its weights).
+    freed = default_gguf().stat().st_size // 2
+    wait_for(lambda: process.memory_info().rss < rss_before - freed, 10,
+             message=f"RSS to drop by {freed >> 20} MiB from {rss_before >> 20} MiB")
     wait_for(lambda: len(in_memory()) == 1, 10, message="the menu without the unloaded model")
 
 

@@ -141,7 +141,10 @@ async fn start<R: Runtime>(
     // The default model chosen in the tray or the settings, while it is installed.
     let mut launch = launch.clone();
     if launch.model.is_none() {
-        launch.model = saved.default_model.clone().filter(|m| store.resolve(m).is_ok());
+        launch.model = saved
+            .default_model
+            .clone()
+            .filter(|m| store.resolve(m).is_ok());
     }
     let launch = &launch;
     let config = config(launch, &saved);

@@ -54,10 +54,15 @@ fn native_item<R: Runtime>(handle: &AppHandle<R>, entry: &Entry) -> tauri::Resul
         Entry::Item { label, enabled, .. } => plain(label, *enabled),
         Entry::Unload { model } => plain(&format!("Unload {model}"), true),
         Entry::Recent(recent) => plain(&recent.title, true),
-        Entry::DefaultModel { model, current } => {
-            CheckMenuItem::with_id(handle, entry.id(), menu_text(model), true, *current, None::<&str>)
-                .map(MenuItemKind::Check)
-        }
+        Entry::DefaultModel { model, current } => CheckMenuItem::with_id(
+            handle,
+            entry.id(),
+            menu_text(model),
+            true,
+            *current,
+            None::<&str>,
+        )
+        .map(MenuItemKind::Check),
         Entry::Submenu { label, entries, .. } => {
             let submenu = Submenu::with_id(handle, entry.id(), menu_text(label), true)?;
             for inner in entries {
@@ -134,10 +139,7 @@ fn shape(entry: &Entry) -> Shape {
         Entry::Recent(recent) => (format!("{}:{}", entry.id(), recent.title), true),
         Entry::Unload { .. } => (entry.id(), true),
         Entry::Submenu { entries, .. } => {
-            let inner: Vec<String> = entries
-                .iter()
-                .map(|e| format!("{:?}", shape(e)))
-                .collect();
+            let inner: Vec<String> = entries.iter().map(|e| format!("{:?}", shape(e))).collect();
             (format!("{}[{}]", entry.id(), inner.join(",")), true)
         }
         Entry::Info { .. } | Entry::Separator => (entry.id(), false),
@@ -219,7 +221,9 @@ fn picked<R: Runtime>(handle: &AppHandle<R>, pick: Pick) {
     let result = match pick {
         Pick::Unload(model) => shell.unload(model),
         Pick::Default(model) => shell.set_default_model(model),
-        Pick::Recent(id) => window::show(handle, &conversation_route(id)).map_err(|e| e.to_string()),
+        Pick::Recent(id) => {
+            window::show(handle, &conversation_route(id)).map_err(|e| e.to_string())
+        }
     };
     match result {
         Ok(()) => tracing::info!("tray: {pick:?}"),

@@ -211,7 +211,10 @@ pub fn pick_of(id: &str) -> Option<Pick<'_>> {
     if let Some(model) = id.strip_prefix(DEFAULT_PREFIX) {
         return Some(Pick::Default(model));
     }
-    id.strip_prefix(RECENT_PREFIX)?.parse().ok().map(Pick::Recent)
+    id.strip_prefix(RECENT_PREFIX)?
+        .parse()
+        .ok()
+        .map(Pick::Recent)
 }
 
 /// The window route that opens conversation `id`.

@@ -30,6 +30,21 @@ pub fn prepare() {
     use_bundled_metallib();
 }
 
+/// Give the memory of dropped arrays back to the system (after a model is unloaded): MLX's
+/// buffer cache is emptied, and on Linux glibc returns the free pages of its heaps
+/// (`malloc_trim`): a model's tensors are freed into them, and glibc keeps freed memory for
+/// later allocations, so without it an unloaded model's memory stays with the process.
+pub fn release_memory() {
+    if let Err(e) = mlx_rs::memory::clear_cache() {
+        tracing::warn!("cannot empty MLX's cache: {e}");
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Ends the process with `code` once the caller's work is done and its values dropped.
 ///
 /// On CUDA, MLX's static CUDA objects (its device's streams) are destroyed by C++ exit

@@ -713,9 +713,14 @@ impl ModelHost {
 
 /// Drop models taken out of the host on a blocking thread: the last reference joins the
 /// engine thread, which may be finishing a step.
+/// Drop `models` off the async workers (each scheduler's thread is joined), then give
+/// their memory back to the system.
 fn retire(models: Vec<Entry>) {
     if !models.is_empty() {
-        tokio::task::spawn_blocking(move || drop(models));
+        tokio::task::spawn_blocking(move || {
+            drop(models);
+            seedbar_engine::runtime::release_memory();
+        });
     }
 }
 

@@ -277,7 +277,10 @@ fn loaded_models_and_their_unload_items() {
         }
     );
     assert_eq!(entries[at + 3], Entry::Separator);
-    assert_eq!(pick_of(&entries[at + 2].id()), Some(Pick::Unload("Qwen3-8B-4bit")));
+    assert_eq!(
+        pick_of(&entries[at + 2].id()),
+        Some(Pick::Unload("Qwen3-8B-4bit"))
+    );
     assert_eq!(pick_of("settings"), None);
     let stopping = TrayModel {
         phase: Phase::Stopping,
@@ -442,7 +445,10 @@ fn recent_conversations_and_the_default_model_in_submenus() {
     );
     assert_eq!(
         choices[3].items,
-        ["The long history of the Roman empire, t…", "Capital of France"]
+        [
+            "The long history of the Roman empire, t…",
+            "Capital of France"
+        ]
     );
     assert_eq!(choices[6].items, ["*SmolLM2-135M-Instruct", "Qwen3-4B"]);
     // Each item's id says what a click does.
@@ -478,8 +484,15 @@ fn recent_conversations_and_the_default_model_in_submenus() {
     model.phase = Phase::Loading {
         model: Some("Qwen3-4B".into()),
     };
-    let checked = model.entries().iter().filter_map(Entry::choice).find(|c| c.label == "Default Model");
-    assert_eq!(checked.unwrap().items, ["SmolLM2-135M-Instruct", "*Qwen3-4B"]);
+    let checked = model
+        .entries()
+        .iter()
+        .filter_map(Entry::choice)
+        .find(|c| c.label == "Default Model");
+    assert_eq!(
+        checked.unwrap().items,
+        ["SmolLM2-135M-Instruct", "*Qwen3-4B"]
+    );
     // One chat model, served: no choice to make; nothing to reopen while stopping.
     model.phase = serving();
     model.chat_models.truncate(1);
