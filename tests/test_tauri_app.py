@@ -400,6 +400,7 @@ def settled_items(driver):
 
 
 SPARE = "Spare-Model"
+PANEL = "Seedbar Quick Chat"
 
 
 def test_tray_menu(app):
@@ -491,6 +492,17 @@ def test_tray_switches_the_default_model_and_reopens_a_conversation(app):
     wait_for(lambda: ready() == SPARE, 60, message=f"{SPARE} as the default")
     assert api(base + "/app/settings")["default_model"] == SPARE
     wait_for(lambda: submenu("Default Model") == [DEFAULT_MODEL, f"*{SPARE}"], 15, message="the check to move")
+    # Quick chat asks the new default.
+    app["desktop"].x("xdotool", "key", "ctrl+shift+space")
+    wait_for(lambda: visible_windows(app["desktop"], PANEL), 20, message="the panel")
+    main = switch_to(d, "/quick.html")
+    try:
+        d.wait_js("return document.querySelector('[data-testid=\"quick-input\"]').placeholder"
+                  f" === 'Ask {SPARE}…'", 20, "quick chat on the new default")
+        d.type(tid("quick-input"), "\ue00c")  # Escape
+        wait_for(lambda: not visible_windows(app["desktop"], PANEL), 10, message="Esc to hide it")
+    finally:
+        d.call("POST", "/window", {"handle": main})
     choose(app, "Default Model", DEFAULT_MODEL)
     wait_for(lambda: ready() == DEFAULT_MODEL, 60, message=f"{DEFAULT_MODEL} as the default again")
 
@@ -504,7 +516,6 @@ def test_tray_switches_the_default_model_and_reopens_a_conversation(app):
     d.wait_js(f"return location.hash === '#/c/{target['id']}'", 10, "the conversation's route")
 
 
-PANEL = "Seedbar Quick Chat"
 SHORTCUT = "CommandOrControl+Shift+Space"
 
 

@@ -32,6 +32,8 @@ impl Server for FakeServer {
     }
 
     fn unload(&self, _name: &str) {}
+
+    fn set_default_model(&self, _name: &str) {}
 }
 
 fn app() -> (App<MockRuntime>, Arc<Shell>) {
