@@ -994,6 +994,92 @@ def test_first_start_downloads_the_default_model(tmp_path):
         hub.close()
 
 
+def recommended_gguf(offer):
+    """The catalogue's GGUF format to serve from the stand-in hub: the recommended model's,
+    else one of its size class (the recommendation itself is MLX, which needs real weights)."""
+    entries = [(m, f) for m in offer["models"] for f in m["formats"]]
+    [(model, _)] = [(m, f) for m, f in entries if f["recommended"]]
+    gguf = [(m, f) for m, f in entries if f["format"].startswith("gguf") and f["fits"]]
+    return next(((m, f) for m, f in gguf if m["name"] == model["name"]),
+                next((m, f) for m, f in gguf if m["size_class"] == model["size_class"]))
+
+
+def test_the_welcome_in_the_window_pulls_a_model_that_answers_and_offline_imports(tmp_path):
+    """The first run's welcome in the real window: offline, it says the hub cannot be reached
+    and importing a file from it makes that file the default model; online (a stand-in hub
+    serving the catalogue's GGUF entry for this machine with the default model's bytes), a
+    download from it shows progress, becomes the default model, and that model answers."""
+    desktop = Desktop(tmp_path)
+    driver = None
+    hub = None
+    try:
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        env = dict(desktop.env, SEEDBAR_HOME=str(store_with_default_model(tmp_path / "offline")),
+                   HOME=str(tmp_path), SEEDBAR_PORT=str(port), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
+        driver = start_with_driver(desktop, env)
+        driver.wait_js(f"return !!document.querySelector('{tid('welcome-recommended')}')", 60, "the welcome")
+        machine = driver.js(f"return document.querySelector('{tid('welcome-machine')}').textContent")
+        assert re.fullmatch(r"\d+(\.\d)? GB · CPU", machine.strip()), machine
+        offer = api(base + "/app/catalogue")
+        driver.click(f"{tid('welcome-recommended')} {tid('welcome-download')}")
+        error = driver.wait_js(f"return document.querySelector('{tid('welcome-error')}')?.textContent", 60,
+                               "the offline message")
+        assert "Can't reach the model hub" in error, error
+        copy = tmp_path / "disk" / "Imported-Model.gguf"
+        copy.parent.mkdir()
+        shutil.copyfile(default_gguf(), copy)
+        driver.type(f"{tid('welcome')} {tid('import-path')}", str(copy))
+        driver.click(f"{tid('welcome')} {tid('import-submit')}")
+        wait_for(lambda: api(base + "/app/settings")["default_model"] == "Imported-Model", 60,
+                 message="the imported model as the default")
+        wait_for(lambda: api(base + "/app/status")["model"] == "Imported-Model"
+                 and api(base + "/app/status")["state"] == "ready", 60, message="the imported model ready")
+        driver.quit()
+        driver = None
+        desktop.close()
+
+        model, pick = recommended_gguf(offer)
+        repo, file = pick["pull"].split(":")
+        hub = FakeHub(repo, {file: default_gguf().read_bytes()})
+        desktop = Desktop(tmp_path)
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        env = dict(desktop.env, SEEDBAR_HOME=str(store_with_default_model(tmp_path / "online")),
+                   HOME=str(tmp_path), SEEDBAR_PORT=str(port), HF_ENDPOINT=hub.url)
+        driver = start_with_driver(desktop, env)
+        driver.wait_js(f"return !!document.querySelector('{tid('welcome-recommended')}')", 60, "the welcome")
+        listed = driver.js(f"return [...document.querySelectorAll('{tid('welcome-download')}')].map(b => b.dataset.pull)")
+        assert pick["pull"] in listed and len(listed) == sum(len(m["formats"]) for m in offer["models"]), listed
+        driver.click(f"{tid('welcome-download')}[data-pull=\"{pick['pull']}\"]")
+        driver.wait_js(f"return !!document.querySelector('{tid('welcome')} {tid('pull-progress')}')", 30,
+                       "the download's progress")
+        done = driver.wait_js(f"return document.querySelector('{tid('welcome-done')}')?.textContent", 120,
+                              "the download to end")
+        assert done.strip() == f"{model['name']} is your default model now.", done
+        wait_for(lambda: (s := api(base + "/app/status"))["state"] == "ready" and s["model"] == pick["model_name"],
+                 60, message="the pulled model ready")
+        # The model answers in the window.
+        driver.type(tid("composer-input"), QUESTION)
+        driver.click(tid("send"))
+        reply = driver.wait_js(
+            """const els = document.querySelectorAll('[data-testid="message"][data-role="assistant"]');
+               const el = els[els.length - 1];
+               return el && el.getAttribute('data-status') === 'complete'
+                   && el.querySelector('[data-testid="message-content"]').textContent;""", 120, "the reply")
+        assert reply.strip(), reply
+        conversation = api(base + "/app/conversations")[0]
+        assert conversation["settings"]["model"] in ("", pick["model_name"])
+        stored = api(base + f"/app/conversations/{conversation['id']}")["messages"][-1]
+        assert stored["sampling"]["model"] == pick["model_name"]
+    finally:
+        if driver:
+            driver.quit()
+        desktop.close()
+        if hub:
+            hub.close()
+
+
 def store_with_default_model(home):
     subprocess.run([BIN, "models", "add", default_gguf(), "--name", DEFAULT_MODEL], check=True,
                    capture_output=True, env=dict(os.environ, SEEDBAR_HOME=str(home)), timeout=300)
