@@ -35,8 +35,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(argv, port, env=None):
-    """A server process, once its /health answers 200; stopped on exit."""
+def running(argv, port, env=None, ready="/health"):
+    """A server process, once its `ready` route answers 200; stopped on exit."""
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -47,7 +47,7 @@ def running(argv, port, env=None):
                 log.seek(0)
                 raise RuntimeError(f"{argv[0]} exited: {log.read().decode(errors='replace')[-2000:]}")
             try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                if httpx.get(url + ready, timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -62,10 +62,13 @@ def running(argv, port, env=None):
 
 def chat(url, model, prompt, seed, max_tokens, **fields):
     """One streamed seeded chat (temperature 0.8, end-of-reply banned, unless `fields` say
-    otherwise): (seconds to first token, seconds to end, prompt and reply tokens, reply text)."""
+    otherwise; no seed sent where `seed` is None): (seconds to first token, seconds to end,
+    prompt and reply tokens, reply text)."""
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "seed": seed,
             "temperature": 0.8, "max_tokens": max_tokens, "logit_bias": NO_EOS, "stream": True,
             "stream_options": {"include_usage": True}, **fields}
+    if seed is None:
+        del body["seed"]
     start, first, usage, chunks, text = time.perf_counter(), None, None, 0, ""
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as resp:
         resp.raise_for_status()
@@ -86,12 +89,12 @@ def chat(url, model, prompt, seed, max_tokens, **fields):
     return first or end, end, prompt_tokens, completion, text
 
 
-def concurrent(url, model, prompts, n):
-    """n chats at once: aggregate tok/s and the median time to first token."""
+def concurrent(url, model, prompts, n, seeded=True, tokens=TOKENS):
+    """n chats at once (seeded, or not): aggregate tok/s and the median time to first token."""
     results = [None] * n
 
     def run(i):
-        results[i] = chat(url, model, prompts[i % len(prompts)], 1000 + i, TOKENS)
+        results[i] = chat(url, model, prompts[i % len(prompts)], 1000 + i if seeded else None, tokens)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     start = time.perf_counter()
