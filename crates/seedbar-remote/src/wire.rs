@@ -285,8 +285,8 @@ fn ollama_message(message: &ChatMessage) -> Value {
 #[derive(Debug)]
 pub struct Reader {
     api: Api,
-    /// Text of a line not ended yet.
-    pending: String,
+    /// Bytes of a line not ended yet (a network read may end inside a character).
+    pending: Vec<u8>,
     /// An OpenAI stream's calls, joined from their fragments: id, name, arguments.
     calls: Vec<(String, String, String)>,
     end: Option<End>,
@@ -299,7 +299,7 @@ impl Reader {
     pub fn new(api: Api) -> Reader {
         Reader {
             api,
-            pending: String::new(),
+            pending: Vec::new(),
             calls: Vec::new(),
             end: None,
             prompt_tokens: None,
@@ -316,12 +316,12 @@ impl Reader {
     /// The pieces `bytes` completes; `Err` with the upstream's message where it sent an
     /// error in the stream, or a line that is not its protocol.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Piece>, String> {
-        self.pending.push_str(&String::from_utf8_lossy(bytes));
+        self.pending.extend_from_slice(bytes);
         let mut pieces = Vec::new();
-        while let Some(end) = self.pending.find('\n') {
-            let line: String = self.pending.drain(..=end).collect();
+        while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
             if !self.finished {
-                self.line(line.trim(), &mut pieces)?;
+                self.line(String::from_utf8_lossy(&line).trim(), &mut pieces)?;
             }
         }
         Ok(pieces)
@@ -332,7 +332,7 @@ impl Reader {
         let rest = std::mem::take(&mut self.pending);
         let mut pieces = Vec::new();
         if !self.finished {
-            self.line(rest.trim(), &mut pieces)?;
+            self.line(String::from_utf8_lossy(&rest).trim(), &mut pieces)?;
         }
         if !self.finished && self.api == Api::OpenAi && self.end.is_some() {
             // A server that ends the stream without `[DONE]` after the finish reason.

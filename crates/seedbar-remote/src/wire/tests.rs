@@ -42,6 +42,17 @@ fn an_openai_stream_gives_text_thinking_and_usage() {
 }
 
 #[test]
+fn a_character_cut_between_two_reads_comes_whole() {
+    // Cut every 7 bytes, "猫🐈" falls across reads in the middle of its characters.
+    let stream = concat!(
+        "data: {\"choices\":[{\"delta\":{\"content\":\"猫🐈 é\"},\"finish_reason\":\"stop\"}]}\n",
+        "data: [DONE]\n",
+    );
+    let pieces = read(Api::OpenAi, stream).unwrap();
+    assert_eq!(pieces[0], Piece::Text("猫🐈 é".into()));
+}
+
+#[test]
 fn an_openai_streams_call_fragments_are_joined() {
     let stream = concat!(
         "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",",
