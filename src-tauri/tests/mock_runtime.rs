@@ -117,6 +117,15 @@ fn status_follows_the_server() {
             "version": env!("CARGO_PKG_VERSION"),
             "tooltip": "Seedbar: Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1",
             "lines": ["Serving SmolLM2-135M-Instruct at http://127.0.0.1:7337/v1"],
+            "items": [
+                {"label": "Open Chat"},
+                {"label": "New Chat"},
+                {"label": "Quick Chat"},
+                {"label": "Copy Endpoint URL"},
+                {"label": "Pause Server"},
+                {"label": "Settings…"},
+                {"label": "Quit Seedbar"},
+            ],
             "quick_chat": {"shortcut": "", "problem": null},
         })
     );
