@@ -123,6 +123,15 @@ impl Backend {
             Backend::Cuda
         }
     }
+
+    /// `cpu`, `cuda` or `metal`, as receipts and the app name the class.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
+            Backend::Metal => "metal",
+        }
+    }
 }
 
 /// MLX's switch for its CUDA caches' miss count check (see [`prepare`]).

@@ -222,14 +222,14 @@ impl ModelStore {
                 None => wanted(&f.name),
             })
             .collect();
-        let name = match gguf {
+        match gguf {
             // One file, renamed into place whole: listed once it is all there.
             Some(gguf) if files.is_empty() => {
                 return Err(EngineError::Download(format!(
                     "{repo_id} has no file {gguf}"
                 )))
             }
-            Some(gguf) => gguf.trim_end_matches(".gguf").to_string(),
+            Some(_) => {}
             None if !files.iter().any(|f| f.name == "config.json") => {
                 return Err(EngineError::Download(format!(
                     "{repo_id} has no config.json: not a model Seedbar can run"
@@ -241,9 +241,9 @@ impl ModelStore {
                 }
                 // config.json last: until it is in place the folder is not listed as a model.
                 files.sort_by_key(|f| f.name == "config.json");
-                repo_id.replace('/', "--")
             }
-        };
+        }
+        let name = library_name(repo_id, gguf);
         progress.total(files.iter().filter_map(|f| f.size).sum());
         let dir = self.models_dir().join(&name);
         let staging = self.root.join("downloads").join(&name);
@@ -302,6 +302,20 @@ pub fn check_pull_id(id: &str) -> Result<(&str, Option<&str>)> {
         )));
     }
     Ok((repo, Some(file)))
+}
+
+/// The name a pull (`org/name` or `org/name:file.gguf`) gives its model in the library.
+pub fn pulled_name(id: &str) -> Result<String> {
+    let (repo, gguf) = check_pull_id(id)?;
+    Ok(library_name(repo, gguf))
+}
+
+/// A repository's `org--name`, or a GGUF file's stem.
+fn library_name(repo: &str, gguf: Option<&str>) -> String {
+    match gguf {
+        Some(gguf) => gguf.trim_end_matches(".gguf").to_string(),
+        None => repo.replace('/', "--"),
+    }
 }
 
 /// A Hugging Face repository id: `org/name`.

@@ -193,10 +193,7 @@ fn openai_message(message: &ChatMessage) -> Value {
             .iter()
             .map(|call| {
                 let function = &call["function"];
-                let arguments = match &function["arguments"] {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                };
+                let arguments = json_text(&function["arguments"]);
                 json!({"id": call["id"], "type": "function",
                        "function": {"name": function["name"], "arguments": arguments}})
             })
@@ -383,13 +380,8 @@ impl Reader {
         let reasoning = delta["reasoning_content"]
             .as_str()
             .or(delta["reasoning"].as_str());
-        if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
-            pieces.push(Piece::Reasoning(text.into()));
-        }
         let text = delta["content"].as_str().or(choice["text"].as_str());
-        if let Some(text) = text.filter(|t| !t.is_empty()) {
-            pieces.push(Piece::Text(text.into()));
-        }
+        push_text(pieces, reasoning, text);
         for fragment in delta["tool_calls"].as_array().into_iter().flatten() {
             let index = count(&fragment["index"]).unwrap_or(self.calls.len());
             if index >= self.calls.len() {
@@ -423,19 +415,11 @@ impl Reader {
         }
         let message = &line["message"];
         let thinking = message["thinking"].as_str().or(line["thinking"].as_str());
-        if let Some(text) = thinking.filter(|t| !t.is_empty()) {
-            pieces.push(Piece::Reasoning(text.into()));
-        }
         let text = message["content"].as_str().or(line["response"].as_str());
-        if let Some(text) = text.filter(|t| !t.is_empty()) {
-            pieces.push(Piece::Text(text.into()));
-        }
+        push_text(pieces, thinking, text);
         for call in message["tool_calls"].as_array().into_iter().flatten() {
             let function = &call["function"];
-            let arguments = match &function["arguments"] {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            };
+            let arguments = json_text(&function["arguments"]);
             let name = function["name"].as_str().unwrap_or_default().to_string();
             self.calls.push((String::new(), name, arguments));
         }
@@ -476,6 +460,25 @@ impl Reader {
     }
 }
 
+/// A chunk's thinking, then its text, each where it has some.
+fn push_text(pieces: &mut Vec<Piece>, thinking: Option<&str>, text: Option<&str>) {
+    if let Some(thinking) = thinking.filter(|t| !t.is_empty()) {
+        pieces.push(Piece::Reasoning(thinking.into()));
+    }
+    if let Some(text) = text.filter(|t| !t.is_empty()) {
+        pieces.push(Piece::Text(text.into()));
+    }
+}
+
+/// A JSON value as text: a string as it is (a call's arguments sent as text), anything else
+/// serialized.
+fn json_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
 fn parse(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| {
         let shown: String = text.chars().take(200).collect();
@@ -490,13 +493,9 @@ fn count(value: &Value) -> Option<usize> {
 /// The message of an error body in OpenAI's (`{"error": {"message"}}`), Ollama's
 /// (`{"error": "..."}`) or Anthropic's shape, else the body as it is.
 pub fn error_message(error: &Value) -> String {
-    match error {
-        Value::String(text) => text.clone(),
-        Value::Object(fields) => match fields.get("message").and_then(Value::as_str) {
-            Some(message) => message.to_string(),
-            None => error.to_string(),
-        },
-        other => other.to_string(),
+    match error.get("message").and_then(Value::as_str) {
+        Some(message) => message.to_string(),
+        None => json_text(error),
     }
 }
 

@@ -84,12 +84,10 @@ struct OfferedFormat {
     recommended: bool,
 }
 
-/// The library name a pull gives: a GGUF file's stem, a repository's `org--name`.
+/// The library name a pull gives (the store's rule).
 fn library_name(pull: &str) -> String {
-    match pull.split_once(':') {
-        Some((_, file)) => file.trim_end_matches(".gguf").to_string(),
-        None => pull.replace('/', "--"),
-    }
+    seedbar_engine::store::pulled_name(pull)
+        .expect("catalogue.json's pulls are checked by its tests")
 }
 
 fn parse() -> Catalogue {
@@ -160,11 +158,7 @@ pub(crate) async fn catalogue(State(app): State<Arc<App>>) -> Result<Json<Offer>
         .filter(|m| m.kind == ModelKind::Chat)
         .map(|m| m.name)
         .collect();
-    let backend = match Backend::current() {
-        Backend::Cpu => "cpu",
-        Backend::Cuda => "cuda",
-        Backend::Metal => "metal",
-    };
+    let backend = Backend::current().name();
     let total = memory::total().unwrap_or(8 << 30);
     Ok(Json(offer(total, memory::available(), backend, &installed)))
 }

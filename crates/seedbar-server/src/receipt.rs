@@ -81,11 +81,7 @@ impl Provenance {
     /// `card`'s (its files hashed, or their digest known from before).
     pub fn of(card: &ModelCard, digests: &Digests) -> std::io::Result<Provenance> {
         let weights = digests.of(&card.path)?;
-        let backend = match Backend::current() {
-            Backend::Cpu => "cpu",
-            Backend::Cuda => "cuda",
-            Backend::Metal => "metal",
-        };
+        let backend = Backend::current().name();
         let quantization = card.quantization.clone();
         Ok(Provenance {
             fingerprint: fingerprint(&[
