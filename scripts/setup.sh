@@ -340,11 +340,13 @@ default_models() {
 # mlx-lm peer runs on the same libmlx and BLAS as Seedbar.
 test_tools() {
   local req="$ROOT/tests/requirements.txt" venv="$CACHE/venv"
-  local stamp="$venv/.req-$(sha256_of "$req" | cut -c1-16)"
+  local bare="$ROOT/tests/requirements-no-deps.txt"
+  local stamp="$venv/.req-$(sha256_of "$req" | cut -c1-8)$(sha256_of "$bare" | cut -c1-8)"
   [[ -f "$stamp" ]] && return 0
   log "test tools: creating $venv"
   rm -rf "$venv" && "$PYTHON" -m venv "$venv"
   "$venv/bin/pip" install -q -r "$req"
+  "$venv/bin/pip" install -q --no-deps -r "$bare"
   if [[ "$(uname -s)" == Linux ]]; then
     point_blas_at_openblas "$(ls -d "$venv"/lib/python3*/site-packages/mlx_cpu.libs)"
   fi

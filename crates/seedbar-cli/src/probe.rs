@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
     sampling,
-    step::{Batch, Logits, StepInput},
+    step::{Batch, Embedded, Logits, StepInput},
     tokenizer::StreamDecoder,
     ChatMessage, Model, TemplateKwargs,
 };
@@ -28,6 +28,14 @@ pub struct ProbeArgs {
     /// Write the logits of every prompt position (`[1, L, V]`) to this safetensors file.
     #[arg(long)]
     logits_out: Option<PathBuf>,
+    /// Comma-separated image files for a vision model: the k-th at the k-th run of image
+    /// tokens in `--ids`.
+    #[arg(long, value_delimiter = ',')]
+    images: Vec<PathBuf>,
+    /// Write each image's pixels and features (`pixels{k}`, `features{k}`) to this
+    /// safetensors file.
+    #[arg(long)]
+    features_out: Option<PathBuf>,
     /// A JSON file with a list of strings to encode, decode and stream-decode.
     #[arg(long)]
     texts: Option<PathBuf>,
@@ -61,10 +69,18 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
     let model = load(&args.model)?;
     let mut out = serde_json::Map::new();
     if !args.ids.is_empty() {
+        let images = image_features(&model, &args)?;
+        let embedded: Vec<Embedded> = images
+            .iter()
+            .map(|(at, features)| Embedded { at: *at, features })
+            .collect();
         if let Some(path) = &args.logits_out {
             let mut caches = model.new_caches();
             let lens = [args.ids.len() as i32];
-            let input = StepInput::one_row(&lens, &args.ids);
+            let input = StepInput {
+                embedded: &embedded,
+                ..StepInput::one_row(&lens, &args.ids)
+            };
             let logits = Batch::new(model.layout()).run(
                 &model,
                 input,
@@ -75,7 +91,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
             Array::save_safetensors([("logits", &logits)], None, path)?;
         }
         let mut sequence = model.sequence();
-        let mut logits = model.prefill(&args.ids, &mut sequence)?;
+        let mut logits = model.prefill_with_images(&args.ids, &images, &mut sequence)?;
         let mut generated = Vec::new();
         for i in 0..args.generate {
             let token = sampling::argmax(&logits);
@@ -139,6 +155,45 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
     out.insert("backend".into(), backend());
     println!("{}", Value::Object(out));
     Ok(())
+}
+
+/// `--images`' features, each with where its soft tokens start in `--ids`; with
+/// `--features-out`, the pixels and features written there.
+fn image_features(model: &Model, args: &ProbeArgs) -> Result<Vec<(usize, Array)>> {
+    if args.images.is_empty() {
+        return Ok(Vec::new());
+    }
+    let vision = model
+        .vision
+        .as_ref()
+        .context("--images needs a model that takes images")?;
+    let starts = vision.prompt.image_starts(&args.ids)?;
+    anyhow::ensure!(
+        starts.len() == args.images.len(),
+        "--ids hold {} images' tokens for {} --images",
+        starts.len(),
+        args.images.len()
+    );
+    let mut saved = Vec::new();
+    let mut images = Vec::new();
+    for (k, (path, at)) in args.images.iter().zip(starts).enumerate() {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let image = seedbar_images::decode(&bytes, &seedbar_images::Limits::default())
+            .with_context(|| path.display().to_string())?;
+        let pixels = vision.prompt.preprocessor.pixels(&image);
+        let features = vision.encode(&pixels)?;
+        let shape = [3, pixels.height as i32, pixels.width as i32];
+        saved.push((
+            format!("pixels{k}"),
+            Array::from_slice(&pixels.data, &shape),
+        ));
+        saved.push((format!("features{k}"), features.clone()));
+        images.push((at, features));
+    }
+    if let Some(path) = &args.features_out {
+        Array::save_safetensors(saved.iter().map(|(k, v)| (k.as_str(), v)), None, path)?;
+    }
+    Ok(images)
 }
 
 /// The device MLX computes on and the dtype the model computes in there, which decide how

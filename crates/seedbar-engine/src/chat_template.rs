@@ -13,6 +13,7 @@ use crate::{
     error::{EngineError, Result},
     reasoning::{opens_in_thinking, Thinking},
     tokenizer::Tokenizer,
+    vision::ImagePrompt,
 };
 
 /// ChatML, used when a model ships no template of its own.
@@ -47,6 +48,19 @@ pub struct ChatMessage {
     /// prompt: Qwen3's keeps only the turns after the last user message).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// A turn with images: its text and images in order, which the template reads as the
+    /// message's `content` (a vision model's template writes its image marker for each
+    /// `{"type": "image"}`); `content` then holds the text parts joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<Vec<ContentPart>>,
+}
+
+/// One piece of a turn that mixes text and images, as transformers' processors pass it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ContentPart {
+    Text { text: String },
+    Image,
 }
 
 /// Values a request passes to the template beside the messages (`chat_template_kwargs`,
@@ -69,6 +83,61 @@ impl ChatMessage {
             role: role.to_string(),
             content: content.to_string(),
             ..Default::default()
+        }
+    }
+
+    /// A turn of text and images in order, `content` its texts joined by `separator`; a
+    /// turn without images is that text alone (templates that read strings get a string).
+    pub fn from_parts(role: &str, parts: Vec<ContentPart>, separator: &str) -> Self {
+        let content = parts
+            .iter()
+            .filter_map(|p| match p {
+                ContentPart::Text { text } => Some(text.as_str()),
+                ContentPart::Image => None,
+            })
+            .collect::<Vec<_>>()
+            .join(separator);
+        let images = parts.contains(&ContentPart::Image);
+        ChatMessage {
+            parts: images.then_some(parts),
+            ..ChatMessage::new(role, &content)
+        }
+    }
+
+    /// How many images the turn holds.
+    pub fn images(&self) -> usize {
+        self.parts
+            .iter()
+            .flatten()
+            .filter(|p| **p == ContentPart::Image)
+            .count()
+    }
+
+    /// The turn as the template reads it: `content` is the parts where the turn has them.
+    fn template_view(&self) -> serde_json::Value {
+        let mut view = serde_json::to_value(self).expect("a message serializes");
+        if let Some(parts) = view.as_object_mut().and_then(|v| v.remove("parts")) {
+            view["content"] = parts;
+        }
+        view
+    }
+
+    /// The turn with each text's literals stood in for (`stood_in` collects them).
+    fn masked(&self, literals: &Literals, stood_in: &mut Vec<String>) -> ChatMessage {
+        ChatMessage {
+            content: literals.stand_in(&self.content, stood_in),
+            parts: self.parts.as_ref().map(|parts| {
+                parts
+                    .iter()
+                    .map(|p| match p {
+                        ContentPart::Text { text } => ContentPart::Text {
+                            text: literals.stand_in(text, stood_in),
+                        },
+                        ContentPart::Image => ContentPart::Image,
+                    })
+                    .collect()
+            }),
+            ..self.clone()
         }
     }
 }
@@ -143,6 +212,8 @@ impl ChatTemplate {
             }
             _ => Cow::Borrowed(messages),
         };
+        let messages: Vec<serde_json::Value> =
+            messages.iter().map(ChatMessage::template_view).collect();
         let template = self
             .env
             .get_template("chat")
@@ -178,14 +249,21 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
         kwargs: &TemplateKwargs,
+        images: Option<&ImagePrompt>,
     ) -> Result<ChatPrompt> {
         let specials = tokenizer.special_tokens();
         let literals = Literals::new(&specials);
-        if !messages
-            .iter()
-            .any(|m| literals.next_in(&m.content).is_some())
-        {
-            let text = self.render(messages, tools, kwargs, true)?;
+        let expand = |text: String| expand_images(text, messages, images);
+        if !messages.iter().any(|m| {
+            let parts = m.parts.iter().flatten().filter_map(|p| match p {
+                ContentPart::Text { text } => Some(text),
+                ContentPart::Image => None,
+            });
+            std::iter::once(&m.content)
+                .chain(parts)
+                .any(|t| literals.next_in(t).is_some())
+        }) {
+            let text = expand(self.render(messages, tools, kwargs, true)?)?;
             return Ok(ChatPrompt {
                 tokens: tokenizer.encode(&text)?,
                 opens_in_thinking: self.thinking.thinks && opens_in_thinking(&text),
@@ -194,17 +272,41 @@ impl ChatTemplate {
         let mut stood_in = Vec::new();
         let masked: Vec<ChatMessage> = messages
             .iter()
-            .map(|m| ChatMessage {
-                content: literals.stand_in(&m.content, &mut stood_in),
-                ..m.clone()
-            })
+            .map(|m| m.masked(&literals, &mut stood_in))
             .collect();
-        let (text, literal) = restore(&self.render(&masked, tools, kwargs, true)?, &stood_in);
+        let rendered = expand(self.render(&masked, tools, kwargs, true)?)?;
+        let (text, literal) = restore(&rendered, &stood_in);
         Ok(ChatPrompt {
             tokens: tokenizer.encode_with_literals(&text, &literal)?,
             opens_in_thinking: self.thinking.thinks && opens_in_thinking(&text),
         })
     }
+}
+
+/// `rendered` with each image marker the template wrote in place of an image part replaced
+/// by the image's prompt text; the markers must match the messages' images one for one.
+/// (Message text cannot bring a marker in: its special-token strings are stood in for.)
+fn expand_images(
+    rendered: String,
+    messages: &[ChatMessage],
+    images: Option<&ImagePrompt>,
+) -> Result<String> {
+    let count: usize = messages.iter().map(ChatMessage::images).sum();
+    let Some(images) = images else {
+        return match count {
+            0 => Ok(rendered),
+            _ => Err(EngineError::InvalidRequest(
+                "this model does not take images".into(),
+            )),
+        };
+    };
+    let written = rendered.matches(&images.placeholder).count();
+    if written != count {
+        return Err(EngineError::ChatTemplate(format!(
+            "the chat template wrote {written} image markers for {count} images"
+        )));
+    }
+    Ok(rendered.replace(&images.placeholder, &images.expansion))
 }
 
 /// What message text must not bring into a prompt as itself: the special-token strings,
@@ -605,7 +707,7 @@ mod tests {
             ChatMessage::new("user", injection),
         ];
         let ids = template
-            .prompt(tokenizer, &chat, None, &TemplateKwargs::new())
+            .prompt(tokenizer, &chat, None, &TemplateKwargs::new(), None)
             .unwrap()
             .tokens;
         // The template's own: one `<|im_end|>` per message, one `<|im_start|>` more for the reply.
@@ -652,7 +754,7 @@ mod tests {
                     .unwrap();
                 assert_eq!(
                     template
-                        .prompt(tokenizer, chat, tools, &TemplateKwargs::new())
+                        .prompt(tokenizer, chat, tools, &TemplateKwargs::new(), None)
                         .unwrap()
                         .tokens,
                     tokenizer.encode(&rendered).unwrap(),
@@ -672,6 +774,7 @@ mod tests {
                 &[ChatMessage::new("user", written)],
                 None,
                 &TemplateKwargs::new(),
+                None,
             )
             .unwrap()
             .tokens;

@@ -182,7 +182,14 @@ impl ModelConfig {
             },
             _ => EngineError::io(path, e),
         })?;
-        let mut config: ModelConfig = serde_json::from_str(&text)
+        let json = serde_json::from_str(&text)
+            .map_err(|e| EngineError::bad_file(path, format!("invalid config: {e}")))?;
+        Self::from_json(json, path)
+    }
+
+    /// The config `json` holds (read from `path`, named in errors).
+    pub fn from_json(json: serde_json::Value, path: &Path) -> Result<Self> {
+        let mut config: ModelConfig = serde_json::from_value(json)
             .map_err(|e| EngineError::bad_file(path, format!("invalid config: {e}")))?;
         config.lift_rope_parameters(path)?;
         config.validate(path)?;

@@ -24,11 +24,12 @@
 
 use std::path::Path;
 
-use mlx_rs::{fast, ops, ops::indexing::IndexOp, Array, Dtype};
+use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 use serde::Deserialize;
 
 use crate::{
     error::{EngineError, Result},
+    layers::{LayerNorm, SelfAttention},
     model::{read_json, read_safetensors},
     step::plan::Products,
     tokenizer::Tokenizer,
@@ -396,32 +397,9 @@ fn l2_normalize(x: &Array) -> Result<Array> {
     Ok(x.divide(&ops::maximum(&norm, Array::from_f32(1e-12))?)?)
 }
 
-struct LayerNorm {
-    weight: Array,
-    bias: Array,
-    eps: f32,
-}
-
-impl LayerNorm {
-    fn load(weights: &mut WeightMap, prefix: &str, size: i32, eps: f32) -> Result<Self> {
-        Ok(LayerNorm {
-            weight: weights.vector(&format!("{prefix}.weight"), size)?,
-            bias: weights.vector(&format!("{prefix}.bias"), size)?,
-            eps,
-        })
-    }
-
-    fn forward(&self, x: &Array) -> Result<Array> {
-        Ok(fast::layer_norm(x, &self.weight, &self.bias, self.eps)?)
-    }
-}
-
 /// One encoder layer: self-attention, then the MLP, each added to its input and normed.
 struct Layer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    attention_out: Linear,
+    attention: SelfAttention,
     attention_norm: LayerNorm,
     intermediate: Linear,
     output: Linear,
@@ -431,45 +409,31 @@ struct Layer {
 impl Layer {
     fn load(weights: &mut WeightMap, prefix: &str, c: &EncoderConfig) -> Result<Self> {
         let (d, ff, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps);
-        let mut linear = |name: &str, input: i32, output: i32| {
-            weights.linear(&format!("{prefix}.{name}"), input, output, true)
-        };
+        let name = |name: &str| format!("{prefix}.{name}");
         Ok(Layer {
-            query: linear("attention.self.query", d, d)?,
-            key: linear("attention.self.key", d, d)?,
-            value: linear("attention.self.value", d, d)?,
-            attention_out: linear("attention.output.dense", d, d)?,
-            intermediate: linear("intermediate.dense", d, ff)?,
-            output: linear("output.dense", ff, d)?,
-            attention_norm: LayerNorm::load(
+            attention: SelfAttention::load(
                 weights,
-                &format!("{prefix}.attention.output.LayerNorm"),
+                [
+                    &name("attention.self.query"),
+                    &name("attention.self.key"),
+                    &name("attention.self.value"),
+                    &name("attention.output.dense"),
+                ],
                 d,
-                eps,
+                c.num_attention_heads,
             )?,
-            output_norm: LayerNorm::load(weights, &format!("{prefix}.output.LayerNorm"), d, eps)?,
+            intermediate: weights.linear(&name("intermediate.dense"), d, ff, true)?,
+            output: weights.linear(&name("output.dense"), ff, d, true)?,
+            attention_norm: LayerNorm::load(weights, &name("attention.output.LayerNorm"), d, eps)?,
+            output_norm: LayerNorm::load(weights, &name("output.LayerNorm"), d, eps)?,
         })
     }
 
     /// `x`: `[B, L, D]`; `key_mask`: `[B, 1, 1, L]`, 0 for real keys and -inf for padding.
-    fn forward(&self, x: &Array, key_mask: &Array, heads: i32) -> Result<Array> {
-        let shape = x.shape();
-        let (b, l, d) = (shape[0], shape[1], shape[2]);
-        let head_dim = d / heads;
-        let split = |proj: &Linear| -> Result<Array> {
-            Ok(proj
-                .forward(x, Products::Matmul)?
-                .reshape(&[b, l, heads, head_dim])?
-                .transpose_axes(&[0, 2, 1, 3])?)
-        };
-        let (q, k, v) = (split(&self.query)?, split(&self.key)?, split(&self.value)?);
-        let scale = (head_dim as f32).powf(-0.5);
-        let attended = fast::scaled_dot_product_attention(q, k, v, scale, key_mask, None)?
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[b, l, d])?;
+    fn forward(&self, x: &Array, key_mask: &Array) -> Result<Array> {
         let x = self
             .attention_norm
-            .forward(&x.add(self.attention_out.forward(&attended, Products::Matmul)?)?)?;
+            .forward(&x.add(self.attention.forward(x, Some(key_mask))?)?)?;
         let mlp = self.output.forward(
             &gelu(&self.intermediate.forward(&x, Products::Matmul)?)?,
             Products::Matmul,
@@ -493,7 +457,6 @@ pub(crate) struct Bert {
     token_type: Embedding,
     norm: LayerNorm,
     layers: Vec<Layer>,
-    heads: i32,
     pub(crate) hidden: i32,
 }
 
@@ -534,7 +497,6 @@ impl Bert {
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(weights, &format!("{root}encoder.layer.{i}"), c))
                 .collect::<Result<_>>()?,
-            heads: c.num_attention_heads,
             hidden: d,
         };
         let leftover = weights.leftover_names();
@@ -574,7 +536,7 @@ impl Bert {
             width,
         ])?;
         for layer in &self.layers {
-            x = layer.forward(&x, &key_mask, self.heads)?;
+            x = layer.forward(&x, &key_mask)?;
         }
         Ok(x)
     }

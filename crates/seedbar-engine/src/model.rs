@@ -22,6 +22,7 @@ use crate::{
         Forward, Logits, StepTokens,
     },
     tokenizer::Tokenizer,
+    vision::{self, Vision},
     weights::{self, LoadOptions, WeightMap},
 };
 
@@ -34,6 +35,8 @@ pub enum ModelFormat {
 
 pub struct Model {
     pub(crate) transformer: Transformer,
+    /// The image input of a multimodal checkpoint.
+    pub vision: Option<Vision>,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
     /// Token ids that end a reply.
@@ -78,6 +81,7 @@ impl Model {
         );
         Ok(Model {
             transformer,
+            vision: None,
             tokenizer: contents.tokenizer,
             template,
             eos_ids,
@@ -87,13 +91,25 @@ impl Model {
     }
 
     fn load_directory(dir: &Path, options: LoadOptions) -> Result<Self> {
-        let config = ModelConfig::read(&dir.join("config.json"))?;
+        let config_path = dir.join("config.json");
+        let Some(raw_config) = read_json(&config_path)? else {
+            return Err(EngineError::MissingFile { path: config_path });
+        };
+        let (text_config, multimodal) = vision::split_config(raw_config);
+        let config = ModelConfig::from_json(text_config, &config_path)?;
         let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
         let tokenizer_config =
             read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
         let generation_config =
             read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
-        let mut weights = WeightMap::new(read_safetensors(dir)?, options);
+        let mut tensors = read_safetensors(dir)?;
+        if multimodal.is_some() {
+            tensors = vision::rename_weights(tensors);
+        }
+        let mut weights = WeightMap::new(tensors, options);
+        let vision = multimodal
+            .map(|raw| Vision::load(&raw, dir, &tokenizer, &mut weights, config.hidden_size))
+            .transpose()?;
         let transformer = architectures::build(config.clone(), &mut weights, options)?;
         let special = |key: &str| -> String {
             match &tokenizer_config[key] {
@@ -120,6 +136,7 @@ impl Model {
         let eos_ids = stop_ids(&config, &generation_eos, &tokenizer, &eos);
         Ok(Model {
             transformer,
+            vision,
             tokenizer,
             template,
             eos_ids,
@@ -155,9 +172,13 @@ impl Model {
         messages: &[ChatMessage],
         tools: Option<&[Value]>,
     ) -> Result<Vec<u32>> {
-        let prompt =
-            self.template
-                .prompt(&self.tokenizer, messages, tools, &TemplateKwargs::new())?;
+        let prompt = self.template.prompt(
+            &self.tokenizer,
+            messages,
+            tools,
+            &TemplateKwargs::new(),
+            self.vision.as_ref().map(|v| &v.prompt),
+        )?;
         Ok(prompt.tokens)
     }
 }

@@ -6,7 +6,7 @@ use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
 use crate::{
     error::{EngineError, Result},
     model::Model,
-    step::{kv_cache::KvCache, plan::Layout, Batch, Logits, StepInput},
+    step::{groups::rows_in, kv_cache::KvCache, plan::Layout, Batch, Embedded, Logits, StepInput},
 };
 
 /// One sequence's KV for the single-sequence passes: its per-layer caches (the prefilled
@@ -42,14 +42,36 @@ impl Model {
     /// The chunks are one graph, evaluated once: only the last chunk's logits are read, and
     /// the earlier chunks' KV is what the next chunk's graph takes.
     pub fn prefill(&self, tokens: &[u32], sequence: &mut Sequence) -> Result<Vec<f32>> {
+        self.prefill_with_images(tokens, &[], sequence)
+    }
+
+    /// [`prefill`](Self::prefill) of a prompt holding images: `images[k]` is `(at,
+    /// features)`, features ([`Vision::encode`](crate::Vision::encode)) embedded at the
+    /// prompt's positions `at..` (its soft tokens).
+    pub fn prefill_with_images(
+        &self,
+        tokens: &[u32],
+        images: &[(usize, Array)],
+        sequence: &mut Sequence,
+    ) -> Result<Vec<f32>> {
         let layout = self.layout();
-        let mut start = sequence.caches.first().map_or(0, |c| c.len() as usize);
+        let first = sequence.caches.first().map_or(0, |c| c.len() as usize);
+        let mut start = first;
         let mut remaining = tokens;
         let mut logits = None;
         while !remaining.is_empty() {
             let take = layout.aligned_chunk_end(start, start + remaining.len()) - start;
             let (chunk, rest) = remaining.split_at(take);
-            logits = Some(self.forward(chunk, None, sequence)?);
+            let (from, to) = (start - first, start - first + take);
+            let rows: Vec<(usize, Array)> = images
+                .iter()
+                .filter_map(|(at, features)| rows_in(*at, features, from, to))
+                .collect();
+            let embedded: Vec<Embedded> = rows
+                .iter()
+                .map(|(at, features)| Embedded { at: *at, features })
+                .collect();
+            logits = Some(self.forward(chunk, None, &embedded, sequence)?);
             remaining = rest;
             start += take;
         }
@@ -60,7 +82,7 @@ impl Model {
 
     /// One forward pass over `tokens` appended to the sequence; last position's logits.
     pub fn step(&self, tokens: &[u32], sequence: &mut Sequence) -> Result<Vec<f32>> {
-        read_logits(self.forward(tokens, None, sequence)?)
+        read_logits(self.forward(tokens, None, &[], sequence)?)
     }
 
     /// Greedy decode of `n` tokens after `first` (the prompt's next token), as a chat
@@ -70,7 +92,7 @@ impl Model {
         let mut drawn = Array::from_slice(&[first], &[1]);
         let mut tokens = Vec::with_capacity(n);
         for _ in 0..n {
-            let logits = self.forward(&[0], Some((&drawn, &[Some(0)])), sequence)?;
+            let logits = self.forward(&[0], Some((&drawn, &[Some(0)])), &[], sequence)?;
             let next = argmax_axis(logits.reshape(&[1, -1])?, -1, false)?;
             async_eval([&next])?;
             drawn.eval()?;
@@ -81,18 +103,20 @@ impl Model {
     }
 
     /// The lazy graph of one forward pass over `tokens` appended to the sequence (where
-    /// `drawn` supplies them, tokens drawn on the device: [`StepInput::drawn`]), up to the
-    /// last position's logits.
+    /// `drawn` supplies them, tokens drawn on the device: [`StepInput::drawn`]; `embedded`
+    /// features in place of some), up to the last position's logits.
     fn forward(
         &self,
         tokens: &[u32],
         drawn: Option<(&Array, &[Option<i32>])>,
+        embedded: &[Embedded],
         sequence: &mut Sequence,
     ) -> Result<Array> {
         let input = StepInput {
             lens: &[tokens.len() as i32],
             host: tokens,
             drawn,
+            embedded,
         };
         let caches: &mut [KvCache] = &mut sequence.caches;
         sequence

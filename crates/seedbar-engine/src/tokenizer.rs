@@ -216,6 +216,11 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// The vocabulary's string for `id` (a special token's text as it is written).
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
     pub fn save(&self, path: &Path) -> Result<()> {
         self.inner
             .save(path, false)

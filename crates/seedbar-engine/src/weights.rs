@@ -118,10 +118,20 @@ impl WeightMap {
 
     /// A 1-D norm weight of `size` elements, in the compute dtype.
     pub fn vector(&mut self, name: &str, size: i32) -> Result<Array> {
+        self.dense(name, &[size])
+    }
+
+    /// The dense tensor `name` of `shape`, in the compute dtype.
+    pub fn dense(&mut self, name: &str, shape: &[i32]) -> Result<Array> {
         materialize(
-            self.take_shaped(name, &[size])?
+            self.take_shaped(name, shape)?
                 .as_dtype(self.options.compute_dtype)?,
         )
+    }
+
+    /// The dtype activations and dense weights are computed in.
+    pub fn compute_dtype(&self) -> Dtype {
+        self.options.compute_dtype
     }
 
     /// The projection stored under `prefix` (`prefix.weight`, optional `.scales`/`.biases`

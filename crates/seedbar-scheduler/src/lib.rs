@@ -5,13 +5,15 @@
 //! keeps each request in a `row`, runs steps through the engine and has the rows' tokens
 //! drawn (`draw`), reusing prompts' KV from the `prefix_cache` (in RAM) and the
 //! `disk_cache` under it; decoding rows may draft
-//! tokens and verify them in a step (`speculation`).
+//! tokens and verify them in a step (`speculation`); a vision model's prompts carry
+//! images, whose features prefill embeds (`images`).
 
 mod config;
 mod disk_cache;
 mod draw;
 #[cfg(debug_assertions)]
 mod fault;
+mod images;
 mod prefix_cache;
 mod request;
 mod row;
@@ -24,7 +26,7 @@ mod worker;
 
 pub use config::{draw_seed, SchedulerConfig};
 pub use disk_cache::{DiskCache, DiskCacheStats, DiskTier};
-pub use request::{Event, Request, RequestStream, SubmitError, TokenLogprob, Usage};
+pub use request::{Event, PromptImage, Request, RequestStream, SubmitError, TokenLogprob, Usage};
 pub use scheduler::Scheduler;
 pub use stats::{SchedulerStats, TraceRecord};
 pub use step_timing::{Phase, StepBreakdown, StepTimes};

@@ -1,7 +1,10 @@
 //! What callers hand the scheduler and what streams back.
 
+use std::sync::Arc;
+
 use seedbar_engine::{FinishReason, SamplingParams};
 use seedbar_grammar::Constraint;
+use seedbar_images::Pixels;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// One generation request over already-tokenized input.
@@ -26,6 +29,20 @@ pub struct Request {
     /// ([`SchedulerConfig::speculative`](crate::SchedulerConfig::speculative)): the reply is
     /// the same either way, only its speed differs.
     pub speculative: bool,
+    /// The images whose soft tokens `prompt` holds (a vision model's), in order.
+    pub images: Vec<PromptImage>,
+}
+
+/// An image in a request's prompt.
+#[derive(Debug, Clone)]
+pub struct PromptImage {
+    /// Where its soft tokens start in the prompt.
+    pub at: usize,
+    /// Its encoded bytes' digest (`seedbar_images::digest`): the prefix caches key its
+    /// tokens by it.
+    pub digest: [u8; 32],
+    /// What the model's tower takes (shared: choices of one request share their images).
+    pub pixels: Arc<Pixels>,
 }
 
 impl Request {
@@ -40,6 +57,7 @@ impl Request {
             constraint: None,
             trace: false,
             speculative: true,
+            images: Vec::new(),
         }
     }
 }

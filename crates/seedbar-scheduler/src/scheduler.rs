@@ -24,6 +24,7 @@ use tokio::sync::mpsc::unbounded_channel;
 
 use crate::{
     config::{draw_seed, SchedulerConfig},
+    images::{self, ImageSlots},
     request::{Request, RequestStream, SubmitError},
     stats::SchedulerStats,
     worker::{Command, Pending, Worker},
@@ -37,6 +38,8 @@ pub struct Scheduler {
     next_id: AtomicU64,
     config: SchedulerConfig,
     vocab_size: usize,
+    /// How the model takes images, where it does.
+    image_slots: Option<ImageSlots>,
 }
 
 impl Scheduler {
@@ -45,6 +48,7 @@ impl Scheduler {
             config.max_context = config.max_context.min(max as usize);
         }
         let vocab_size = model.config().vocab_size as usize;
+        let image_slots = ImageSlots::of(&model);
         let (commands, receiver) = mpsc::channel();
         let stats = Arc::new(SchedulerStats::default());
         let layout = if config.batch_invariant {
@@ -76,6 +80,7 @@ impl Scheduler {
             next_id: AtomicU64::new(1),
             config,
             vocab_size,
+            image_slots,
         }
     }
 
@@ -123,6 +128,8 @@ impl Scheduler {
                 self.vocab_size
             )));
         }
+        images::key_images(&mut request.prompt, &request.images, self.image_slots)
+            .map_err(SubmitError::Invalid)?;
         if request.prompt.len() >= self.config.max_context {
             return Err(SubmitError::PromptTooLong {
                 prompt: request.prompt.len(),

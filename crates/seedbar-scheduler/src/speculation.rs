@@ -16,6 +16,7 @@ use seedbar_engine::Model;
 
 use crate::{
     draw::{Draw, Noise},
+    images::is_image_key,
     row::{take_drawn, Row},
 };
 
@@ -78,6 +79,10 @@ impl Speculation {
         let history: Vec<u32> = prompt.iter().chain(generated).copied().collect();
         let len = draft_len(self.hit_rate, rows).min(limit);
         let mut drafts = lookup(&history, len.max(1));
+        // An image's keys are not tokens: drafts end before one.
+        if let Some(key) = drafts.iter().position(|&t| is_image_key(t)) {
+            drafts.truncate(key);
+        }
         self.guess = None;
         if len == 0 {
             self.guess = drafts.first().copied();

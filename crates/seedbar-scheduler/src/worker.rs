@@ -36,6 +36,7 @@ use crate::{
         draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
         Noise, NoiseJob,
     },
+    images::{self, fed_token, ImageFeatures},
     prefix_cache::PrefixCache,
     request::{Event, Request},
     row::{emit, take_drawn, Row},
@@ -90,6 +91,8 @@ pub(crate) struct Worker {
     in_flight: Option<InFlight>,
     /// The noise of the next step's draws, computed ahead on other threads.
     noise_ahead: Option<thread::JoinHandle<Vec<NoiseJob>>>,
+    /// Images' features, encoded when a prefill chunk first covers them.
+    images: ImageFeatures,
 }
 
 /// A request whose prefix the disk tier is reading.
@@ -163,6 +166,7 @@ impl Worker {
             draw_threads: runtime::cpu_cores(),
             in_flight: None,
             noise_ahead: None,
+            images: ImageFeatures::default(),
         }
     }
 
@@ -413,6 +417,19 @@ impl Worker {
         let threads = self.draw_threads;
         let traced = chosen.iter().position(|(i, _)| self.rows[*i].request.trace);
         let (tokens, from_drawn) = step_tokens(&chosen);
+        let soft_token = self
+            .model
+            .vision
+            .as_ref()
+            .map_or(0, |v| v.prompt.image_token);
+        let tokens: Vec<u32> = tokens.iter().map(|&t| fed_token(t, soft_token)).collect();
+        let embeds = self.images.for_step(
+            &self.model,
+            chosen
+                .iter()
+                .map(|(i, input)| (&self.rows[*i], input.len())),
+        )?;
+        let embedded = images::embedded(&embeds);
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let tails: Vec<i32> = chosen.iter().map(|(_, t)| t.drawn_positions()).collect();
         let speculating = tails.iter().any(|&n| n > 1);
@@ -445,6 +462,7 @@ impl Worker {
                     lens: &lens,
                     host: &tokens,
                     drawn,
+                    embedded: &embedded,
                 };
                 let mut trace = traced.map(RowTrace::new);
                 let position = traced.map(|n| picked[n][0].len());

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use axum::{extract::State, response::Response, Json};
-use seedbar_engine::{ChatMessage, ToolCall};
+use seedbar_engine::{ChatMessage, ContentPart, ToolCall};
 use seedbar_scheduler::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,6 +21,7 @@ use crate::{
         stream_body, Delta, Finish, Generation, Job, Reply, ServedModel, Settings, StopReason,
         Token, Translator,
     },
+    images::{self, InImage},
     receipt::with_receipt,
     sse::{sse, SseMessage},
     structured::{self, forced_call, ChatInput},
@@ -119,6 +120,29 @@ enum InBlock {
         thinking: String,
     },
     RedactedThinking {},
+    /// An image in a user turn, sent as base64 (Seedbar does not fetch URLs).
+    Image {
+        source: ImageSource,
+    },
+}
+
+/// Where an `image` block's image is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ImageSource {
+    Base64 { media_type: String, data: String },
+    Url { url: String },
+}
+
+impl ImageSource {
+    fn decode(&self, param: &str) -> Result<InImage, ApiError> {
+        match self {
+            ImageSource::Base64 { media_type, data } => {
+                InImage::base64(data, Some(media_type), param)
+            }
+            ImageSource::Url { url } => InImage::url(url, param),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -189,23 +213,27 @@ impl Conversation {
         if let Some(system) = self.system.map(text_of).filter(|s| !s.is_empty()) {
             chat.push(ChatMessage::new("system", &system));
         }
+        let mut images = Vec::new();
         for (index, message) in self.messages.into_iter().enumerate() {
-            push_turns(index, message, &mut chat)?;
+            push_turns(index, message, &mut chat, &mut images)?;
         }
+        images::check_count(&images)?;
         Ok(ChatInput {
             messages: chat,
             tools,
             forced_call,
+            images,
         })
     }
 }
 
-/// A message as chat turns: its text (with an assistant's `tool_use` blocks as the turn's
-/// tool calls), and each `tool_result` block as a `tool` turn, in block order.
+/// A message as chat turns: its text and images (with an assistant's `tool_use` blocks as
+/// the turn's tool calls), and each `tool_result` block as a `tool` turn, in block order.
 fn push_turns(
     index: usize,
     message: InMessage,
     chat: &mut Vec<ChatMessage>,
+    images: &mut Vec<InImage>,
 ) -> Result<(), ApiError> {
     let role = message.role;
     let blocks = match message.content {
@@ -219,7 +247,11 @@ fn push_turns(
     let mut thinking: Vec<String> = Vec::new();
     for (i, block) in blocks.into_iter().enumerate() {
         match (block, role) {
-            (InBlock::Text { text: t }, _) => text.push(t),
+            (InBlock::Text { text: t }, _) => text.push(ContentPart::Text { text: t }),
+            (InBlock::Image { source }, Role::User) => {
+                images.push(source.decode(&format!("messages[{index}].content[{i}].source"))?);
+                text.push(ContentPart::Image);
+            }
             (InBlock::ToolUse { id, name, input }, Role::Assistant) => {
                 calls.push((id, name, input))
             }
@@ -233,8 +265,7 @@ fn push_turns(
                 Role::User,
             ) => {
                 if !text.is_empty() {
-                    chat.push(ChatMessage::new("user", &text.join("\n")));
-                    text.clear();
+                    chat.push(turn_of("user", std::mem::take(&mut text)));
                 }
                 let mut turn = ChatMessage::new("tool", &content.map(text_of).unwrap_or_default());
                 turn.tool_call_id = Some(tool_use_id);
@@ -244,6 +275,7 @@ fn push_turns(
             (block, _) => {
                 let (kind, belongs) = match block {
                     InBlock::ToolUse { .. } => ("tool_use", "assistant"),
+                    InBlock::Image { .. } => ("image", "user"),
                     InBlock::Thinking { .. } | InBlock::RedactedThinking {} => {
                         ("thinking", "assistant")
                     }
@@ -257,7 +289,7 @@ fn push_turns(
         }
     }
     if !text.is_empty() || !calls.is_empty() || results == 0 {
-        let mut turn = ChatMessage::new(role.as_str(), &text.join("\n"));
+        let mut turn = turn_of(role.as_str(), text);
         if !calls.is_empty() {
             turn.tool_calls = Some(template_calls(calls));
         }
@@ -265,6 +297,11 @@ fn push_turns(
         chat.push(turn);
     }
     Ok(())
+}
+
+/// A turn of `parts`: the text blocks a line each, and the images among them.
+fn turn_of(role: &str, parts: Vec<ContentPart>) -> ChatMessage {
+    ChatMessage::from_parts(role, parts, "\n")
 }
 
 /// The sampling settings: the common fields' with Anthropic's required `max_tokens` and its

@@ -425,6 +425,7 @@ fn reply_prompt(system_prompt: &str, history: Vec<ChatMessage>) -> Prompt {
     Prompt::Chat {
         messages,
         tools: None,
+        images: Vec::new(),
     }
 }
 

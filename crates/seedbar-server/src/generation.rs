@@ -23,12 +23,13 @@ use seedbar_engine::{
     ChatMessage, ChatPrompt, FinishReason, SamplingParams, TemplateKwargs, ToolCall,
 };
 use seedbar_grammar::{Constraint, Format};
-use seedbar_scheduler::{draw_seed, Usage};
+use seedbar_scheduler::{draw_seed, PromptImage, Usage};
 use serde_json::Value;
 use tokio::sync::mpsc::Sender;
 
 use crate::{
     error::ApiError,
+    images::{self, InImage},
     metrics::Metrics,
     model_host::{LoadedModel, RemoteModel},
     receipt::{Provenance, Receipt},
@@ -188,6 +189,8 @@ pub enum Prompt {
     Chat {
         messages: Vec<ChatMessage>,
         tools: Option<Vec<Value>>,
+        /// The images of the messages' image parts, in order.
+        images: Vec<InImage>,
     },
     /// Text encoded as it is, without the template.
     Text(String),
@@ -205,9 +208,9 @@ impl Prompt {
         kwargs: &TemplateKwargs,
     ) -> Result<ChatPrompt, ApiError> {
         let tokens = match self {
-            Prompt::Chat { messages, tools } => {
-                return model.chat_prompt(messages, tools.as_deref(), kwargs)
-            }
+            Prompt::Chat {
+                messages, tools, ..
+            } => return model.chat_prompt(messages, tools.as_deref(), kwargs),
             Prompt::Text(text) => model.encode(text)?,
             Prompt::FillInTheMiddle { prefix, suffix } => {
                 model.fill_in_the_middle(prefix, suffix)?
@@ -218,6 +221,22 @@ impl Prompt {
             tokens,
             opens_in_thinking: false,
         })
+    }
+
+    /// The scheduler's images for the prompt `build` gave as `tokens`, which run after
+    /// `offset` other tokens.
+    pub fn images(
+        &self,
+        tokens: &[u32],
+        offset: usize,
+        model: &LoadedModel,
+    ) -> Result<Vec<PromptImage>, ApiError> {
+        match (self, &model.images) {
+            (Prompt::Chat { images, .. }, Some(prompt)) if !images.is_empty() => {
+                images::for_prompt(tokens, offset, images, prompt)
+            }
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// The prompt's token ids for `model`, with the template's defaults.

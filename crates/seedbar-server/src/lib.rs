@@ -12,6 +12,7 @@ mod encoders;
 mod error;
 mod extract;
 mod generation;
+mod images;
 mod memory;
 mod metrics;
 mod model_host;

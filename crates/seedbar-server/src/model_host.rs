@@ -19,7 +19,8 @@ use seedbar_engine::{
     inventory::Inventory,
     store::{ModelKind, ModelStore, StoredModel},
     tokenizer::Tokenizer,
-    ChatMessage, ChatPrompt, ChatTemplate, EngineError, Model, ModelConfig, TemplateKwargs,
+    ChatMessage, ChatPrompt, ChatTemplate, EngineError, ImagePrompt, Model, ModelConfig,
+    TemplateKwargs,
 };
 use seedbar_grammar::{GrammarError, Vocabulary};
 use seedbar_remote::{Remote, Remotes};
@@ -53,6 +54,8 @@ pub struct LoadedModel {
     pub scheduler: Scheduler,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
+    /// How images stand in its prompts, where the model sees them.
+    pub images: Option<ImagePrompt>,
     pub config: ModelConfig,
     /// Its weights' content hash, the build and the backend: what a reply's receipt holds
     /// besides its seed and settings (`fingerprint` is OpenAI's `system_fingerprint`).
@@ -82,9 +85,17 @@ impl LoadedModel {
         kwargs: &TemplateKwargs,
     ) -> Result<ChatPrompt, ApiError> {
         self.template
-            .prompt(&self.tokenizer, messages, tools, kwargs)
+            .prompt(
+                &self.tokenizer,
+                messages,
+                tools,
+                kwargs,
+                self.images.as_ref(),
+            )
             .map_err(|e| match e {
-                EngineError::ChatTemplate(_) => ApiError::bad_param("messages", e.to_string()),
+                EngineError::ChatTemplate(_) | EngineError::InvalidRequest(_) => {
+                    ApiError::bad_param("messages", e.to_string())
+                }
                 e => ApiError::internal(e),
             })
     }
@@ -748,6 +759,7 @@ fn load(
     }
     let tokenizer = model.tokenizer.clone();
     let template = model.template.clone();
+    let images = model.vision.as_ref().map(|v| v.prompt.clone());
     let model_config = model.config().clone();
     let eos_ids = model.eos_ids.clone();
     Ok(LoadedModel {
@@ -757,6 +769,7 @@ fn load(
         card,
         tokenizer,
         template,
+        images,
         config: model_config,
         provenance,
     })

@@ -15,7 +15,7 @@ use axum::{
     Json,
 };
 use futures_util::StreamExt;
-use seedbar_engine::{ChatMessage, SamplingParams};
+use seedbar_engine::{ChatMessage, ContentPart, SamplingParams};
 use seedbar_scheduler::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,6 +28,7 @@ use crate::{
         stream_body, Delta, Finish, Generation, Job, Prompt, Reply, ServedModel, Settings,
         StopReason, Timings, Token, Translator,
     },
+    images::{self, InImage},
     model_host::KeepAlive,
     receipt::with_receipt,
     structured::{self, OllamaFormat},
@@ -283,6 +284,7 @@ pub async fn chat(
     let model = ServedModel::find(&app, &req.model).await?;
     keep(&app, &model, req.keep_alive.as_ref())?;
     let mut messages = Vec::with_capacity(req.messages.len());
+    let mut images = Vec::new();
     for (i, m) in req.messages.into_iter().enumerate() {
         if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
             return Err(ApiError::bad_param(
@@ -291,24 +293,55 @@ pub async fn chat(
             )
             .into());
         }
-        if !m.images.is_empty() {
-            return Err(ApiError::bad_param(
-                &format!("messages[{i}].images"),
-                "this model reads text only",
-            )
-            .into());
-        }
-        let mut message = ChatMessage::new(&m.role, &m.content);
+        let mut message = with_images(
+            &m.role,
+            m.content,
+            m.images,
+            &format!("messages[{i}].images"),
+            &mut images,
+        )?;
         message.tool_calls = m.tool_calls;
         message.reasoning_content = m.thinking.filter(|_| m.role == "assistant");
         messages.push(message);
     }
     let tools = req.tools.filter(|t| !t.is_empty());
-    let prompt = Prompt::Chat { messages, tools };
+    images::check_count(&images)?;
+    let prompt = Prompt::Chat {
+        messages,
+        tools,
+        images,
+    };
     let shape = (req.format.as_ref(), req.think.as_ref());
     let job = job(&model, prompt, &req.options, shape, "chat-").await?;
     let generation = Generation::start(&app, model, job).await?;
     Ok(respond(generation, req.stream, Route::Chat).await?)
+}
+
+/// A turn of `content` after `given` images (Ollama's base64 strings, decoded into `images`).
+fn with_images(
+    role: &str,
+    content: String,
+    given: Vec<Value>,
+    param: &str,
+    images: &mut Vec<InImage>,
+) -> std::result::Result<ChatMessage, ApiError> {
+    let mut parts = Vec::with_capacity(given.len() + 1);
+    for (k, image) in given.iter().enumerate() {
+        let param = format!("{param}[{k}]");
+        let Some(data) = image.as_str() else {
+            return Err(ApiError::bad_param(
+                &param,
+                "an image must be a base64 string",
+            ));
+        };
+        images.push(match data.starts_with("data:") {
+            true => InImage::url(data, &param)?,
+            false => InImage::base64(data, None, &param)?,
+        });
+        parts.push(ContentPart::Image);
+    }
+    parts.push(ContentPart::Text { text: content });
+    Ok(ChatMessage::from_parts(role, parts, ""))
 }
 
 #[derive(Deserialize)]
@@ -316,6 +349,9 @@ pub struct GenerateRequest {
     model: String,
     #[serde(default, deserialize_with = "null_as_default")]
     prompt: String,
+    /// Images the prompt is about (base64), before its text.
+    #[serde(default, deserialize_with = "null_as_default")]
+    images: Vec<Value>,
     suffix: Option<String>,
     system: Option<String>,
     /// Send the prompt as is, without the chat template.
@@ -355,6 +391,13 @@ pub async fn generate(
         // Ollama's way of loading a model ahead of use.
         return Ok(Json(Loaded::now(model.name().to_string(), "load")).into_response());
     }
+    if !req.images.is_empty() && (req.raw || req.suffix.is_some()) {
+        return Err(ApiError::bad_param(
+            "images",
+            "images go through the chat template: not with raw or suffix",
+        )
+        .into());
+    }
     let prompt = match (req.suffix, req.raw) {
         (Some(suffix), _) => Prompt::FillInTheMiddle {
             prefix: req.prompt,
@@ -362,13 +405,14 @@ pub async fn generate(
         },
         (None, true) => Prompt::Text(req.prompt),
         (None, false) => {
+            let mut images = Vec::new();
+            let user = with_images("user", req.prompt, req.images, "images", &mut images)?;
+            images::check_count(&images)?;
             let system = req.system.iter().map(|s| ChatMessage::new("system", s));
-            let messages = system
-                .chain([ChatMessage::new("user", &req.prompt)])
-                .collect();
             Prompt::Chat {
-                messages,
+                messages: system.chain([user]).collect(),
                 tools: None,
+                images,
             }
         }
     };

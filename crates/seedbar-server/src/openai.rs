@@ -11,7 +11,7 @@ use axum::{
     response::Response,
     Json,
 };
-use seedbar_engine::{ChatMessage, ToolCall};
+use seedbar_engine::{ChatMessage, ContentPart, ToolCall};
 use seedbar_remote::Remote;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,6 +24,7 @@ use crate::{
         stream_body, Delta, Finish, Generation, Job, Logprob, Prompt, Reply, ServedModel, Token,
         TotalUsage, Translator,
     },
+    images::{self, InImage},
     model_host::ModelCard,
     receipt::with_receipt,
     sse::{sse, SseMessage},
@@ -131,12 +132,29 @@ struct Part {
     #[serde(rename = "type")]
     kind: String,
     text: Option<String>,
+    image_url: Option<ImageUrl>,
+}
+
+/// An `image_url` part's image: `{"url": ...}` (OpenAI's shape) or the URL alone.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ImageUrl {
+    Object { url: String },
+    Url(String),
+}
+
+impl ImageUrl {
+    fn url(&self) -> &str {
+        match self {
+            ImageUrl::Object { url } | ImageUrl::Url(url) => url,
+        }
+    }
 }
 
 impl InMessage {
     /// The message as chat templates see it. OpenAI's `developer` role is a system message;
     /// tool-call arguments (JSON text on the wire) become objects, as templates expect.
-    fn into_chat(self, index: usize) -> Result<ChatMessage, ApiError> {
+    fn into_chat(self, index: usize, images: &mut Vec<InImage>) -> Result<ChatMessage, ApiError> {
         let role = match self.role.as_str() {
             "system" | "developer" => "system",
             "user" | "assistant" | "tool" => self.role.as_str(),
@@ -147,29 +165,33 @@ impl InMessage {
                 ))
             }
         };
-        let content = match self.content {
-            None => String::new(),
-            Some(Content::Text(text)) => text,
+        let mut message = match self.content {
+            None => ChatMessage::new(role, ""),
+            Some(Content::Text(text)) => ChatMessage::new(role, &text),
             Some(Content::Parts(parts)) => {
-                let mut text = String::new();
+                let mut pieces = Vec::with_capacity(parts.len());
                 for (i, part) in parts.into_iter().enumerate() {
-                    match (part.kind.as_str(), part.text) {
-                        ("text", Some(t)) => text.push_str(&t),
-                        (kind, _) => {
+                    let param = format!("messages[{index}].content[{i}]");
+                    pieces.push(match (part.kind.as_str(), part.text, part.image_url) {
+                        ("text", Some(text), _) => ContentPart::Text { text },
+                        ("image_url", _, Some(image)) => {
+                            images.push(InImage::url(image.url(), &format!("{param}.image_url"))?);
+                            ContentPart::Image
+                        }
+                        (kind, _, _) => {
                             return Err(ApiError::bad_param(
-                                &format!("messages[{index}].content[{i}]"),
-                                format!("content parts of type '{kind}' are not supported: this model reads text"),
+                                &param,
+                                format!("content parts of type '{kind}' are not supported: send text or image_url parts"),
                             ))
                         }
-                    }
+                    });
                 }
-                text
+                ChatMessage::from_parts(role, pieces, "")
             }
         };
         let tool_calls = self
             .tool_calls
             .map(|calls| Value::Array(calls.into_iter().map(arguments_as_object).collect()));
-        let mut message = ChatMessage::new(role, &content);
         message.name = self.name;
         message.tool_calls = tool_calls;
         message.tool_call_id = self.tool_call_id;
@@ -217,13 +239,19 @@ pub async fn chat_completions(
         "response_format",
     )?;
     structured::constrain(&mut settings, &model, format).await?;
+    let mut images = Vec::new();
     let messages = req
         .messages
         .into_iter()
         .enumerate()
-        .map(|(i, m)| m.into_chat(i))
+        .map(|(i, m)| m.into_chat(i, &mut images))
         .collect::<Result<Vec<_>, _>>()?;
-    let prompt = Prompt::Chat { messages, tools };
+    images::check_count(&images)?;
+    let prompt = Prompt::Chat {
+        messages,
+        tools,
+        images,
+    };
     let job = Job {
         n,
         ..Job::new(vec![prompt], settings, "chatcmpl-")

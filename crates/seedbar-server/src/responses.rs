@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use axum::{extract::State, response::Response, Json};
-use seedbar_engine::ChatMessage;
+use seedbar_engine::{ChatMessage, ContentPart};
 use seedbar_scheduler::Usage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,6 +21,7 @@ use crate::{
     generation::{
         stream_body, Finish, Generation, Job, ServedModel, StopReason, Token, Translator,
     },
+    images::{self, InImage},
     receipt::with_receipt,
     sse::{sse, SseMessage},
     structured::{self, forced_call, one_format, ChatInput, TextFormat},
@@ -123,8 +124,19 @@ enum InputRole {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum InputPart {
-    InputText { text: String },
-    OutputText { text: String },
+    InputText {
+        text: String,
+    },
+    OutputText {
+        text: String,
+    },
+    /// An image as a data URL or a local file (`file_id`s are not kept here).
+    InputImage {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image_url: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file_id: Option<String>,
+    },
 }
 
 /// `type: "function"`: the one tool type served.
@@ -163,15 +175,38 @@ pub enum ToolMode {
     Required,
 }
 
-fn text_of(content: Option<TextOr<InputPart>>) -> String {
-    match content {
-        None => String::new(),
-        Some(TextOr::Text(text)) => text,
-        Some(TextOr::Items(parts)) => parts
-            .into_iter()
-            .map(|(InputPart::InputText { text } | InputPart::OutputText { text })| text)
-            .collect(),
-    }
+/// A message's texts and images in order, the images decoded into `images`; `param` names
+/// the message in errors.
+fn parts_of(
+    content: Option<TextOr<InputPart>>,
+    images: &mut Vec<InImage>,
+    param: &str,
+) -> Result<Vec<ContentPart>, ApiError> {
+    let parts = match content {
+        None => return Ok(Vec::new()),
+        Some(TextOr::Text(text)) => return Ok(vec![ContentPart::Text { text }]),
+        Some(TextOr::Items(parts)) => parts,
+    };
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(k, part)| match part {
+            InputPart::InputText { text } | InputPart::OutputText { text } => {
+                Ok(ContentPart::Text { text })
+            }
+            InputPart::InputImage { image_url, .. } => {
+                let param = format!("{param}.content[{k}]");
+                let url = image_url.ok_or_else(|| {
+                    ApiError::bad_param(
+                        &param,
+                        "send the image as image_url (a data URL or a local path); file_id is not supported",
+                    )
+                })?;
+                images.push(InImage::url(&url, &format!("{param}.image_url"))?);
+                Ok(ContentPart::Image)
+            }
+        })
+        .collect()
 }
 
 impl ResponsesRequest {
@@ -218,17 +253,20 @@ impl ResponsesRequest {
         if let Some(instructions) = self.instructions.filter(|s| !s.is_empty()) {
             chat.push(ChatMessage::new("system", &instructions));
         }
+        let mut images = Vec::new();
         match self.input {
             TextOr::Text(text) => chat.push(ChatMessage::new("user", &text)),
-            TextOr::Items(items) => push_items(items, &mut chat)?,
+            TextOr::Items(items) => push_items(items, &mut chat, &mut images)?,
         }
         if chat.iter().all(|m| m.role == "system") {
             return Err(ApiError::bad_param("input", "input must not be empty"));
         }
+        images::check_count(&images)?;
         Ok(ChatInput {
             messages: chat,
             tools,
             forced_call,
+            images,
         })
     }
 }
@@ -236,7 +274,11 @@ impl ResponsesRequest {
 /// Input items as chat turns: messages as themselves (`developer` as `system`), consecutive
 /// `function_call`s as one assistant turn's tool calls (the assistant turn just before
 /// them, if it has none), and each `function_call_output` as a `tool` turn.
-fn push_items(items: Vec<InputItem>, chat: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
+fn push_items(
+    items: Vec<InputItem>,
+    chat: &mut Vec<ChatMessage>,
+    images: &mut Vec<InImage>,
+) -> Result<(), ApiError> {
     let mut calls = Vec::new();
     let flush = |calls: &mut Vec<(String, String, Value)>, chat: &mut Vec<ChatMessage>| {
         if calls.is_empty() {
@@ -276,9 +318,16 @@ fn push_items(items: Vec<InputItem>, chat: &mut Vec<ChatMessage>) -> Result<(), 
                 let (Some(call_id), Some(_)) = (&item.call_id, &item.output) else {
                     return Err(missing("call_id and output"));
                 };
-                let mut turn = ChatMessage::new("tool", "");
+                let param = format!("input[{i}].output");
+                let parts = parts_of(item.output, &mut Vec::new(), &param)?;
+                if parts.contains(&ContentPart::Image) {
+                    return Err(ApiError::bad_param(
+                        &param,
+                        "images in function_call_output are not supported: send them in a user message",
+                    ));
+                }
+                let mut turn = ChatMessage::from_parts("tool", parts, "");
                 turn.tool_call_id = Some(call_id.clone());
-                turn.content = text_of(item.output);
                 chat.push(turn);
             }
             ItemType::Message => {
@@ -291,7 +340,8 @@ fn push_items(items: Vec<InputItem>, chat: &mut Vec<ChatMessage>) -> Result<(), 
                     InputRole::Assistant => "assistant",
                     InputRole::System | InputRole::Developer => "system",
                 };
-                chat.push(ChatMessage::new(role, &text_of(item.content)));
+                let parts = parts_of(item.content, images, &format!("input[{i}]"))?;
+                chat.push(ChatMessage::from_parts(role, parts, ""));
             }
         }
     }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::{
     error::ApiError,
     generation::{Prompt, Served, ServedModel, Settings},
+    images::InImage,
 };
 
 /// A chat request as templates see it.
@@ -20,6 +21,8 @@ pub struct ChatInput {
     pub tools: Option<Vec<Value>>,
     /// The call the tool choice forces (`required`, `any` or a named function).
     pub forced_call: Option<Format>,
+    /// The images of the messages' image parts, in order.
+    pub images: Vec<InImage>,
 }
 
 impl ChatInput {
@@ -28,6 +31,7 @@ impl ChatInput {
         let prompt = Prompt::Chat {
             messages: self.messages,
             tools: self.tools,
+            images: self.images,
         };
         (prompt, self.forced_call)
     }

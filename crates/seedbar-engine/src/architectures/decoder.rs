@@ -132,7 +132,7 @@ pub(super) struct RmsNorm {
 
 impl RmsNorm {
     /// The norm stored as `name`; with `unit_offset` the stored weight is `w` of `1 + w`.
-    fn load(
+    pub(super) fn load(
         weights: &mut WeightMap,
         name: &str,
         size: i32,
@@ -148,7 +148,7 @@ impl RmsNorm {
         Ok(RmsNorm { weight, eps })
     }
 
-    fn forward(&self, x: &Array) -> Result<Array> {
+    pub(super) fn forward(&self, x: &Array) -> Result<Array> {
         Ok(fast::rms_norm(x, Some(&self.weight), self.eps)?)
     }
 }
@@ -608,16 +608,18 @@ impl Transformer {
         self.weight_kind
     }
 
-    /// Each matmul group's embedded tokens (`[1, W, D]`; [`groups::group_token_ids`]).
+    /// Each matmul group's embedded tokens (`[1, W, D]`; [`groups::group_token_ids`]), the
+    /// step's given features in place of theirs ([`groups::splice_embedded`]).
     pub(super) fn embed(&self, tokens: StepTokens, plan: &StepPlan) -> Result<Vec<Array>> {
-        groups::group_token_ids(tokens, plan)?
+        let h = groups::group_token_ids(tokens, plan)?
             .iter()
-            .map(|ids| {
-                let h = self.embed_tokens.forward(ids, self.dtype)?;
-                match self.embedding_scale {
-                    Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
-                    None => Ok(h),
-                }
+            .map(|ids| self.embed_tokens.forward(ids, self.dtype))
+            .collect::<Result<Vec<_>>>()?;
+        groups::splice_embedded(h, tokens.embedded, plan)?
+            .into_iter()
+            .map(|h| match self.embedding_scale {
+                Some(s) => Ok(h.multiply(Array::from_f32(s).as_dtype(h.dtype())?)?),
+                None => Ok(h),
             })
             .collect()
     }
@@ -645,7 +647,13 @@ impl Forward for Transformer {
     ) -> Result<Array> {
         if self.weight_kind == WeightKind::Packed && plan.attention == AttentionLayout::PerRow {
             runtime::set_blas_threads(1);
-            return self.forward_on_host(&tokens.to_host()?, plan, caches, logits);
+            let host = tokens.to_host()?;
+            let tokens = StepTokens {
+                host: &host,
+                drawn: None,
+                ..tokens
+            };
+            return self.forward_on_host(tokens, plan, caches, logits);
         }
         runtime::set_blas_threads(runtime::cpu_cores());
         let mut h = self.embed(tokens, plan)?;

@@ -2,15 +2,23 @@
 //! MLP, queries scaled by `query_pre_attn_scalar`, embeddings scaled by sqrt(d), and
 //! sliding-window layers among global ones. Gemma 3 adds q/k norms and a RoPE base of
 //! its own for the sliding layers; Gemma 2 soft-caps attention scores and logits.
+//!
+//! Gemma 3's image input: a SigLIP tower (`siglip.rs`), then [`Projector`]; an image takes
+//! `mm_tokens_per_image` soft tokens between its start and end markers in the prompt.
 
 use mlx_rs::{Array, Dtype};
 use serde::Deserialize;
+use serde_json::{json, Value};
 
 use super::{
     activation::Activation,
-    decoder::{LayerAttention, Rope, Transformer, Variant},
+    decoder::{LayerAttention, RmsNorm, Rope, Transformer, Variant},
 };
-use crate::{config::ModelConfig, error::Result, weights::WeightMap};
+use crate::{
+    config::ModelConfig,
+    error::{EngineError, Result},
+    weights::WeightMap,
+};
 
 /// The Gemma settings of `config.json` beyond the shared ones.
 #[derive(Deserialize)]
@@ -90,4 +98,94 @@ pub fn build(
 fn bf16(x: f32) -> Result<f32> {
     let rounded = Array::from_f32(x).as_dtype(Dtype::Bfloat16)?;
     Ok(rounded.item_cast::<f32>())
+}
+
+/// What Hugging Face's `Gemma3TextConfig` assumes where a multimodal checkpoint's
+/// `text_config` says nothing.
+pub(crate) fn text_config_defaults() -> Value {
+    json!({
+        "model_type": "gemma3_text",
+        "vocab_size": 262208,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": true,
+    })
+}
+
+/// The prompt text an image becomes where the template wrote `start` (`<start_of_image>`):
+/// the marker and `count` soft tokens `image` before `end`, set apart by blank lines, as the
+/// Gemma 3 processor expands it.
+pub(crate) fn image_expansion(start: &str, image: &str, end: &str, count: usize) -> String {
+    format!("\n\n{start}{}{end}\n\n", image.repeat(count))
+}
+
+/// Gemma 3's multimodal projector: the tower's patch grid averaged in square blocks down to
+/// `tokens_per_side`² tokens, RMS-normed (`1 + w`) and projected to the decoder's width.
+pub struct Projector {
+    norm: RmsNorm,
+    /// `[vision width, text width]`.
+    projection: Array,
+    patches_per_side: i32,
+    tokens_per_side: i32,
+}
+
+impl Projector {
+    pub fn load(
+        weights: &mut WeightMap,
+        vision_width: i32,
+        text_width: i32,
+        eps: f32,
+        patches_per_side: i32,
+        tokens: i32,
+    ) -> Result<Self> {
+        let tokens_per_side = (tokens as f64).sqrt() as i32;
+        if tokens_per_side * tokens_per_side != tokens
+            || tokens_per_side == 0
+            || patches_per_side % tokens_per_side != 0
+        {
+            return Err(EngineError::bad_file(
+                "config.json",
+                format!(
+                    "mm_tokens_per_image {tokens} does not pool a {patches_per_side}x{patches_per_side} patch grid"
+                ),
+            ));
+        }
+        Ok(Projector {
+            norm: RmsNorm::load(
+                weights,
+                "multi_modal_projector.mm_soft_emb_norm.weight",
+                vision_width,
+                eps,
+                true,
+            )?,
+            projection: weights.dense(
+                "multi_modal_projector.mm_input_projection_weight",
+                &[vision_width, text_width],
+            )?,
+            patches_per_side,
+            tokens_per_side,
+        })
+    }
+
+    /// `[tokens, text width]` from the tower's `[1, patches, vision width]`.
+    pub fn forward(&self, patches: &Array) -> Result<Array> {
+        let (t, k) = (
+            self.tokens_per_side,
+            self.patches_per_side / self.tokens_per_side,
+        );
+        let width = patches.shape()[2];
+        let pooled = patches
+            .reshape(&[t, k, t, k, width])?
+            .mean_axes(&[1, 3], None)?
+            .reshape(&[t * t, width])?;
+        Ok(self.norm.forward(&pooled)?.matmul(&self.projection)?)
+    }
 }

@@ -23,7 +23,7 @@ use crate::{
     step::{
         kv_cache::{HostKv, KvCache},
         plan::StepPlan,
-        Logits,
+        Logits, StepTokens,
     },
 };
 
@@ -327,13 +327,13 @@ impl Transformer {
     /// matmul input and runs many small ops per row.
     pub(super) fn forward_on_host(
         &self,
-        tokens: &[u32],
+        tokens: StepTokens,
         plan: &StepPlan,
         caches: &mut [&mut [KvCache]],
         logits: Logits<'_>,
     ) -> Result<Array> {
         let d = self.config.hidden_size as usize;
-        let embedded = self.embed(tokens.into(), plan)?;
+        let embedded = self.embed(tokens, plan)?;
         let mut h = embedded
             .iter()
             .map(|x| Ok(x.try_as_slice::<f32>()?.to_vec()))

@@ -2,7 +2,7 @@
 
 mod activation;
 pub mod decoder;
-mod gemma3;
+pub(crate) mod gemma3;
 mod host;
 mod host_attention;
 mod llama;
@@ -13,6 +13,7 @@ mod phi3;
 mod qwen2;
 mod qwen3;
 mod qwen3_moe;
+pub(crate) mod siglip;
 mod smollm3;
 
 pub use decoder::Transformer;

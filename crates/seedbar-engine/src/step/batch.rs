@@ -6,7 +6,7 @@
 use mlx_rs::Array;
 
 use super::{
-    groups::{Logits, StepTokens},
+    groups::{Embedded, Logits, StepTokens},
     kv_cache::{KvCache, KvPool},
     plan::{Layout, StepPlan},
 };
@@ -39,6 +39,8 @@ pub struct StepInput<'a> {
     /// before the one it follows is read) and, per input token, its index there when it is
     /// one of them.
     pub drawn: Option<(&'a Array, &'a [Option<i32>])>,
+    /// Input positions that embed as given features (images' soft tokens).
+    pub embedded: &'a [Embedded<'a>],
 }
 
 impl<'a> StepInput<'a> {
@@ -48,6 +50,7 @@ impl<'a> StepInput<'a> {
             lens,
             host: tokens,
             drawn: None,
+            embedded: &[],
         }
     }
 }
@@ -101,6 +104,7 @@ impl Batch {
         let tokens = StepTokens {
             host: input.host,
             drawn: input.drawn,
+            embedded: input.embedded,
         };
         let out = model.forward(
             tokens,

@@ -42,12 +42,85 @@ pub struct StepTokens<'a> {
     /// Tokens drawn on the device (`[n]` uint32, lazy) and, per input token, its index
     /// there when it is one of them.
     pub drawn: Option<(&'a Array, &'a [Option<i32>])>,
+    /// Input positions that embed as given features instead of their tokens' embeddings.
+    pub embedded: &'a [Embedded<'a>],
+}
+
+/// Features a step embeds in place of token embeddings (an image's soft tokens, or the part
+/// of them in this step): `features`' rows (`[k, D]`, before the embedding scale) at input
+/// positions `at..at + k`, all of one row's.
+#[derive(Debug, Clone, Copy)]
+pub struct Embedded<'a> {
+    pub at: usize,
+    pub features: &'a Array,
+}
+
+/// The rows of `features` (an image's, for sequence positions `at..at + rows`) that fall in
+/// positions `start..end`, with the first's offset from `start`: what a chunk over those
+/// positions embeds.
+pub fn rows_in(at: usize, features: &Array, start: usize, end: usize) -> Option<(usize, Array)> {
+    let rows = features.shape()[0] as usize;
+    let (lo, hi) = (at.max(start), (at + rows).min(end));
+    (lo < hi).then(|| {
+        let picked = (lo - at) as i32..(hi - at) as i32;
+        (lo - start, features.index((picked, ..)))
+    })
 }
 
 impl<'a> From<&'a [u32]> for StepTokens<'a> {
     fn from(host: &'a [u32]) -> Self {
-        StepTokens { host, drawn: None }
+        StepTokens {
+            host,
+            drawn: None,
+            embedded: &[],
+        }
     }
+}
+
+/// Each group's embeddings `h` (`[1, W, D]`) with the features of `embedded` in place of the
+/// positions they cover: copies, so a position gets the features' bits whatever the group.
+pub fn splice_embedded(
+    h: Vec<Array>,
+    embedded: &[Embedded],
+    plan: &StepPlan,
+) -> Result<Vec<Array>> {
+    if embedded.is_empty() {
+        return Ok(h);
+    }
+    // Where each embedded block lands: (group, offset in the group, features).
+    let mut placed: Vec<(usize, i32, &Array)> = Vec::new();
+    let mut start = 0usize;
+    for slot in &plan.slots {
+        let end = start + slot.len as usize;
+        for e in embedded.iter().filter(|e| (start..end).contains(&e.at)) {
+            placed.push((slot.group, slot.offset + (e.at - start) as i32, e.features));
+        }
+        start = end;
+    }
+    placed.sort_by_key(|&(g, at, _)| (g, at));
+    h.into_iter()
+        .enumerate()
+        .map(|(g, x)| {
+            let width = x.shape()[1];
+            let mut pieces = Vec::new();
+            let mut next = 0;
+            for &(_, at, features) in placed.iter().filter(|p| p.0 == g) {
+                let rows = features.shape()[0];
+                if at > next {
+                    pieces.push(x.index((.., next..at, ..)));
+                }
+                pieces.push(features.as_dtype(x.dtype())?.expand_dims(0)?);
+                next = at + rows;
+            }
+            if pieces.is_empty() {
+                return Ok(x);
+            }
+            if next < width {
+                pieces.push(x.index((.., next..width, ..)));
+            }
+            Ok(ops::concatenate(&pieces, 1)?)
+        })
+        .collect()
 }
 
 impl StepTokens<'_> {

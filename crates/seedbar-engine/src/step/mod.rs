@@ -15,4 +15,4 @@ pub mod plan;
 pub mod row_products;
 
 pub use batch::{Batch, Forward, StepInput};
-pub use groups::{Logits, StepTokens};
+pub use groups::{Embedded, Logits, StepTokens};

@@ -134,10 +134,54 @@ fn misplaced_and_unknown_blocks_are_refused() {
     assert_eq!(e.param.as_deref(), Some("messages[0].content[1]"));
     assert!(e.message.contains("assistant messages"), "{}", e.message);
     let e = serde_json::from_value::<Conversation>(json!({"messages": [
-        {"role": "user", "content": [{"type": "image", "source": {}}]}]}))
+        {"role": "user", "content": [{"type": "document", "source": {}}]}]}))
     .unwrap_err();
-    assert!(e.to_string().contains("unknown variant `image`"), "{e}");
+    assert!(e.to_string().contains("unknown variant `document`"), "{e}");
     assert!(conversation(json!({"messages": []})).is_err());
+}
+
+/// A 1x1 PNG, base64.
+const PIXEL: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+
+#[test]
+fn image_blocks_become_image_parts_in_user_turns_only() {
+    let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}});
+    let chat = conversation(json!({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, image.clone()]}]}))
+    .unwrap();
+    assert_eq!(chat.images.len(), 1);
+    assert_eq!(
+        (chat.images[0].image.width, chat.images[0].image.height),
+        (1, 1)
+    );
+    let parts = chat.messages[0].parts.as_ref().unwrap();
+    assert_eq!(
+        parts,
+        &[
+            ContentPart::Text {
+                text: "What is this?".into()
+            },
+            ContentPart::Image
+        ]
+    );
+    let e =
+        conversation(json!({"messages": [{"role": "assistant", "content": [image]}]})).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
+    assert!(
+        e.message.contains("image blocks belong in user messages"),
+        "{}",
+        e.message
+    );
+    let wrong_type = json!({"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": PIXEL}});
+    let e =
+        conversation(json!({"messages": [{"role": "user", "content": [wrong_type]}]})).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("messages[0].content[0].source"));
+    assert!(
+        e.message.contains("image/png but was sent as image/gif"),
+        "{}",
+        e.message
+    );
 }
 
 #[test]

@@ -31,12 +31,13 @@ pub(super) fn start(
                 true => ReasoningParser::in_thinking(),
                 false => ReasoningParser::new(),
             });
-            Ok(([job.context.clone(), chat.tokens].concat(), parser))
+            let images = prompt.images(&chat.tokens, job.context.len(), model)?;
+            Ok(([job.context.clone(), chat.tokens].concat(), parser, images))
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
     let mut choices = Vec::with_capacity(built.len() * job.n);
     let mut prompts = Vec::with_capacity(built.len());
-    for (prompt, thinking) in built {
+    for (prompt, thinking, images) in built {
         for _ in 0..job.n {
             let request = Request {
                 prompt: prompt.clone(),
@@ -48,6 +49,7 @@ pub(super) fn start(
                 constraint: settings.constraint.clone(),
                 trace: false,
                 speculative: settings.speculative.unwrap_or(true),
+                images: images.clone(),
             };
             // On an error the streams already submitted are dropped, which cancels them.
             let events = model.scheduler.submit(request)?;

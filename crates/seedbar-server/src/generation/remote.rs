@@ -62,7 +62,12 @@ pub(super) async fn start(
     let mut asks = Vec::with_capacity(job.prompts.len() * job.n);
     for prompt in &job.prompts {
         let prompt = match prompt {
-            Prompt::Chat { messages, tools } => AskPrompt::Chat {
+            Prompt::Chat { images, .. } if !images.is_empty() => {
+                return only_local("messages", "images")
+            }
+            Prompt::Chat {
+                messages, tools, ..
+            } => AskPrompt::Chat {
                 messages: messages.clone(),
                 tools: tools.clone(),
             },

@@ -100,10 +100,16 @@ fn stateful_requests_are_refused_and_forcing_ones_force_a_call() {
     let e = request(json!({"input": [{"type": "function_call", "name": "f"}]})).unwrap_err();
     assert_eq!(e.param.as_deref(), Some("input[0]"));
     assert!(e.message.contains("call_id"), "{}", e.message);
-    assert!(serde_json::from_value::<ResponsesRequest>(
-        json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})
+    let e = request(
+        json!({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}),
     )
-    .is_err());
+    .unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("input[0].content[0]"));
+    assert!(
+        e.message.contains("file_id is not supported"),
+        "{}",
+        e.message
+    );
     assert!(request(json!({"input": [], "instructions": "x"})).is_err());
 }
 

@@ -1,0 +1,139 @@
+"""Small random-weight vision-language checkpoints written with mlx-vlm's own model classes
+(Gemma 3: a SigLIP tower, the multimodal projector and the Gemma 3 decoder), so Seedbar's
+image path can be checked against mlx-vlm on identical weights. The vocabulary is the 256
+bytes and Gemma 3's image markers; the chat template writes `<start_of_image>` for each
+image part, as Gemma 3's does."""
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_flatten, tree_map_with_path
+
+from checkpoints import byte_tokenizer
+
+BYTES = 256
+START, END, SOFT = BYTES, BYTES + 1, BYTES + 2
+IMAGE_MARKERS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+VOCAB = BYTES + len(IMAGE_MARKERS)
+TOKENS_PER_IMAGE = 16
+
+TEXT = dict(
+    model_type="gemma3_text",
+    hidden_size=96,
+    num_hidden_layers=3,
+    intermediate_size=160,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    query_pre_attn_scalar=48,
+    rms_norm_eps=1e-6,
+    vocab_size=VOCAB,
+    rope_theta=1_000_000.0,
+    rope_global_base_freq=1_000_000.0,
+    rope_local_base_freq=10_000.0,
+    # Window 8 on layers 0 and 2: the image's 16 tokens are longer than the window.
+    sliding_window=8,
+    sliding_window_pattern=2,
+    mm_tokens_per_image=TOKENS_PER_IMAGE,
+    max_position_embeddings=2048,
+)
+# 224 / 14 = 16 patches a side, pooled 4x4 into 16 tokens.
+VISION = dict(
+    model_type="siglip_vision_model",
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    patch_size=14,
+    image_size=224,
+    layer_norm_eps=1e-6,
+)
+CONFIG = dict(
+    model_type="gemma3",
+    text_config=TEXT,
+    vision_config=VISION,
+    hidden_size=TEXT["hidden_size"],
+    vocab_size=VOCAB,
+    image_token_index=SOFT,
+    boi_token_index=START,
+    eoi_token_index=END,
+    mm_tokens_per_image=TOKENS_PER_IMAGE,
+    pad_token_id=0,
+    eos_token_id=[BYTES - 1],
+)
+PREPROCESSOR = dict(
+    image_processor_type="Gemma3ImageProcessor",
+    do_convert_rgb=True,
+    do_normalize=True,
+    do_rescale=True,
+    do_resize=True,
+    image_mean=[0.5, 0.5, 0.5],
+    image_std=[0.5, 0.5, 0.5],
+    resample=2,
+    rescale_factor=1 / 255,
+    size={"height": VISION["image_size"], "width": VISION["image_size"]},
+)
+# Gemma 3's way with content parts: an image part is its marker, text parts their text.
+TEMPLATE = """{%- for message in messages -%}
+<start_of_turn>{{ message['role'] }}
+{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}{% for item in message['content'] %}{% if item['type'] == 'image' %}<start_of_image>{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}{% endfor %}{% endif %}<end_of_turn>
+{% endfor -%}
+{%- if add_generation_prompt %}<start_of_turn>model
+{% endif -%}"""
+
+
+def expanded_image() -> list:
+    """The tokens an image becomes in the prompt: blank lines around its marked soft tokens."""
+    newline = list(b"\n\n")
+    return newline + [START] + [SOFT] * TOKENS_PER_IMAGE + [END] + newline
+
+
+def chat_ids(text_before: str, text_after: str, images: int = 1) -> list:
+    """A user turn's prompt ids: `text_before`, then `images` images, then `text_after`,
+    rendered as TEMPLATE renders `[text, image..., text]` parts."""
+    ids = list(f"<start_of_turn>user\n{text_before.strip()}".encode())
+    for _ in range(images):
+        ids += expanded_image()
+    ids += list(f"{text_after.strip()}<end_of_turn>\n<start_of_turn>model\n".encode())
+    return ids
+
+
+def write_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
+    """A random-weight Gemma 3 vision checkpoint in `directory`, loadable by mlx-vlm and
+    Seedbar."""
+    from mlx_vlm.models import gemma3
+
+    config = gemma3.ModelConfig(
+        text_config=gemma3.TextConfig(**{k: v for k, v in TEXT.items() if k != "rope_theta"}),
+        vision_config=gemma3.VisionConfig(**VISION),
+        **{k: v for k, v in CONFIG.items() if k not in ("text_config", "vision_config", "boi_token_index", "eoi_token_index", "mm_tokens_per_image")},
+    )
+    mx.random.seed(seed)
+    model = gemma3.Model(config)
+    # Wider weights than the default init so logits are well separated (greedy continuations
+    # do not hinge on ties); small norm weights and embeddings at their initial size, as the
+    # text checkpoints do for Gemma.
+    def widen(path, p):
+        if p.ndim >= 2:
+            return p * 3.0
+        noise = mx.random.normal(p.shape) * 0.1
+        # The tower's LayerNorms scale by their weight (Gemma's norms by 1 + w).
+        return 1.0 + noise if "vision_tower" in path and "norm" in path and path.endswith("weight") else noise
+
+    model.update(tree_map_with_path(widen, model.parameters()))
+    embed = model.language_model.model.embed_tokens
+    embed.weight = embed.weight / 3.0
+    weights = dict(tree_flatten(model.parameters()))
+    directory.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(directory / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (directory / "config.json").write_text(json.dumps(CONFIG, indent=2))
+    (directory / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2))
+    tokenizer = byte_tokenizer()
+    tokenizer.add_special_tokens(IMAGE_MARKERS)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"})
+    )
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [BYTES - 1]}))
+    return directory
