@@ -60,7 +60,7 @@ REQUEST_TIMEOUT = 300  # "stuck" after this long: at 64 clients on 2 cores a goo
 IDLE_TIMEOUT = 60
 RSS_FACTOR = 1.5
 RSS_SLACK = 200 * 2**20
-BODY_LIMIT = 1 << 20  # the server's default --max-body-bytes
+BODY_LIMIT = 1 << 20  # the --max-body-bytes the soak's own server runs with
 EOS_BAN = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>: a cancel's stream runs long
 TOPICS = ["the sea", "a mountain", "coffee", "a robot"]
 PROMPTS = [f"[soak P{i}] Write two sentences about {topic}." for i, topic in enumerate(TOPICS)]
@@ -670,7 +670,8 @@ def main(argv=None):
             sb = Seedbar(Path(home))
             sb.run("models", "add", default_gguf(), "--name", DEFAULT_MODEL)
             try:
-                with serving(sb) as srv:  # SIGTERM at the end; it must exit 0
+                # SIGTERM at the end; it must exit 0
+                with serving(sb, "--max-body-bytes", BODY_LIMIT) as srv:
                     print(f"[soak] started {srv.ready_line} (pid {srv.pid}, SEEDBAR_HOME {home})")
                     result = run_soak(srv.url, srv.pid, **kwargs)
             except AssertionError as exc:

@@ -19,7 +19,7 @@ SECONDS = float(os.environ.get("SEEDBAR_SOAK_SECONDS", "20"))
 
 @pytest.fixture(scope="module")
 def soak_server(seedbar):
-    with serving(seedbar) as srv:  # its own process: RSS and the idle check are this test's alone
+    with serving(seedbar, "--max-body-bytes", soak.BODY_LIMIT) as srv:  # its own process: RSS and the idle check are this test's alone
         yield srv
 
 

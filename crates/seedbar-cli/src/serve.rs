@@ -36,8 +36,9 @@ pub struct ServeArgs {
     /// `"speculative": false`.
     #[arg(long, env = "SEEDBAR_NO_SPECULATIVE")]
     no_speculative: bool,
-    /// Largest request body accepted.
-    #[arg(long, default_value_t = 1 << 20)]
+    /// Largest request body accepted (images arrive in it: 32 MiB holds a 20 MiB image
+    /// as base64).
+    #[arg(long, default_value_t = 32 << 20)]
     max_body_bytes: usize,
     /// The built chat UI to serve at / (default: ui/dist in the current directory, else ui/
     /// next to the executable, when there).

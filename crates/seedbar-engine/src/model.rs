@@ -206,14 +206,19 @@ pub(crate) fn read_json(path: &Path) -> Result<Option<Value>> {
     }
 }
 
-/// `chat_template.jinja`, or `chat_template` in tokenizer_config.json (a string, or a list
-/// of named templates of which `default` is used).
+/// `chat_template.jinja`, `chat_template.json`'s (a vision model's processor keeps it
+/// there), or `chat_template` in tokenizer_config.json (a string, or a list of named
+/// templates of which `default` is used).
 pub(crate) fn chat_template_source(dir: &Path, tokenizer_config: &Value) -> Result<Option<String>> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.exists() {
         return std::fs::read_to_string(&jinja)
             .map(Some)
             .map_err(|e| EngineError::io(jinja, e));
+    }
+    let processor = read_json(&dir.join("chat_template.json"))?;
+    if let Some(template) = processor.as_ref().and_then(|p| p["chat_template"].as_str()) {
+        return Ok(Some(template.to_string()));
     }
     Ok(match &tokenizer_config["chat_template"] {
         Value::String(s) => Some(s.clone()),

@@ -27,6 +27,9 @@ fn wanted(file: &str) -> bool {
                 | "tokenizer_config.json"
                 | "generation_config.json"
                 | "chat_template.jinja"
+                | "chat_template.json"
+                // vision models: how an image becomes pixels
+                | "preprocessor_config.json"
                 // sentence-transformers (embedding models): modules, pooling, max length
                 | "modules.json"
                 | "1_Pooling/config.json"

@@ -84,6 +84,15 @@ impl LoadedModel {
         tools: Option<&[serde_json::Value]>,
         kwargs: &TemplateKwargs,
     ) -> Result<ChatPrompt, ApiError> {
+        if self.images.is_none() && messages.iter().any(|m| m.images() > 0) {
+            return Err(ApiError::bad_param(
+                "messages",
+                format!(
+                    "the model '{}' does not take images: it reads text only",
+                    self.card.name
+                ),
+            ));
+        }
         self.template
             .prompt(
                 &self.tokenizer,

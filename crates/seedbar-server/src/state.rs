@@ -63,7 +63,7 @@ impl Default for ServerConfig {
             api_key: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
-            max_body_bytes: 1 << 20,
+            max_body_bytes: 32 << 20,
             model: seedbar_engine::store::DEFAULT_MODEL.to_string(),
             scheduler: SchedulerConfig::default(),
             ui_dir: None,

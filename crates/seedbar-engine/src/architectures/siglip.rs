@@ -137,9 +137,12 @@ impl Siglip {
         );
         let p = config.patch_size;
         let patch_name = format!("{prefix}.embeddings.patch_embedding");
-        let kernel = patch_kernel(weights.take(&format!("{patch_name}.weight"))?, d, p)?;
+        let kernel = patch_kernel(weights.take(&format!("{patch_name}.weight"))?, d, p)?
+            .as_dtype(weights.compute_dtype())?;
+        // Now, on the loading thread: the engine thread cannot run its work.
+        kernel.eval()?;
         let patch = Linear {
-            weight: Matrix::Dense(kernel.as_dtype(weights.compute_dtype())?),
+            weight: Matrix::Dense(kernel),
             bias: Some(weights.vector(&format!("{patch_name}.bias"), d)?),
         };
         let count = config.patches_per_side() * config.patches_per_side();

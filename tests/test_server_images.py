@@ -1,0 +1,251 @@
+"""Images through the server on a random-weight Gemma 3 vision checkpoint (written with
+mlx-vlm's classes, tests/vision_checkpoints.py), sent by the real clients: the `openai` SDK
+(chat and responses), the `anthropic` SDK and the `ollama` client, which all reach the same
+seeded reply for the same picture and question. A seeded reply about an image is byte-identical
+alone, among 1-15 other text and image rows and after a prefix-cache hit; a different picture
+never reuses another's KV; bad images get a clear 400."""
+
+import base64
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import anthropic
+import httpx
+import numpy as np
+import ollama
+import pytest
+from openai import OpenAI
+from PIL import Image
+
+from conftest import DEFAULT_MODEL, Seedbar, default_gguf, serving
+from vision_checkpoints import TOKENS_PER_IMAGE, write_vision_checkpoint
+
+SEER = "seer"
+QUESTION = "What is in this picture?"
+# Before the picture, long enough that the prompt passes the prefix cache's block (256 tokens
+# on the CPU) after the picture: a prefix hit then holds the picture, which still stands
+# close to the reply.
+PREAMBLE = "Look closely and describe every part of it, its colours, its light and its shapes. " * 2
+# No KV files between the servers of one test: a fresh server starts cold.
+NO_DISK = ("--prompt-cache-disk-gb", "0")
+SAMPLING = dict(seed=11, temperature=0.9, max_tokens=24)
+
+
+def picture(seed, size=(320, 240), kind="PNG"):
+    """Encoded bytes of a noisy gradient picture."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 / w, y * 255 / h, (x * y) % 255], axis=-1)
+    pixels = np.clip(base + rng.normal(0, 30, base.shape), 0, 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format=kind)
+    return out.getvalue()
+
+
+def data_url(data, media_type="image/png"):
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+PICTURES = [picture(k) for k in range(4)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("images")
+    sb = Seedbar(root / "home")
+    sb.run("models", "add", default_gguf(), "--name", DEFAULT_MODEL)
+    sb.run("models", "add", write_vision_checkpoint(root / "seer"), "--name", SEER)
+    return sb
+
+
+@pytest.fixture(scope="module")
+def server(store):
+    with serving(store, model=SEER) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def image_chat(client, image, question=QUESTION, before="", **overrides):
+    content = [{"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": data_url(image)}}]
+    if before:
+        content = [{"type": "text", "text": before + question}, content[1]]
+    return client.chat.completions.create(
+        model=SEER, messages=[{"role": "user", "content": content}], **{**SAMPLING, **overrides}
+    )
+
+
+def text_chat(client, text, seed):
+    return client.chat.completions.create(
+        model=SEER, messages=[{"role": "user", "content": text}], seed=seed, temperature=0.9, max_tokens=24
+    )
+
+
+def test_every_client_sends_an_image_and_gets_the_same_seeded_reply(server, client):
+    chat = image_chat(client, PICTURES[0])
+    reply = chat.choices[0].message.content
+    assert reply
+    # The question's bytes, the template's, and the image: its markers and soft tokens.
+    assert chat.usage.prompt_tokens > TOKENS_PER_IMAGE + len(QUESTION)
+
+    responses = client.responses.create(
+        model=SEER,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": QUESTION},
+                    {"type": "input_image", "image_url": data_url(PICTURES[0])},
+                ],
+            }
+        ],
+        max_output_tokens=SAMPLING["max_tokens"],
+        temperature=SAMPLING["temperature"],
+        extra_body={"seed": SAMPLING["seed"]},
+    )
+    assert responses.output_text == reply
+
+    messages = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0).messages.create(
+        model=SEER,
+        max_tokens=SAMPLING["max_tokens"],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": QUESTION},
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PICTURES[0]).decode()},
+                    },
+                ],
+            }
+        ],
+        extra_body={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"]},
+    )
+    assert messages.content[0].text == reply
+
+    # Ollama puts a message's images before its text.
+    first = ollama.Client(host=server.url, timeout=120).chat(
+        model=SEER,
+        messages=[{"role": "user", "content": QUESTION, "images": [PICTURES[0]]}],
+        # Ollama's own defaults (top_k 40, top_p 0.9) off, as OpenAI's are.
+        options={
+            "seed": SAMPLING["seed"],
+            "temperature": SAMPLING["temperature"],
+            "num_predict": SAMPLING["max_tokens"],
+            "top_k": 0,
+            "top_p": 1.0,
+        },
+    )
+    image_first = client.chat.completions.create(
+        model=SEER,
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": data_url(PICTURES[0])}}, {"type": "text", "text": QUESTION}],
+            }
+        ],
+        **SAMPLING,
+    )
+    assert first.message.content == image_first.choices[0].message.content
+
+
+def test_the_picture_reaches_the_reply(client):
+    """Different pictures, same question and seed: different replies (the image is read)."""
+    replies = {image_chat(client, p).choices[0].message.content for p in PICTURES}
+    assert len(replies) > 1, replies
+
+
+def test_a_seeded_image_reply_is_identical_alone_batched_and_after_a_prefix_hit(server, store):
+    # A server of its own, so the first request is cold (nothing cached).
+    with serving(store, *NO_DISK, model=SEER) as fresh:
+        client = OpenAI(base_url=fresh.base_url, api_key="unused", max_retries=0, timeout=120)
+        alone = image_chat(client, PICTURES[1], before=PREAMBLE)
+        assert alone.usage.prompt_tokens_details.cached_tokens == 0
+        expected = alone.choices[0].message.content
+
+        # Batched with 1-15 others: text rows and image rows, other seeds, arriving together.
+        def other(k):
+            if k % 2:
+                return text_chat(client, f"Tell me about the number {k}.", seed=100 + k)
+            return image_chat(client, PICTURES[(k // 2) % 4], question=f"Describe picture {k}.", seed=200 + k)
+
+        for siblings in (1, 5, 15):
+            with ThreadPoolExecutor(siblings + 1) as pool:
+                mine = pool.submit(image_chat, client, PICTURES[1], before=PREAMBLE)
+                rest = [pool.submit(other, k) for k in range(siblings)]
+                [r.result() for r in rest]
+                got = mine.result()
+            assert got.choices[0].message.content == expected, f"among {siblings} others"
+
+        again = image_chat(client, PICTURES[1], before=PREAMBLE)
+        assert again.usage.prompt_tokens_details.cached_tokens >= 256, "the prefix cache held it"
+        assert again.choices[0].message.content == expected
+
+
+def test_another_picture_never_reuses_an_images_kv(store):
+    """Same question, another picture: the prefix cache stops before the image (its keys are
+    the picture's content), and the reply is that picture's own."""
+    with serving(store, *NO_DISK, model=SEER) as fresh:
+        client = OpenAI(base_url=fresh.base_url, api_key="unused", max_retries=0, timeout=120)
+        cold_b = image_chat(client, PICTURES[3], before=PREAMBLE, logprobs=True)
+    with serving(store, *NO_DISK, model=SEER) as fresh:
+        client = OpenAI(base_url=fresh.base_url, api_key="unused", max_retries=0, timeout=120)
+        a = image_chat(client, PICTURES[2], before=PREAMBLE, logprobs=True)
+        a_again = image_chat(client, PICTURES[2], before=PREAMBLE)
+        assert a_again.usage.prompt_tokens_details.cached_tokens >= 256, "a hit where the picture is the same"
+        b = image_chat(client, PICTURES[3], before=PREAMBLE, logprobs=True)
+        before_image = len(f"<start_of_turn>user\n{PREAMBLE}{QUESTION}\n\n".encode())
+        assert b.usage.prompt_tokens_details.cached_tokens <= before_image
+        # The numbers themselves: the picture moves every log-probability, if not the text.
+        assert numbers(b) == numbers(cold_b)
+        assert numbers(a) != numbers(b)
+
+
+def numbers(reply):
+    """A reply's text and its tokens' log-probabilities."""
+    choice = reply.choices[0]
+    return choice.message.content, [t.logprob for t in choice.logprobs.content]
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.base_url, timeout=120) as c:
+        yield c
+
+
+def chat_error(http, content, model=SEER):
+    r = http.post("/chat/completions", json={"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 4})
+    return r.status_code, r.json()["error"]
+
+
+def test_bad_images_get_a_clear_400(http):
+    png = PICTURES[0]
+    part = lambda url: [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": url}}]
+    cases = [
+        (part("https://example.test/cat.png"), "not fetched from the network"),
+        (part(data_url(png, "image/jpeg")), "was sent as image/jpeg"),
+        (part(data_url(png, "text/plain")), "not supported"),
+        (part("data:image/png;base64,@@@@"), "not valid base64"),
+        (part(data_url(png[: len(png) // 2])), "could not be decoded"),
+        (part(data_url(b"GIF89a" + b"\x00" * 10, "image/gif")), "could not be decoded"),
+        (part(data_url(b"\x89PNG\r\n\x1a\n" + b"\x00" * (21 << 20))), "at most 20971520 bytes"),
+        ([{"type": "text", "text": "hi"}] + [{"type": "image_url", "image_url": {"url": data_url(png)}}] * 17, "at most 16"),
+        ([{"type": "input_audio", "input_audio": {}}], "not supported"),
+    ]
+    for content, expected in cases:
+        status, error = chat_error(http, content)
+        assert status == 400, (expected, error)
+        assert expected in error["message"], (expected, error)
+        assert error["type"] == "invalid_request_error"
+
+
+def test_an_image_to_a_text_model_says_it_reads_text(http):
+    content = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": data_url(PICTURES[0])}}]
+    status, error = chat_error(http, content, model=DEFAULT_MODEL)
+    assert status == 400
+    assert "does not take images" in error["message"], error
