@@ -51,19 +51,34 @@ export function writeThinkingCheckpoint(dir) {
 }
 
 /**
- * Starts a server of our own. Resolves with { url, stop, log } once it prints
+ * Writes into `dir` a random-weight Gemma 3 vision checkpoint (tests/vision_checkpoints.py)
+ * and beside it `picture.png`, a picture to send it.
+ */
+export function writeVisionCheckpoint(dir) {
+  const code = 'import sys; sys.path.insert(0, "tests"); from pathlib import Path; '
+    + 'from vision_checkpoints import write_vision_checkpoint; from test_server_images import picture; '
+    + 'write_vision_checkpoint(Path(sys.argv[1])); (Path(sys.argv[1]) / "picture.png").write_bytes(picture(3))';
+  const run = spawnSync(VENV_PYTHON, ['-c', code, dir], { cwd: ROOT, encoding: 'utf8', timeout: 300_000 });
+  if (run.status !== 0) throw new Error(`writing the vision checkpoint failed (${run.status}):\n${run.stdout}\n${run.stderr}`);
+}
+
+/**
+ * Starts a server of our own. Resolves with { url, stop, log, home } once it prints
  * "Seedbar serving <model> at http://127.0.0.1:<port>/v1". `models`: more to add to its store
  * besides the default one, as [{ path, name }] (the mock has its own, `thinker` among them).
+ * `home`: the store of an earlier server to serve again (its models already added); `stop({
+ * keep: true })` leaves a store for that.
  */
-export async function startServer({ apiKey, allowOrigin, models = [] } = {}) {
-  const home = mkdtempSync(join(tmpdir(), 'seedbar-e2e-'));
+export async function startServer({ apiKey, allowOrigin, models = [], home: earlier } = {}) {
+  const home = earlier ?? mkdtempSync(join(tmpdir(), 'seedbar-e2e-'));
   let command;
   let args;
   if (MOCK) {
     command = process.execPath;
     args = [join(ROOT, 'ui/scripts/mock-server.mjs'), '--port', '0', '--dir', UI_DIST];
   } else {
-    for (const { path, name } of [{ path: defaultModelPath(), name: MODEL }, ...models]) {
+    const adding = earlier ? [] : [{ path: defaultModelPath(), name: MODEL }, ...models];
+    for (const { path, name } of adding) {
       const add = spawnSync(BIN, ['models', 'add', path, '--name', name], {
         env: { ...process.env, SEEDBAR_HOME: home }, encoding: 'utf8', timeout: 120_000,
       });
@@ -93,7 +108,7 @@ export async function startServer({ apiKey, allowOrigin, models = [] } = {}) {
       reject(new Error(`the server exited (${code}) before serving:\n${log}`));
     });
   });
-  const stop = async () => {
+  const stop = async ({ keep = false } = {}) => {
     if (child.exitCode === null) {
       const exited = new Promise((r) => child.once('exit', r));
       child.kill('SIGTERM');
@@ -101,7 +116,7 @@ export async function startServer({ apiKey, allowOrigin, models = [] } = {}) {
       await exited;
       clearTimeout(timer);
     }
-    rmSync(home, { recursive: true, force: true });
+    if (!keep) rmSync(home, { recursive: true, force: true });
   };
   return { url, stop, home, log: () => log };
 }

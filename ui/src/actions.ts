@@ -6,7 +6,7 @@ import {
   applyReplyEvent, beginReply, endReply, removeConversation, titleFrom, touchConversation, upsertConversation,
   type ReplyKind,
 } from './convList';
-import { drafts } from './drafts';
+import { drafts, imageDrafts } from './drafts';
 import { getState, setState, toast, updateMessages, type Route, type WelcomeChoice } from './store';
 import type { AppSettings, Conversation, ModelInfo, NewRemote, Pull, Replay, ReplyRequest, Settings } from './types';
 import { runningChoice, welcomeFailure, type Choice } from './welcome';
@@ -249,7 +249,7 @@ export async function updateSettings(id: number, settings: Partial<Settings>, wh
 function requestBody(request: ReplyKind): ReplyRequest {
   switch (request.kind) {
     case 'send':
-      return { content: request.content };
+      return request.images?.length ? { content: request.content, images: request.images } : { content: request.content };
     case 'regenerate':
       return { regenerate: true };
     case 'edit':
@@ -300,8 +300,9 @@ export async function reply(id: number, request: ReplyKind): Promise<void> {
   }
   if (refused) {
     report(refused);
-    if (request.kind === 'send' && !drafts.get(id)) {
+    if (request.kind === 'send' && !drafts.get(id) && !imageDrafts.get(id)) {
       drafts.set(id, request.content);
+      if (request.images?.length) imageDrafts.set(id, request.images);
       setState({ restoredDraft: { id, at: Date.now() } });
     }
   } else if (stopped && events === 0) {

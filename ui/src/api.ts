@@ -141,6 +141,11 @@ export class Client {
   createConversation(body: { title?: string; settings?: Partial<Settings>; messages?: StartingMessage[] } = {}) {
     return this.request<Conversation>('POST', '/app/conversations', 'Creating a conversation failed', body);
   }
+  /** An image a user sent, as a blob URL (fetched with the API key, which an <img> cannot send). */
+  async imageUrl(id: number): Promise<string> {
+    const response = await this.send('GET', `/app/images/${id}`, 'Loading an image failed');
+    return URL.createObjectURL(await response.blob());
+  }
   getConversation(id: number) {
     return this.request<ConversationDetail>('GET', `/app/conversations/${id}`, 'Loading the conversation failed');
   }

@@ -39,6 +39,8 @@ export type UiMessage = Message & {
   error?: string;
   /** When this page saw the reply begin to think (ms since the epoch), for a live timer. */
   thinkingSince?: number;
+  /** A pending message's images, as the data URLs being sent. */
+  localImages?: string[];
 };
 
 let nextTempId = -1;
@@ -47,20 +49,21 @@ export function tempId(): number {
 }
 
 export type ReplyKind =
-  | { kind: 'send'; content: string }
+  | { kind: 'send'; content: string; images?: string[] }
   | { kind: 'regenerate' }
   | { kind: 'edit'; messageId: number; content: string };
 
 /** The messages to show as a reply request starts (before any event). */
 export function beginReply(messages: UiMessage[], conversationId: number, request: ReplyKind): UiMessage[] {
   const now = new Date().toISOString();
-  const pendingUser = (content: string): UiMessage => ({
+  const pendingUser = (content: string, images?: string[]): UiMessage => ({
     id: tempId(), conversation_id: conversationId, role: 'user', content, seed: null, sampling: null,
     status: 'complete', created_at: now, reasoning: null, reasoning_ms: null, pending: true,
+    localImages: images?.length ? images : undefined,
   });
   switch (request.kind) {
     case 'send':
-      return [...messages, pendingUser(request.content)];
+      return [...messages, pendingUser(request.content, request.images)];
     case 'regenerate': {
       // The last reply is redone: drop it (and anything after the last user message).
       let end = messages.length;

@@ -44,6 +44,8 @@ export type Message = {
   reasoning_ms: number | null;
   /** Replies: the rest of the reply's receipt (its model's weights, the engine, the backend). */
   provenance?: Provenance | null;
+  /** User messages: the ids of the images sent with the text (GET /app/images/{id}). */
+  images?: number[];
 };
 
 /** What replaying a conversation found (`POST /app/conversations/{id}/replay`). */
@@ -255,6 +257,6 @@ export type ReplyEvent =
   | { type: 'error'; message: string };
 
 export type ReplyRequest =
-  | { content: string }
+  | { content: string; images?: string[] }
   | { regenerate: true }
   | { edit: { message_id: number; content: string } };

@@ -67,6 +67,16 @@ describe('reply stream into messages', () => {
     expect(m).toEqual([...history, msg(3, 'user', 'Capital of France?'), final]);
   });
 
+  it('send with images: the pending message shows them until the stored one names them', () => {
+    const url = 'data:image/png;base64,AAAA';
+    let m = beginReply(history, 1, { kind: 'send', content: 'What is this?', images: [url] });
+    expect(m[2]).toMatchObject({ role: 'user', pending: true, localImages: [url] });
+    m = run(m, [{ type: 'user', message: msg(3, 'user', 'What is this?', { images: [7] }) }]);
+    expect(m[2]).toEqual(msg(3, 'user', 'What is this?', { images: [7] }));
+    expect(m[2]).not.toHaveProperty('localImages');
+    expect(beginReply(history, 1, { kind: 'send', content: 'Hi' })[2].localImages).toBeUndefined();
+  });
+
   it('regenerate: drops the last reply and streams a new one', () => {
     let m = beginReply(history, 1, { kind: 'regenerate' });
     expect(m).toEqual([history[0]]);

@@ -1,39 +1,71 @@
 //! A conversation exported for use elsewhere: Markdown to read or share, and JSON that keeps
 //! everything needed to reproduce a pinned-seed reply (each reply's seed, model and sampling,
-//! the conversation's settings, what fixed each reply besides: its `provenance`). The JSON
-//! is versioned (`seedbar.conversation`, version 1).
+//! the conversation's settings, what fixed each reply besides: its `provenance`, and the
+//! images the user sent). The JSON is versioned (`seedbar.conversation`, version 1; images
+//! are an addition older readers skip).
 
+use base64::Engine as _;
 use serde::Serialize;
 
-use crate::{Conversation, Message, Role, Status};
+use crate::{Conversation, Image, Message, Role, Status};
 
 /// The JSON export's format name and version.
 pub const FORMAT: &str = "seedbar.conversation";
 pub const VERSION: u32 = 1;
 
-/// The JSON export: the conversation as the app API lists it, and its messages.
+/// The JSON export: the conversation as the app API lists it, its messages, and the images
+/// they name (`Message::images`).
 #[derive(Debug, Serialize)]
 pub struct Export<'a> {
     pub format: &'static str,
     pub version: u32,
     pub conversation: &'a Conversation,
     pub messages: &'a [Message],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub images: &'a [ExportedImage],
 }
 
 impl<'a> Export<'a> {
-    pub fn new(conversation: &'a Conversation, messages: &'a [Message]) -> Self {
+    pub fn new(
+        conversation: &'a Conversation,
+        messages: &'a [Message],
+        images: &'a [ExportedImage],
+    ) -> Self {
         Export {
             format: FORMAT,
             version: VERSION,
             conversation,
             messages,
+            images,
+        }
+    }
+}
+
+/// An image as the exports carry it: its id and the image itself as a data URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExportedImage {
+    pub id: i64,
+    pub url: String,
+}
+
+impl ExportedImage {
+    pub fn new(id: i64, image: &Image) -> Self {
+        let data = base64::engine::general_purpose::STANDARD.encode(&image.data);
+        ExportedImage {
+            id,
+            url: format!("data:{};base64,{data}", image.media_type),
         }
     }
 }
 
 /// The conversation as Markdown: its title and settings, then each message under its
-/// author, a reply with the seed and sampling it used and how it ended if not complete.
-pub fn markdown(conversation: &Conversation, messages: &[Message]) -> String {
+/// author (a user's images before the text, inline as data URLs), a reply with the seed and
+/// sampling it used and how it ended if not complete.
+pub fn markdown(
+    conversation: &Conversation,
+    messages: &[Message],
+    images: &[ExportedImage],
+) -> String {
     let settings = &conversation.settings;
     let mut out = format!("# {}\n\n", one_line(&conversation.title));
     out.push_str(&format!(
@@ -85,8 +117,14 @@ pub fn markdown(conversation: &Conversation, messages: &[Message]) -> String {
             ),
             None => String::new(),
         };
+        let pictures: String = message
+            .images
+            .iter()
+            .filter_map(|id| images.iter().find(|image| image.id == *id))
+            .map(|image| format!("![image {}]({})\n\n", image.id, image.url))
+            .collect();
         out.push_str(&format!(
-            "\n## {heading}\n\n{thinking}{}\n",
+            "\n## {heading}\n\n{thinking}{pictures}{}\n",
             message.content.trim_end()
         ));
     }
@@ -127,6 +165,7 @@ mod tests {
             reasoning: None,
             reasoning_ms: None,
             provenance: None,
+            images: Vec::new(),
         }
     }
 
@@ -152,7 +191,7 @@ mod tests {
             message(3, Role::User, "And Spain?", None, Status::Complete),
             message(4, Role::Assistant, "Mad", Some(43), Status::Stopped),
         ];
-        let text = markdown(&conversation(Some(42)), &messages);
+        let text = markdown(&conversation(Some(42)), &messages, &[]);
         assert_eq!(
             text,
             "# Capitals of Europe\n\n\
@@ -163,7 +202,7 @@ mod tests {
              ## User\n\nAnd Spain?\n\n\
              ## Assistant (`SmolLM2`, temperature 0.7, seed 43, stopped)\n\nMad\n"
         );
-        assert!(markdown(&conversation(None), &[]).contains("seed drawn per reply"));
+        assert!(markdown(&conversation(None), &[], &[]).contains("seed drawn per reply"));
     }
 
     #[test]
@@ -176,12 +215,35 @@ mod tests {
             Status::Complete,
         )];
         let conversation = conversation(Some(42));
-        let value = serde_json::to_value(Export::new(&conversation, &messages)).unwrap();
+        let value = serde_json::to_value(Export::new(&conversation, &messages, &[])).unwrap();
         assert_eq!(value["format"], FORMAT);
         assert_eq!(value["version"], 1);
         assert_eq!(value["conversation"]["settings"]["seed"], 42);
         assert_eq!(value["messages"][0]["seed"], 42);
         assert_eq!(value["messages"][0]["sampling"]["temperature"], 0.7);
         assert_eq!(value["messages"][0]["content"], "Paris.");
+        assert!(value.get("images").is_none());
+    }
+
+    #[test]
+    fn both_exports_carry_a_users_images() {
+        let image = Image {
+            media_type: "image/png".into(),
+            data: vec![1, 2, 3],
+        };
+        let exported = [ExportedImage::new(7, &image)];
+        assert_eq!(exported[0].url, "data:image/png;base64,AQID");
+        let mut asked = message(1, Role::User, "What is this?", None, Status::Complete);
+        asked.images = vec![7];
+        let messages = [asked];
+        let conversation = conversation(None);
+        let text = markdown(&conversation, &messages, &exported);
+        assert!(
+            text.contains("## User\n\n![image 7](data:image/png;base64,AQID)\n\nWhat is this?"),
+            "{text}"
+        );
+        let value = serde_json::to_value(Export::new(&conversation, &messages, &exported)).unwrap();
+        assert_eq!(value["messages"][0]["images"], serde_json::json!([7]));
+        assert_eq!(value["images"][0]["url"], "data:image/png;base64,AQID");
     }
 }

@@ -22,7 +22,7 @@ use rusqlite::{
 };
 
 pub use types::{
-    AppSettings, Conversation, Message, NewMessage, ReplyText, Role, Sampling, Settings,
+    AppSettings, Conversation, Image, Message, NewMessage, ReplyText, Role, Sampling, Settings,
     SettingsPatch, Status, Turn, DEFAULT_PROMPT_CACHE_DISK_GB, DEFAULT_QUICK_CHAT_SHORTCUT,
 };
 
@@ -34,6 +34,8 @@ pub enum ChatError {
     /// The message does not exist (or, where a conversation is named, is not one of its).
     #[error("message {0} does not exist")]
     NoMessage(i64),
+    #[error("image {0} does not exist")]
+    NoImage(i64),
     #[error("message {message} is not a user message of conversation {conversation}")]
     NotEditable { conversation: i64, message: i64 },
     /// A reply of the conversation is still streaming, so another cannot start.
@@ -71,7 +73,8 @@ const CONVERSATION_COLUMNS: &str =
     "id, title, created_at, updated_at, model, system_prompt, temperature, top_p, max_tokens, seed";
 
 const MESSAGE_COLUMNS: &str = "id, conversation_id, role, content, seed, model, temperature, \
-     top_p, max_tokens, system_prompt, status, created_at, reasoning, reasoning_ms, provenance";
+     top_p, max_tokens, system_prompt, status, created_at, reasoning, reasoning_ms, provenance, \
+     (SELECT group_concat(i.id) FROM message_images i WHERE i.message_id = messages.id)";
 
 /// The conversations database. Thread-safe: one connection behind a mutex.
 pub struct ChatStore {
@@ -266,10 +269,13 @@ impl ChatStore {
             return Err(ChatError::Busy(conversation));
         }
         let user = match turn {
-            Turn::Send(content) => Some(insert_message(
+            Turn::Send { content, images } => Some(insert_message(
                 &tx,
                 conversation,
-                &NewMessage::user(content.as_str()),
+                &NewMessage {
+                    images: images.clone(),
+                    ..NewMessage::user(content.as_str())
+                },
             )?),
             Turn::Edit {
                 message_id,
@@ -285,6 +291,23 @@ impl ChatStore {
         touch(&tx, conversation)?;
         tx.commit()?;
         Ok((user, reply))
+    }
+
+    /// An image a user message holds.
+    pub fn image(&self, id: i64) -> Result<Image> {
+        self.lock()
+            .query_row(
+                "SELECT media_type, data FROM message_images WHERE id = ?1",
+                [id],
+                |row| {
+                    Ok(Image {
+                        media_type: row.get(0)?,
+                        data: row.get(1)?,
+                    })
+                },
+            )
+            .optional()?
+            .ok_or(ChatError::NoImage(id))
     }
 
     /// Save the text a reply has so far while it streams, so that a process killed
@@ -403,7 +426,15 @@ fn insert_message(conn: &Connection, conversation: i64, new: &NewMessage) -> Res
             new.reasoning_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
         ],
     )?;
-    get_message(conn, conn.last_insert_rowid())
+    let id = conn.last_insert_rowid();
+    for (position, image) in new.images.iter().enumerate() {
+        conn.execute(
+            "INSERT INTO message_images (message_id, position, media_type, data)
+             VALUES (?1, ?2, ?3, ?4)",
+            params![id, position as i64, image.media_type, image.data],
+        )?;
+    }
+    get_message(conn, id)
 }
 
 /// Replace the text of user message `id` of `conversation` and drop every message after it.
@@ -489,6 +520,13 @@ fn message(row: &Row) -> rusqlite::Result<Message> {
         provenance: row
             .get::<_, Option<String>>(14)?
             .and_then(|text| serde_json::from_str(&text).ok()),
+        // Ids grow with the position they were written in.
+        images: {
+            let ids = row.get::<_, Option<String>>(15)?.unwrap_or_default();
+            let mut ids: Vec<i64> = ids.split(',').filter_map(|id| id.parse().ok()).collect();
+            ids.sort_unstable();
+            ids
+        },
     })
 }
 

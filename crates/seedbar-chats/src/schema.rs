@@ -49,6 +49,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 4: what fixed a reply besides its seed and sampling: its model's weights hash, the
     // engine build and the backend (JSON).
     "ALTER TABLE messages ADD COLUMN provenance TEXT;",
+    // 5: the images a user message holds, in order, as they were sent.
+    "CREATE TABLE message_images (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        media_type TEXT NOT NULL,
+        data BLOB NOT NULL
+    );
+    CREATE INDEX images_by_message ON message_images (message_id, position);",
 ];
 
 /// Bring the database up to version `target`; refuse one newer than this build knows.

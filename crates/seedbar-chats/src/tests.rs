@@ -79,7 +79,10 @@ fn conversation_with_reply(
     let (question, row) = store
         .begin_reply(
             conversation.id,
-            &Turn::Send("What is 2+2?".into()),
+            &Turn::Send {
+                content: "What is 2+2?".into(),
+                images: vec![],
+            },
             &reply_row(),
         )
         .unwrap();
@@ -191,7 +194,14 @@ fn child_writes_then_aborts() {
     conversation_with_reply(&store, "Before the kill", "4");
     let conversation = store.list("").unwrap()[0].id;
     let (_, reply) = store
-        .begin_reply(conversation, &Turn::Send("And 3+3?".into()), &reply_row())
+        .begin_reply(
+            conversation,
+            &Turn::Send {
+                content: "And 3+3?".into(),
+                images: vec![],
+            },
+            &reply_row(),
+        )
         .unwrap();
     store
         .checkpoint_reply(reply.id, &ReplyText::content("It is"))
@@ -368,7 +378,14 @@ fn sending_stores_the_question_and_a_streaming_reply() {
     let conversation = store.create("Send", &settings()).unwrap();
     std::thread::sleep(Duration::from_millis(5));
     let (question, reply) = store
-        .begin_reply(conversation.id, &Turn::Send("hi".into()), &reply_row())
+        .begin_reply(
+            conversation.id,
+            &Turn::Send {
+                content: "hi".into(),
+                images: vec![],
+            },
+            &reply_row(),
+        )
         .unwrap();
     let question = question.unwrap();
     assert_eq!(
@@ -386,7 +403,14 @@ fn sending_stores_the_question_and_a_streaming_reply() {
     );
     assert!(store.get(conversation.id).unwrap().updated_at > conversation.updated_at);
     assert!(matches!(
-        store.begin_reply(999, &Turn::Send("hi".into()), &reply_row()),
+        store.begin_reply(
+            999,
+            &Turn::Send {
+                content: "hi".into(),
+                images: vec![]
+            },
+            &reply_row()
+        ),
         Err(ChatError::NoConversation(999))
     ));
     let finished_row = NewMessage {
@@ -394,7 +418,14 @@ fn sending_stores_the_question_and_a_streaming_reply() {
         ..reply_row()
     };
     assert!(matches!(
-        store.begin_reply(conversation.id, &Turn::Send("hi".into()), &finished_row),
+        store.begin_reply(
+            conversation.id,
+            &Turn::Send {
+                content: "hi".into(),
+                images: vec![]
+            },
+            &finished_row
+        ),
         Err(ChatError::Invalid(_))
     ));
 }
@@ -472,12 +503,22 @@ fn a_conversation_streams_one_reply_at_a_time() {
     let store = ChatStore::open(&dir.db()).unwrap();
     let conversation = store.create("Busy", &settings()).unwrap();
     let (question, reply) = store
-        .begin_reply(conversation.id, &Turn::Send("hi".into()), &reply_row())
+        .begin_reply(
+            conversation.id,
+            &Turn::Send {
+                content: "hi".into(),
+                images: vec![],
+            },
+            &reply_row(),
+        )
         .unwrap();
     let question = question.unwrap();
 
     let turns = [
-        Turn::Send("again".into()),
+        Turn::Send {
+            content: "again".into(),
+            images: vec![],
+        },
         Turn::Edit {
             message_id: question.id,
             content: "hello".into(),
@@ -505,7 +546,14 @@ fn a_conversation_streams_one_reply_at_a_time() {
     // Other conversations are not held up.
     let other = store.create("Other", &settings()).unwrap();
     store
-        .begin_reply(other.id, &Turn::Send("hi".into()), &reply_row())
+        .begin_reply(
+            other.id,
+            &Turn::Send {
+                content: "hi".into(),
+                images: vec![],
+            },
+            &reply_row(),
+        )
         .unwrap();
 
     store
@@ -522,7 +570,14 @@ fn checkpoints_write_a_streaming_reply_only() {
     let store = ChatStore::open(&dir.db()).unwrap();
     let conversation = store.create("Checkpoints", &settings()).unwrap();
     let (_, reply) = store
-        .begin_reply(conversation.id, &Turn::Send("hi".into()), &reply_row())
+        .begin_reply(
+            conversation.id,
+            &Turn::Send {
+                content: "hi".into(),
+                images: vec![],
+            },
+            &reply_row(),
+        )
         .unwrap();
     store
         .checkpoint_reply(reply.id, &ReplyText::content("Hel"))
@@ -554,7 +609,14 @@ fn a_replys_thinking_is_checkpointed_and_stored_beside_its_content() {
     let store = ChatStore::open(&dir.db()).unwrap();
     let conversation = store.create("Thinking", &settings()).unwrap();
     let (_, reply) = store
-        .begin_reply(conversation.id, &Turn::Send("2+2?".into()), &reply_row())
+        .begin_reply(
+            conversation.id,
+            &Turn::Send {
+                content: "2+2?".into(),
+                images: vec![],
+            },
+            &reply_row(),
+        )
         .unwrap();
     assert_eq!(
         (reply.reasoning.as_deref(), reply.reasoning_ms),
@@ -587,7 +649,7 @@ fn a_replys_thinking_is_checkpointed_and_stored_beside_its_content() {
         ),
         ("4", Some("Two and two make four."), Some(1250))
     );
-    let markdown = export::markdown(&store.get(conversation.id).unwrap(), &[finished]);
+    let markdown = export::markdown(&store.get(conversation.id).unwrap(), &[finished], &[]);
     assert!(
         markdown.contains(
             "<details><summary>Thinking</summary>\n\nTwo and two make four.\n\n</details>\n\n4"
@@ -649,4 +711,47 @@ fn a_settings_patch_tells_null_from_absent() {
         (Some(7), "other")
     );
     assert!(serde_json::from_str::<SettingsPatch>(r#"{"temprature": 1}"#).is_err());
+}
+
+#[test]
+fn a_users_images_are_kept_in_order_with_the_message_and_go_with_it() {
+    let dir = TempDir::new();
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let conversation = store.create("Pictures", &settings()).unwrap();
+    let images = vec![
+        Image {
+            media_type: "image/png".into(),
+            data: vec![1, 2, 3],
+        },
+        Image {
+            media_type: "image/jpeg".into(),
+            data: vec![4, 5],
+        },
+    ];
+    let (question, _) = store
+        .begin_reply(
+            conversation.id,
+            &Turn::Send {
+                content: "Which is brighter?".into(),
+                images: images.clone(),
+            },
+            &reply_row(),
+        )
+        .unwrap();
+    let ids = question.unwrap().images;
+    assert_eq!(ids.len(), 2);
+    assert_eq!(
+        ids.iter()
+            .map(|&id| store.image(id).unwrap())
+            .collect::<Vec<_>>(),
+        images
+    );
+    drop(store);
+    // Read again from the file: kept with the message, in order.
+    let store = ChatStore::open(&dir.db()).unwrap();
+    let messages = store.messages(conversation.id).unwrap();
+    assert_eq!(messages[0].images, ids);
+    assert!(messages[1].images.is_empty());
+    store.delete(conversation.id).unwrap();
+    assert!(matches!(store.image(ids[0]), Err(ChatError::NoImage(_))));
 }

@@ -162,6 +162,16 @@ pub struct Message {
     /// the model's weights hash and quantization, the engine build, the backend class and
     /// their fingerprint), as the server wrote it.
     pub provenance: Option<serde_json::Value>,
+    /// User messages: the ids of the images sent with the text, in order
+    /// ([`ChatStore::image`](crate::ChatStore::image)).
+    pub images: Vec<i64>,
+}
+
+/// An image as a user sent it: its encoded bytes and their media type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub media_type: String,
+    pub data: Vec<u8>,
 }
 
 /// What a streaming reply has written: its content and, from models that think, its
@@ -195,6 +205,8 @@ pub struct NewMessage {
     /// A reply's thinking and how long it took (an imported conversation's).
     pub reasoning: Option<String>,
     pub reasoning_ms: Option<u64>,
+    /// A user message's images, in order.
+    pub images: Vec<Image>,
 }
 
 impl NewMessage {
@@ -209,6 +221,7 @@ impl NewMessage {
             provenance: None,
             reasoning: None,
             reasoning_ms: None,
+            images: Vec::new(),
         }
     }
 
@@ -223,6 +236,7 @@ impl NewMessage {
             provenance: Some(provenance),
             reasoning: None,
             reasoning_ms: None,
+            images: Vec::new(),
         }
     }
 }
@@ -231,8 +245,8 @@ impl NewMessage {
 /// ([`ChatStore::begin_reply`](crate::ChatStore::begin_reply)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Turn {
-    /// Append a user message with this text.
-    Send(String),
+    /// Append a user message with this text and these images.
+    Send { content: String, images: Vec<Image> },
     /// Replace the text of a user message of the conversation and drop everything after it.
     Edit { message_id: i64, content: String },
     /// Answer again: drop every message after message `after`.

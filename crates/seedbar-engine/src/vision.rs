@@ -123,6 +123,18 @@ pub(crate) fn rename_weights(tensors: HashMap<String, Array>) -> HashMap<String,
 }
 
 impl Vision {
+    /// Whether the model at `path` takes images: a folder whose `config.json` is a
+    /// multimodal family Seedbar reads, with the processor's `preprocessor_config.json`
+    /// (read without loading the model).
+    pub fn seen_at(path: &Path) -> bool {
+        let config = path.join("config.json");
+        let raw = std::fs::read_to_string(config)
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok());
+        raw.is_some_and(|raw| split_config(raw).1.is_some())
+            && path.join("preprocessor_config.json").is_file()
+    }
+
     /// The tower, projector and prompt of the multimodal checkpoint in `dir` (`config` its
     /// whole `config.json`), whose decoder is `text_width` wide.
     pub(crate) fn load(

@@ -5,22 +5,23 @@
 //! Handlers stay thin: the store, `ModelHost`, `Pulls` and the generation service do the
 //! work; a reply's events are [`ReplyEvent`]s, translated from the service's neutral ones.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     extract::{
         rejection::{PathRejection, QueryRejection},
         Path, Query, State,
     },
-    http::{HeaderValue, StatusCode},
+    http::{header, HeaderValue, StatusCode},
     response::Response,
     routing::{delete, get, post},
     Json, Router,
 };
 use seedbar_chats::{
-    AppSettings, Conversation, Message, NewMessage, Role, Settings, SettingsPatch, Status, Turn,
+    export::ExportedImage, AppSettings, Conversation, Image, Message, NewMessage, Role, Settings,
+    SettingsPatch, Status, Turn,
 };
-use seedbar_engine::{ChatMessage, EngineError, SamplingParams};
+use seedbar_engine::{ChatMessage, ContentPart, EngineError, SamplingParams};
 use seedbar_scheduler::draw_seed;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,7 @@ use crate::{
     error::ApiError,
     extract::ApiJson,
     generation::{self, spawn_body, Generation, Job, Prompt, ServedModel},
+    images::{self, InImage},
     model_host::{Capabilities, ModelCard},
     pulls::Pull,
     receipt::with_receipt,
@@ -53,6 +55,7 @@ pub fn routes() -> Router<Arc<App>> {
         )
         .route("/app/conversations/{id}/reply", post(reply))
         .route("/app/conversations/{id}/export", get(export_conversation))
+        .route("/app/images/{id}", get(image))
         .route("/app/conversations/import", post(replay::import))
         .route("/app/conversations/{id}/replay", post(replay::replay))
         .route("/app/models", get(list_models))
@@ -222,6 +225,24 @@ enum ExportFormat {
     Json,
 }
 
+/// An image a user sent, as it was sent (the chat window shows it from here).
+async fn image(
+    State(app): State<Arc<App>>,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = path_id(id)?;
+    let image = db(&app, move |s| s.image(id)).await?;
+    Response::builder()
+        .header(header::CONTENT_TYPE, image.media_type)
+        // An image id never names other bytes.
+        .header(
+            header::CACHE_CONTROL,
+            "private, max-age=31536000, immutable",
+        )
+        .body(image.data.into())
+        .map_err(ApiError::internal)
+}
+
 /// A conversation as a download: Markdown to read, or JSON with every reply's seed and
 /// sampling (`seedbar_chats::export`).
 async fn export_conversation(
@@ -232,9 +253,14 @@ async fn export_conversation(
     let id = path_id(id)?;
     let Query(query) = query.map_err(|e| ApiError::bad_param("format", e.body_text()))?;
     let (conversation, messages) = db(&app, move |s| Ok((s.get(id)?, s.messages(id)?))).await?;
+    let images: Vec<ExportedImage> = stored_images(&app, &messages)
+        .await?
+        .iter()
+        .map(|(&id, image)| ExportedImage::new(id, image))
+        .collect();
     let (body, content_type, extension) = match query.format {
         ExportFormat::Markdown => (
-            seedbar_chats::export::markdown(&conversation, &messages),
+            seedbar_chats::export::markdown(&conversation, &messages, &images),
             "text/markdown; charset=utf-8",
             "md",
         ),
@@ -242,6 +268,7 @@ async fn export_conversation(
             serde_json::to_string_pretty(&seedbar_chats::export::Export::new(
                 &conversation,
                 &messages,
+                &images,
             ))
             .map_err(ApiError::internal)?,
             "application/json",
@@ -346,6 +373,9 @@ fn check_settings(app: &App, settings: &Settings, check_model: bool) -> Result<(
 #[serde(deny_unknown_fields)]
 struct ReplyBody {
     content: Option<String>,
+    /// Images sent with `content`, as data URLs, shown before its text.
+    #[serde(default)]
+    images: Vec<String>,
     #[serde(default)]
     regenerate: bool,
     edit: Option<Edit>,
@@ -366,7 +396,8 @@ async fn reply(
     let id = path_id(id)?;
     let conversation = db(&app, move |s| s.get(id)).await?;
     let messages = db(&app, move |s| s.messages(id)).await?;
-    let (history, turn) = turn(body, &messages)?;
+    let stored = stored_images(&app, &messages).await?;
+    let (history, images, turn) = turn(body, &messages, &stored)?;
     let settings = conversation.settings;
 
     // Everything that can refuse the request runs before anything is stored.
@@ -381,7 +412,7 @@ async fn reply(
     let seed = settings.seed.unwrap_or_else(draw_seed);
     let sampling = generation_settings(&settings, seed);
     sampling.validate("settings.")?;
-    let prompt = reply_prompt(&settings.system_prompt, history);
+    let prompt = reply_prompt(&settings.system_prompt, history, images);
     let ran_on = model.name().to_string();
     let generation =
         Generation::start(&app, model, Job::new(vec![prompt], sampling, "reply-")).await?;
@@ -404,19 +435,51 @@ async fn reply(
     Ok(with_receipt(&receipt, sse(body)))
 }
 
-/// The chat a reply answers and what to store for it, from the request and the messages.
-/// Stored messages as the chat a reply answers: replies that were cut off before any text
-/// add nothing to it.
-fn chat_history(messages: &[Message]) -> Vec<ChatMessage> {
-    messages
-        .iter()
-        .filter(|m| !m.content.is_empty())
-        .map(|m| ChatMessage::new(m.role.as_str(), &m.content))
+/// The images `messages` hold, read from the store.
+async fn stored_images(app: &App, messages: &[Message]) -> Result<HashMap<i64, Image>, ApiError> {
+    let ids: Vec<i64> = messages.iter().flat_map(|m| m.images.clone()).collect();
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    db(app, move |s| {
+        ids.iter().map(|&id| Ok((id, s.image(id)?))).collect()
+    })
+    .await
+}
+
+/// Stored messages as the chat a reply answers (a user's images before its text) and the
+/// images in it, in order: replies that were cut off before any text add nothing to it.
+fn chat_history(
+    messages: &[Message],
+    stored: &HashMap<i64, Image>,
+) -> Result<(Vec<ChatMessage>, Vec<InImage>), ApiError> {
+    let mut images = Vec::new();
+    let mut chat = Vec::new();
+    for m in messages.iter().filter(|m| !m.content.is_empty()) {
+        let mut parts = vec![ContentPart::Image; m.images.len()];
+        parts.push(ContentPart::Text {
+            text: m.content.clone(),
+        });
+        chat.push(ChatMessage::from_parts(m.role.as_str(), parts, ""));
+        images.extend(decoded(&m.images, stored)?);
+    }
+    Ok((chat, images))
+}
+
+/// The stored images `ids`, decoded.
+fn decoded(ids: &[i64], stored: &HashMap<i64, Image>) -> Result<Vec<InImage>, ApiError> {
+    ids.iter()
+        .map(|id| {
+            let image = stored
+                .get(id)
+                .ok_or_else(|| ApiError::internal(format!("image {id} was not read")))?;
+            InImage::decode(&image.data, Some(&image.media_type), "messages")
+        })
         .collect()
 }
 
-/// A reply's prompt: the system prompt, if any, then the chat.
-fn reply_prompt(system_prompt: &str, history: Vec<ChatMessage>) -> Prompt {
+/// A reply's prompt: the system prompt, if any, then the chat and its images.
+fn reply_prompt(system_prompt: &str, history: Vec<ChatMessage>, images: Vec<InImage>) -> Prompt {
     let messages = (!system_prompt.is_empty())
         .then(|| ChatMessage::new("system", system_prompt))
         .into_iter()
@@ -425,13 +488,38 @@ fn reply_prompt(system_prompt: &str, history: Vec<ChatMessage>) -> Prompt {
     Prompt::Chat {
         messages,
         tools: None,
-        images: Vec::new(),
+        images,
     }
 }
 
-fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn), ApiError> {
+/// The chat a reply answers (and its images) and what to store for it, from the request and
+/// the messages.
+fn turn(
+    body: ReplyBody,
+    messages: &[Message],
+    stored: &HashMap<i64, Image>,
+) -> Result<(Vec<ChatMessage>, Vec<InImage>, Turn), ApiError> {
+    if !body.images.is_empty() && body.content.is_none() {
+        return Err(ApiError::bad_param("images", "images go with `content`"));
+    }
+    let (new_images, to_store): (Vec<InImage>, Vec<Image>) = body
+        .images
+        .iter()
+        .enumerate()
+        .map(|(k, url)| {
+            let (image, data, media_type) = images::kept(url, &format!("images[{k}]"))?;
+            let media_type = media_type.to_string();
+            Ok((image, Image { media_type, data }))
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?
+        .into_iter()
+        .unzip();
+    images::check_count(&new_images)?;
     let turn = match (body.content, body.regenerate, body.edit) {
-        (Some(content), false, None) => Turn::Send(content),
+        (Some(content), false, None) => Turn::Send {
+            content,
+            images: to_store,
+        },
         (None, true, None) => {
             let last_user = messages
                 .iter()
@@ -462,7 +550,7 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
         }
     };
     let (kept, new_text, param) = match &turn {
-        Turn::Send(content) => (messages, Some(content), "content"),
+        Turn::Send { content, .. } => (messages, Some(content), "content"),
         Turn::Edit {
             message_id,
             content,
@@ -486,14 +574,26 @@ fn turn(body: ReplyBody, messages: &[Message]) -> Result<(Vec<ChatMessage>, Turn
             (&messages[..end], None, "")
         }
     };
-    if new_text.is_some_and(|text| text.trim().is_empty()) {
+    // A message of images alone says something; an empty one does not.
+    if new_text.is_some_and(|text| text.trim().is_empty()) && new_images.is_empty() {
         return Err(ApiError::bad_param(param, "the message is empty"));
     }
-    let history = chat_history(kept)
-        .into_iter()
-        .chain(new_text.map(|text| ChatMessage::new("user", text)))
-        .collect();
-    Ok((history, turn))
+    let (mut history, mut images) = chat_history(kept, stored)?;
+    if let Some(text) = new_text {
+        // The message's images: those sent with it, or an edited message's own.
+        let own = match &turn {
+            Turn::Edit { message_id, .. } => {
+                let ids = messages.iter().find(|m| m.id == *message_id);
+                decoded(ids.map_or(&[][..], |m| &m.images), stored)?
+            }
+            _ => new_images,
+        };
+        let mut parts = vec![ContentPart::Image; own.len()];
+        parts.push(ContentPart::Text { text: text.clone() });
+        history.push(ChatMessage::from_parts("user", parts, ""));
+        images.extend(own);
+    }
+    Ok((history, images, turn))
 }
 
 // ---- Models ----------------------------------------------------------------------------
@@ -513,7 +613,7 @@ struct ModelInfo {
     memory_needed: u64,
     /// Whether that much is free now (idle models unloaded); a load would be refused if not.
     fits: bool,
-    /// What it does: `completion`, `tools`, `thinking`, `embedding`, `rerank`.
+    /// What it does: `completion`, `tools`, `thinking`, `vision`, `embedding`, `rerank`.
     capabilities: Capabilities,
 }
 

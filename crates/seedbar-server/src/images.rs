@@ -63,35 +63,14 @@ impl InImage {
 
     /// An image given as base64 text.
     pub fn base64(data: &str, media_type: Option<&str>, param: &str) -> Result<Self, ApiError> {
-        // Base64 is 4/3 of the bytes: refuse what would decode past the limit before decoding.
-        let max = Limits::default().max_bytes;
-        if data.len() / 4 * 3 > max + 3 {
-            return Err(ApiError::bad_param(
-                param,
-                format!("the image is over {max} bytes; at most {max} bytes are accepted"),
-            ));
-        }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| {
-                ApiError::bad_param(param, format!("the image is not valid base64: {e}"))
-            })?;
-        Self::decode(&bytes, media_type, param)
+        Self::decode(&base64_bytes(data, param)?, media_type, param)
     }
 
     /// An image given by URL: a `data:` URL, a `file://` URL or a local path. `http(s)`
     /// URLs are refused: Seedbar does not fetch from the network.
     pub fn url(url: &str, param: &str) -> Result<Self, ApiError> {
-        if let Some(rest) = url.strip_prefix("data:") {
-            let (header, data) = rest.split_once(',').ok_or_else(|| {
-                ApiError::bad_param(param, "a data URL needs a ',' before its data")
-            })?;
-            let Some(media_type) = header.strip_suffix(";base64") else {
-                return Err(ApiError::bad_param(
-                    param,
-                    "a data URL of an image must be base64 (data:image/png;base64,...)",
-                ));
-            };
+        if url.starts_with("data:") {
+            let (media_type, data) = data_url(url, param)?;
             return Self::base64(data, Some(media_type), param);
         }
         let lower = url.to_ascii_lowercase();
@@ -125,6 +104,50 @@ impl InImage {
         })?;
         Self::decode(&bytes, None, param)
     }
+}
+
+/// A `data:` URL's declared media type and its base64 data.
+fn data_url<'a>(url: &'a str, param: &str) -> Result<(&'a str, &'a str), ApiError> {
+    let rest = url.strip_prefix("data:").unwrap_or(url);
+    let (header, data) = rest
+        .split_once(',')
+        .ok_or_else(|| ApiError::bad_param(param, "a data URL needs a ',' before its data"))?;
+    let Some(media_type) = header.strip_suffix(";base64") else {
+        return Err(ApiError::bad_param(
+            param,
+            "a data URL of an image must be base64 (data:image/png;base64,...)",
+        ));
+    };
+    Ok((media_type, data))
+}
+
+/// The bytes base64 `data` holds, refused past the size limit before decoding.
+fn base64_bytes(data: &str, param: &str) -> Result<Vec<u8>, ApiError> {
+    // Base64 is 4/3 of the bytes.
+    let max = Limits::default().max_bytes;
+    if data.len() / 4 * 3 > max + 3 {
+        return Err(ApiError::bad_param(
+            param,
+            format!("the image is over {max} bytes; at most {max} bytes are accepted"),
+        ));
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| ApiError::bad_param(param, format!("the image is not valid base64: {e}")))
+}
+
+/// A `data:` URL's image as the app keeps it: checked and decoded, with its encoded bytes
+/// and their media type.
+pub fn kept(url: &str, param: &str) -> Result<(InImage, Vec<u8>, &'static str), ApiError> {
+    if !url.starts_with("data:") {
+        return Err(ApiError::bad_param(param, "an image must be a data URL"));
+    }
+    let (declared, data) = data_url(url, param)?;
+    let bytes = base64_bytes(data, param)?;
+    let image = InImage::decode(&bytes, Some(declared), param)?;
+    // Decoded, so one of the formats `media_type` names.
+    let media_type = seedbar_images::media_type(&bytes).unwrap_or("image/png");
+    Ok((image, bytes, media_type))
 }
 
 /// Refuse more than [`MAX_IMAGES`] images in a request.

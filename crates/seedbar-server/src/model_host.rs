@@ -20,7 +20,7 @@ use seedbar_engine::{
     store::{ModelKind, ModelStore, StoredModel},
     tokenizer::Tokenizer,
     ChatMessage, ChatPrompt, ChatTemplate, EngineError, ImagePrompt, Model, ModelConfig,
-    TemplateKwargs,
+    TemplateKwargs, Vision,
 };
 use seedbar_grammar::{GrammarError, Vocabulary};
 use seedbar_remote::{Remote, Remotes};
@@ -346,6 +346,9 @@ impl ModelHost {
                     if template.thinking().thinks {
                         capabilities.push("thinking");
                     }
+                }
+                if Vision::seen_at(&card.path) {
+                    capabilities.push("vision");
                 }
                 capabilities
             }

@@ -1,13 +1,15 @@
 import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { exportConversation, importConversationFile, newConversation, replayConversation, reply, stop } from '../actions';
-import { drafts } from '../drafts';
-import { useAppState } from '../store';
+import { drafts, imageDrafts } from '../drafts';
+import { IMAGE_TYPES, MAX_IMAGES, readImages } from '../images';
+import { toast, useAppState } from '../store';
 import type { Replay } from '../types';
 import { MessageItem } from './MessageItem';
 import { SeedPin } from './SeedPin';
 import { SettingsPanel } from './SettingsPanel';
 import { Welcome } from './Welcome';
-import { IconDownload, IconSend, IconSliders, IconStop } from './icons';
+import { AttachedImages } from './Images';
+import { IconDownload, IconImage, IconSend, IconSliders, IconStop } from './icons';
 
 
 export function ChatView({ id }: { id: number | null }) {
@@ -138,17 +140,37 @@ function MessageList({ id, streaming, children }: { id: number; streaming: boole
 function Composer({ id: convId, streaming }: { id: number | null; streaming: boolean }) {
   const id = convId ?? -1; // the welcome screen's composer starts a conversation
   const [text, setText] = useState(drafts.get(id) ?? '');
+  const [images, setImages] = useState<string[]>(imageDrafts.get(id) ?? []);
+  const [dragging, setDragging] = useState(false);
   const ref = useRef<HTMLTextAreaElement>(null);
+  const picker = useRef<HTMLInputElement>(null);
 
   useEffect(() => {
     setText(drafts.get(id) ?? '');
+    setImages(imageDrafts.get(id) ?? []);
     ref.current?.focus();
   }, [id]);
-  // A send the server refused gives its text back.
+  // A send the server refused gives its text and images back.
   const restored = useAppState().restoredDraft;
   useEffect(() => {
-    if (restored && restored.id === id) setText(drafts.get(id) ?? '');
+    if (restored && restored.id === id) {
+      setText(drafts.get(id) ?? '');
+      setImages(imageDrafts.get(id) ?? []);
+    }
   }, [restored]);
+
+  const setAttached = (next: string[]) => {
+    setImages(next);
+    if (next.length) imageDrafts.set(id, next);
+    else imageDrafts.delete(id);
+  };
+  const attach = async (files: Iterable<File>) => {
+    const { urls, refused } = await readImages(files);
+    const room = MAX_IMAGES - images.length;
+    if (refused.length) toast(`Left out: ${refused.join('; ')}`);
+    if (urls.length > room) toast(`A message holds at most ${MAX_IMAGES} images`);
+    if (urls.length) setAttached([...(imageDrafts.get(id) ?? []), ...urls.slice(0, Math.max(room, 0))]);
+  };
 
   useLayoutEffect(() => {
     const el = ref.current;
@@ -165,23 +187,59 @@ function Composer({ id: convId, streaming }: { id: number | null; streaming: boo
 
   const send = () => {
     const content = text.trim();
-    if (!content || streaming) return;
+    const sent = images;
+    if ((!content && sent.length === 0) || streaming) return;
     update('');
+    setAttached([]);
+    const request = { kind: 'send' as const, content, images: sent };
     if (convId !== null) {
-      void reply(convId, { kind: 'send', content });
+      void reply(convId, request);
     } else {
       void newConversation().then((c) => {
-        if (c) void reply(c.id, { kind: 'send', content });
-        else update(content);
+        if (c) void reply(c.id, request);
+        else {
+          update(content);
+          setAttached(sent);
+        }
       });
     }
   };
 
   return (
-    <form class="composer" onSubmit={(e) => { e.preventDefault(); send(); }}>
+    <form class={`composer${dragging ? ' dragging' : ''}`} data-testid="composer" onSubmit={(e) => { e.preventDefault(); send(); }}
+      onDragOver={(e) => {
+        if (!e.dataTransfer?.types.includes('Files')) return;
+        e.preventDefault();
+        setDragging(true);
+      }}
+      onDragLeave={() => setDragging(false)}
+      onDrop={(e) => {
+        setDragging(false);
+        const files = e.dataTransfer?.files;
+        if (!files?.length) return;
+        e.preventDefault();
+        void attach(Array.from(files));
+      }}>
+      <AttachedImages urls={images} onRemove={(k) => setAttached(images.filter((_, i) => i !== k))} />
+      <button type="button" class="icon-button attach-button" data-testid="attach" aria-label="Attach images"
+        title="Attach images (or paste or drop them)" onClick={() => picker.current?.click()}>
+        <IconImage size={18} />
+      </button>
+      <input ref={picker} type="file" accept={IMAGE_TYPES.join(',')} multiple hidden data-testid="attach-file"
+        onChange={(e) => {
+          const files = Array.from(e.currentTarget.files ?? []);
+          e.currentTarget.value = '';
+          void attach(files);
+        }} />
       <textarea ref={ref} data-testid="composer-input" rows={1} value={text} aria-label="Message"
         placeholder={streaming ? 'Replying…' : 'Message'} title="Enter sends, Shift+Enter starts a new line"
         aria-description="Enter sends, Shift+Enter starts a new line"
+        onPaste={(e) => {
+          const files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+          if (files.length === 0) return;
+          e.preventDefault();
+          void attach(files);
+        }}
         onInput={(e) => update(e.currentTarget.value)}
         onKeyDown={(e) => {
           if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
@@ -195,7 +253,7 @@ function Composer({ id: convId, streaming }: { id: number | null; streaming: boo
           <IconStop size={16} />
         </button>
       ) : (
-        <button type="submit" class="send-button" data-testid="send" aria-label="Send" title="Send (Enter)" disabled={!text.trim()}>
+        <button type="submit" class="send-button" data-testid="send" aria-label="Send" title="Send (Enter)" disabled={!text.trim() && images.length === 0}>
           <IconSend size={16} />
         </button>
       )}

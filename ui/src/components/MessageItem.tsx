@@ -6,6 +6,7 @@ import { renderMarkdown } from '../markdown';
 import { seedNotPromised, seedPromise } from '../remote';
 import { formatSeed } from '../seed';
 import { IconCheck, IconCopy, IconPencil, IconPin, IconRefresh } from './icons';
+import { MessageImages } from './Images';
 import { Receipt } from './Receipt';
 import { ThinkingBlock } from './ThinkingBlock';
 
@@ -59,7 +60,10 @@ function MessageItemInner({ message, pinnedSeed, isLastReply, busy }: Props) {
             </div>
           </div>
         ) : (
-          <div class="bubble" data-testid="message-content">{message.content}</div>
+          <>
+            <MessageImages ids={message.images} local={message.localImages} />
+            {message.content && <div class="bubble" data-testid="message-content">{message.content}</div>}
+          </>
         )
       ) : (
         <div class="reply">

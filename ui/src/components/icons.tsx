@@ -27,5 +27,6 @@ export const IconBox = icon(<><path d="M4 8l8-4 8 4v8l-8 4-8-4V8z" /><path d="M4
 export const IconGear = icon(<><circle cx="12" cy="12" r="3" /><path d="M12 3v2.5M12 18.5V21M3 12h2.5M18.5 12H21M5.6 5.6l1.8 1.8M16.6 16.6l1.8 1.8M5.6 18.4l1.8-1.8M16.6 7.4l1.8-1.8" /></>);
 export const IconChat = icon(<path d="M5 5h14a1 1 0 0 1 1 1v9a1 1 0 0 1-1 1h-8l-4 3.5V16H5a1 1 0 0 1-1-1V6a1 1 0 0 1 1-1z" />);
 export const IconCheck = icon(<path d="M5 12.5l4.5 4.5L19 7.5" />);
+export const IconImage = icon(<><rect x="4" y="5" width="16" height="14" rx="2" /><circle cx="9" cy="10" r="1.5" /><path d="M20 16l-5-5-7 8" /></>);
 export const IconDownload = icon(<><path d="M12 4v11M7 10.5l5 5 5-5" /><path d="M5 19.5h14" /></>);
 export const IconDice = icon(<><rect x="4.5" y="4.5" width="15" height="15" rx="3" /><circle cx="9" cy="9" r=".6" fill="currentColor" /><circle cx="15" cy="15" r=".6" fill="currentColor" /><circle cx="15" cy="9" r=".6" fill="currentColor" /><circle cx="9" cy="15" r=".6" fill="currentColor" /></>);

@@ -11,14 +11,19 @@ use axum::{
     extract::{rejection::PathRejection, Path, State},
     Json,
 };
-use seedbar_chats::{export, Conversation, Message, NewMessage, Role, Sampling, Settings, Status};
+use seedbar_chats::{
+    export, Conversation, Image, Message, NewMessage, Role, Sampling, Settings, Status,
+};
 use serde::{Deserialize, Serialize};
 
-use super::{chat_history, db, generation_settings, path_id, reply_prompt, MAX_SEED};
+use super::{
+    chat_history, db, generation_settings, path_id, reply_prompt, stored_images, MAX_SEED,
+};
 use crate::{
     error::ApiError,
     extract::ApiJson,
     generation::{Generation, Job, ServedModel},
+    images,
     receipt::Provenance,
     App,
 };
@@ -31,6 +36,15 @@ pub(super) struct ImportBody {
     version: u32,
     conversation: ImportedConversation,
     messages: Vec<ImportedMessage>,
+    /// The images the messages name, as data URLs.
+    #[serde(default)]
+    images: Vec<ImportedImage>,
+}
+
+#[derive(Deserialize)]
+struct ImportedImage {
+    id: i64,
+    url: String,
 }
 
 #[derive(Deserialize)]
@@ -52,6 +66,8 @@ struct ImportedMessage {
     reasoning_ms: Option<u64>,
     #[serde(default)]
     provenance: Option<serde_json::Value>,
+    #[serde(default)]
+    images: Vec<i64>,
 }
 
 pub(super) async fn import(
@@ -77,10 +93,33 @@ pub(super) async fn import(
     {
         return Err(ApiError::bad_param("seed", "a seed must be below 2^53"));
     }
+    let image = |id: &i64| -> Result<Image, ApiError> {
+        let param = format!("images[{id}]");
+        let url = body
+            .images
+            .iter()
+            .find(|image| image.id == *id)
+            .map(|image| image.url.as_str())
+            .ok_or_else(|| {
+                ApiError::bad_param(&param, "a message names an image the export lacks")
+            })?;
+        let (_, data, media_type) = images::kept(url, &param)?;
+        Ok(Image {
+            media_type: media_type.into(),
+            data,
+        })
+    };
+    let pictures = body
+        .messages
+        .iter()
+        .map(|m| m.images.iter().map(image).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<Vec<_>, _>>()?;
     let messages: Vec<NewMessage> = body
         .messages
         .into_iter()
-        .map(|m| NewMessage {
+        .zip(pictures)
+        .map(|(m, images)| NewMessage {
+            images,
             role: m.role,
             content: m.content,
             // A reply that was still streaming when exported ended there.
@@ -192,7 +231,9 @@ async fn regenerate(
     let model = ServedModel::find(app, &settings.model).await?;
     let generation_settings = generation_settings(&settings, seed);
     generation_settings.validate("sampling.")?;
-    let prompt = reply_prompt(&settings.system_prompt, chat_history(history));
+    let stored = stored_images(app, history).await?;
+    let (chat, images) = chat_history(history, &stored)?;
+    let prompt = reply_prompt(&settings.system_prompt, chat, images);
     let job = Job::new(vec![prompt], generation_settings, "replay-");
     let generation = Generation::start(app, model, job).await?;
     let provenance = generation.receipt().provenance;
