@@ -16,7 +16,16 @@ fn message(id: i64, role: Role, content: &str) -> Message {
         reasoning: None,
         reasoning_ms: None,
         provenance: None,
+        images: Vec::new(),
     }
+}
+
+/// The history, images and turn a request body makes of `messages` (no stored images).
+fn answer(
+    json: &str,
+    messages: &[Message],
+) -> Result<(Vec<ChatMessage>, Vec<InImage>, Turn), ApiError> {
+    super::turn(body(json), messages, &HashMap::new())
 }
 
 /// Q1, A1, Q2, an empty stopped reply, Q3, A3.
@@ -44,7 +53,7 @@ fn texts(history: &[ChatMessage]) -> Vec<String> {
 
 #[test]
 fn sending_answers_the_whole_chat_without_empty_replies() {
-    let (history, turn) = turn(body(r#"{"content": "Q4"}"#), &chat()).unwrap();
+    let (history, _, turn) = answer(r#"{"content": "Q4"}"#, &chat()).unwrap();
     assert_eq!(
         texts(&history),
         [
@@ -56,37 +65,32 @@ fn sending_answers_the_whole_chat_without_empty_replies() {
             "user: Q4"
         ]
     );
-    assert!(matches!(turn, Turn::Send(c) if c == "Q4"));
+    assert!(matches!(turn, Turn::Send { content, images } if content == "Q4" && images.is_empty()));
 }
 
 #[test]
 fn regenerating_answers_the_last_question_again() {
-    let (history, turn) = turn(body(r#"{"regenerate": true}"#), &chat()).unwrap();
+    let (history, _, turn) = answer(r#"{"regenerate": true}"#, &chat()).unwrap();
     assert_eq!(
         texts(&history),
         ["user: Q1", "assistant: A1", "user: Q2", "user: Q3"]
     );
     assert!(matches!(turn, Turn::Regenerate { after: 5 }));
-    let error = super::turn(body(r#"{"regenerate": true}"#), &[])
-        .err()
-        .unwrap();
+    let error = answer(r#"{"regenerate": true}"#, &[]).err().unwrap();
     assert_eq!(error.param.as_deref(), Some("regenerate"));
 }
 
 #[test]
 fn editing_answers_the_chat_up_to_the_edited_question() {
-    let (history, turn) = turn(
-        body(r#"{"edit": {"message_id": 3, "content": "Q2'"}}"#),
-        &chat(),
-    )
-    .unwrap();
+    let (history, _, turn) =
+        answer(r#"{"edit": {"message_id": 3, "content": "Q2'"}}"#, &chat()).unwrap();
     assert_eq!(texts(&history), ["user: Q1", "assistant: A1", "user: Q2'"]);
     assert!(matches!(turn, Turn::Edit { message_id: 3, .. }));
     for bad in [
         r#"{"edit": {"message_id": 2, "content": "x"}}"#,
         r#"{"edit": {"message_id": 99, "content": "x"}}"#,
     ] {
-        let error = super::turn(body(bad), &chat()).err().unwrap();
+        let error = answer(bad, &chat()).err().unwrap();
         assert_eq!(error.param.as_deref(), Some("edit.message_id"));
     }
 }
@@ -99,17 +103,14 @@ fn a_request_does_exactly_one_thing_with_some_text() {
         r#"{"content": "a", "edit": {"message_id": 1, "content": "b"}}"#,
         r#"{"regenerate": false}"#,
     ] {
-        let error = turn(body(bad), &chat()).err().unwrap();
+        let error = answer(bad, &chat()).err().unwrap();
         assert_eq!(error.status, StatusCode::BAD_REQUEST, "{bad}");
     }
-    let empty = turn(body(r#"{"content": " \n"}"#), &chat()).err().unwrap();
+    let empty = answer(r#"{"content": " \n"}"#, &chat()).err().unwrap();
     assert_eq!(empty.param.as_deref(), Some("content"));
-    let empty_edit = turn(
-        body(r#"{"edit": {"message_id": 1, "content": ""}}"#),
-        &chat(),
-    )
-    .err()
-    .unwrap();
+    let empty_edit = answer(r#"{"edit": {"message_id": 1, "content": ""}}"#, &chat())
+        .err()
+        .unwrap();
     assert_eq!(empty_edit.param.as_deref(), Some("edit.content"));
 }
 
@@ -133,4 +134,78 @@ fn reply_settings_carry_the_seed_and_limits() {
         ..settings
     };
     assert!(generation_settings(&hot, 1).validate("settings.").is_err());
+}
+
+/// A 1x1 PNG as a data URL.
+const PIXEL: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
+
+#[test]
+fn images_go_before_their_text_and_are_kept_with_the_message() {
+    let (history, images, turn) = answer(
+        &format!(r#"{{"content": "What is it?", "images": ["{PIXEL}"]}}"#),
+        &chat(),
+    )
+    .unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(
+        history.last().unwrap().parts.as_deref(),
+        Some(
+            &[
+                ContentPart::Image,
+                ContentPart::Text {
+                    text: "What is it?".into()
+                }
+            ][..]
+        )
+    );
+    let Turn::Send { images: stored, .. } = turn else {
+        panic!("a send")
+    };
+    assert_eq!(stored[0].media_type, "image/png");
+    // A picture alone is a message; an edit keeps the edited message's pictures.
+    assert!(turn_ok(&format!(
+        r#"{{"content": "", "images": ["{PIXEL}"]}}"#
+    )));
+    let mut asked = chat();
+    asked[2].images = vec![9];
+    let pixel = images::kept(PIXEL, "p").unwrap();
+    let stored = HashMap::from([(
+        9,
+        Image {
+            media_type: pixel.2.into(),
+            data: pixel.1,
+        },
+    )]);
+    let (history, images, _) = super::turn(
+        body(r#"{"edit": {"message_id": 3, "content": "Q2'"}}"#),
+        &asked,
+        &stored,
+    )
+    .unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(
+        history.last().unwrap().parts.as_ref().unwrap()[0],
+        ContentPart::Image
+    );
+    for (bad, param) in [
+        (
+            format!(r#"{{"images": ["{PIXEL}"], "regenerate": true}}"#),
+            "images",
+        ),
+        (
+            r#"{"content": "a", "images": ["https://example.test/a.png"]}"#.to_string(),
+            "images[0]",
+        ),
+        (
+            r#"{"content": "a", "images": ["data:image/png;base64,AAAA"]}"#.to_string(),
+            "images[0]",
+        ),
+    ] {
+        let error = answer(&bad, &chat()).err().unwrap();
+        assert_eq!(error.param.as_deref(), Some(param), "{bad}");
+    }
+}
+
+fn turn_ok(json: &str) -> bool {
+    answer(json, &chat()).is_ok()
 }
