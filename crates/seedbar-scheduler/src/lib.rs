@@ -14,6 +14,8 @@ mod draw;
 #[cfg(debug_assertions)]
 mod fault;
 mod images;
+#[cfg(debug_assertions)]
+mod layout_override;
 mod prefix_cache;
 mod request;
 mod row;

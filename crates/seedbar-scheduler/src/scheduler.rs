@@ -51,6 +51,10 @@ impl Scheduler {
         let image_slots = ImageSlots::of(&model);
         let (commands, receiver) = mpsc::channel();
         let stats = Arc::new(SchedulerStats::default());
+        #[cfg(debug_assertions)]
+        if config.layout.is_none() {
+            config.layout = crate::layout_override::from_env(&model);
+        }
         let layout = if config.batch_invariant {
             config.layout.unwrap_or_else(|| model.layout())
         } else {
