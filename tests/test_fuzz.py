@@ -13,6 +13,7 @@ Never sent: a valid `/app/models/pull` (every "/" is taken out of its inputs, so
 id is well formed and nothing is downloaded). `PUT /app/settings` may accept a generated body;
 the settings are put back afterwards and checked."""
 
+import base64
 import copy
 import json
 import os
@@ -76,7 +77,27 @@ number = st.integers(-2, 4) | st.floats(-3, 5, allow_nan=False)
 seed = st.integers(-(2**63), 2**64 - 1) | st.integers(0, 100)
 model = st.sampled_from([DEFAULT_MODEL, DEFAULT_MODEL.lower(), f"{DEFAULT_MODEL}:latest", "no-such-model", ""]) | text
 role = st.sampled_from(["system", "developer", "user", "assistant", "tool", "bogus", ""])
-part = fields({"type": st.sampled_from(["text", "image_url"]) | text, "text": text})
+# Images: a real PNG, cut or spliced with random bytes, mislabelled, non-images, URLs that
+# must not be fetched, paths that are not image files (a device, a folder, nothing).
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+)
+image_bytes = st.one_of(
+    st.just(PNG),
+    st.integers(0, len(PNG)).map(lambda n: PNG[:n]),
+    st.tuples(st.integers(0, len(PNG)), st.binary(min_size=1, max_size=16)).map(lambda c: PNG[: c[0]] + c[1] + PNG[c[0]:]),
+    st.binary(max_size=64),
+)
+media_type = st.sampled_from(["image/png", "image/jpeg", "image/gif", "image/bmp", "text/plain", ""]) | text
+image_url = st.one_of(
+    st.builds(lambda t, b: f"data:{t};base64,{base64.b64encode(b).decode()}", media_type, image_bytes),
+    st.sampled_from(["https://example.test/a.png", "/dev/zero", "/tmp", "file:///nonexistent.png", "data:,",
+                     "data:image/png;base64,!!", "relative.png"]),
+    text,
+)
+image_base64 = image_bytes.map(lambda b: base64.b64encode(b).decode()) | text
+part = fields({"type": st.sampled_from(["text", "image_url"]) | text, "text": text,
+               "image_url": fields({"url": image_url}) | image_url})
 tool = st.fixed_dictionaries(
     {"type": st.just("function"), "function": fields({"name": text, "description": text, "parameters": json_values})}
 )
@@ -127,12 +148,12 @@ OPTIONS = fields(
      "num_predict": small_int, "stop": st.lists(text, max_size=3), "repeat_penalty": number,
      "presence_penalty": number, "frequency_penalty": number}
 )
-OLLAMA_MESSAGE = fields({"role": role, "content": text, "images": st.lists(text, max_size=1),
+OLLAMA_MESSAGE = fields({"role": role, "content": text, "images": st.lists(image_base64, max_size=2),
                          "tool_calls": st.lists(json_values, max_size=2)})
 OLLAMA_CHAT = {"model": model, "messages": st.lists(OLLAMA_MESSAGE, max_size=3), "stream": st.booleans(),
                "options": OPTIONS, "tools": st.lists(tool | json_values, max_size=2)}
 OLLAMA_GENERATE = {"model": model, "prompt": text, "suffix": text, "system": text, "raw": st.booleans(),
-                   "stream": st.booleans(), "options": OPTIONS}
+                   "stream": st.booleans(), "options": OPTIONS, "images": st.lists(image_base64, max_size=2)}
 OLLAMA_SHOW = {"model": model, "name": model}
 SETTINGS_PATCH = fields(
     {"model": model, "system_prompt": text, "temperature": number, "top_p": number,
@@ -142,7 +163,7 @@ CONVERSATION = {"title": text | st.just("   "), "settings": SETTINGS_PATCH}
 NEW_CONVERSATION = {**CONVERSATION, "messages": st.lists(fields({
     "role": st.sampled_from(["user", "assistant", "system"]), "content": text,
     "seed": st.integers(-1, 2**64)}), max_size=2)}
-REPLY = {"content": text, "regenerate": st.booleans(),
+REPLY = {"content": text, "images": st.lists(image_url, max_size=2), "regenerate": st.booleans(),
          "edit": fields({"message_id": st.integers(-1, 2**63), "content": text})}
 PULL = {"repo": text | st.sampled_from(["org", "org|name", "..", ""])}
 APP_SETTINGS = {

@@ -4,7 +4,7 @@
 //! from the network. Each is checked (size, format, the declared media type) and decoded
 //! here; [`for_prompt`] turns a prompt's images into the model's pixels.
 
-use std::sync::Arc;
+use std::{io::Read, sync::Arc};
 
 use base64::Engine as _;
 use seedbar_engine::ImagePrompt;
@@ -88,20 +88,25 @@ impl InImage {
             ));
         }
         let max = Limits::default().max_bytes as u64;
-        let size = std::fs::metadata(path)
-            .map_err(|e| {
-                ApiError::bad_param(param, format!("cannot read the image file {path}: {e}"))
-            })?
-            .len();
-        if size > max {
+        let unreadable = |e: std::io::Error| {
+            ApiError::bad_param(param, format!("cannot read the image file {path}: {e}"))
+        };
+        let file = std::fs::File::open(path).map_err(unreadable)?;
+        if !file.metadata().map_err(unreadable)?.is_file() {
+            return Err(ApiError::bad_param(param, format!("{path} is not a file")));
+        }
+        // Read one byte past the limit at most: a file that grows, or says it has no size
+        // (`/proc`), cannot make it read on.
+        let mut bytes = Vec::new();
+        file.take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(unreadable)?;
+        if bytes.len() as u64 > max {
             return Err(ApiError::bad_param(
                 param,
-                format!("the image file is {size} bytes; at most {max} bytes are accepted"),
+                format!("the image file is over {max} bytes; at most {max} bytes are accepted"),
             ));
         }
-        let bytes = std::fs::read(path).map_err(|e| {
-            ApiError::bad_param(param, format!("cannot read the image file {path}: {e}"))
-        })?;
         Self::decode(&bytes, None, param)
     }
 }
