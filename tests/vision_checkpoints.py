@@ -83,10 +83,10 @@ TEMPLATE = """{%- for message in messages -%}
 {% endif -%}"""
 
 
-def expanded_image() -> list:
+def expanded_image(tokens: int = TOKENS_PER_IMAGE) -> list:
     """The tokens an image becomes in the prompt: blank lines around its marked soft tokens."""
     newline = list(b"\n\n")
-    return newline + [START] + [SOFT] * TOKENS_PER_IMAGE + [END] + newline
+    return newline + [START] + [SOFT] * tokens + [END] + newline
 
 
 def chat_ids(text_before: str, text_after: str, images: int = 1) -> list:

@@ -317,10 +317,13 @@ async function readSse(body: ReadableStream<Uint8Array>, what: string, handle: (
   if (!finished) throw new ApiError(`${what}: the stream ended before the reply was finished`, 0);
 }
 
+/** A part of a message with images, in OpenAI's shape. */
+export type ContentPart = { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string } };
+
 /** What quick chat asks the OpenAI route (`stream` is added). */
 export type CompletionRequest = {
   model: string;
-  messages: { role: 'user' | 'assistant' | 'system'; content: string }[];
+  messages: { role: 'user' | 'assistant' | 'system'; content: string | ContentPart[] }[];
   temperature: number;
   top_p: number;
   max_tokens: number;

@@ -1,6 +1,7 @@
 // Quick chat's pieces without the page: what the panel asks the default model with, what
 // it says when no model is ready, and the conversation "Open as conversation" saves.
 
+import type { ContentPart } from './api';
 import type { AppStatus, Settings, StartingMessage } from './types';
 
 /** The sampling a quick answer uses: a new conversation's defaults, so the saved answer's
@@ -9,6 +10,8 @@ export const QUICK_SAMPLING = { temperature: 0.7, top_p: 1, max_tokens: 512 } as
 
 export type Exchange = {
   question: string;
+  /** The pictures asked about, as data URLs (before the question, as the chat window sends them). */
+  images: string[];
   answer: string;
   model: string;
   seed: number | null;
@@ -36,6 +39,13 @@ export function notReady(status: AppStatus): { text: string; fix: string | null;
   }
 }
 
+/** The question as the chat route takes it: its pictures first, then its text, as the chat
+ * window sends a message (so an answer saved as a conversation replays there). */
+export function questionContent(question: string, images: string[]): string | ContentPart[] {
+  if (images.length === 0) return question;
+  return [...images.map((url): ContentPart => ({ type: 'image_url', image_url: { url } })), { type: 'text', text: question }];
+}
+
 /** A conversation title from the question: its first line, cut to 60 characters. */
 export function titleOf(question: string): string {
   const line = question.trim().split('\n')[0].trim();
@@ -50,6 +60,6 @@ export function conversationOf(exchange: Exchange): { title: string; settings: P
   return {
     title: titleOf(exchange.question),
     settings: { model: exchange.model, ...QUICK_SAMPLING },
-    messages: [{ role: 'user', content: exchange.question }, answer],
+    messages: [{ role: 'user', content: exchange.question, ...(exchange.images.length ? { images: exchange.images } : {}) }, answer],
   };
 }

@@ -223,7 +223,7 @@ export type Catalogue = {
 };
 
 /** A message a new conversation starts with (quick chat's question and answer). */
-export type StartingMessage = { role: 'user' | 'assistant'; content: string; seed?: number };
+export type StartingMessage = { role: 'user' | 'assistant'; content: string; seed?: number; images?: string[] };
 
 export type ModelState = 'no_model' | 'downloading' | 'loading' | 'ready' | 'error';
 

@@ -140,11 +140,27 @@ struct StartingMessage {
     content: String,
     #[serde(default)]
     seed: Option<u64>,
+    /// A user's images, as data URLs (quick chat's question about a picture).
+    #[serde(default)]
+    images: Vec<String>,
 }
 
 impl StartingMessage {
     fn stored(self, i: usize, settings: &Settings) -> Result<NewMessage, ApiError> {
         let param = |field: &str| format!("messages[{i}].{field}");
+        let images = self
+            .images
+            .iter()
+            .enumerate()
+            .map(|(k, url)| {
+                let (_, data, media_type) = images::kept(url, &param(&format!("images[{k}]")))?;
+                let media_type = media_type.to_string();
+                Ok(Image { media_type, data })
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
+        if !images.is_empty() && self.role != Role::User {
+            return Err(ApiError::bad_param(&param("images"), "only a user's message holds images"));
+        }
         match (self.role, self.seed) {
             (Role::User, Some(_)) => Err(ApiError::bad_param(
                 &param("seed"),
@@ -154,7 +170,10 @@ impl StartingMessage {
                 &param("seed"),
                 "the seed must be below 2^53",
             )),
-            (Role::User, None) => Ok(NewMessage::user(self.content)),
+            (Role::User, None) => Ok(NewMessage {
+                images,
+                ..NewMessage::user(self.content)
+            }),
             (Role::Assistant, seed) => Ok(NewMessage {
                 role: Role::Assistant,
                 content: self.content,

@@ -1,6 +1,6 @@
 import { Component } from 'preact';
 import { useMemo, useRef, useState } from 'preact/hooks';
-import { copyText, reply, updateSettings } from '../actions';
+import { client, copyText, reply, updateSettings } from '../actions';
 import type { UiMessage } from '../convList';
 import { renderMarkdown } from '../markdown';
 import { seedNotPromised, seedPromise } from '../remote';
@@ -61,7 +61,7 @@ function MessageItemInner({ message, pinnedSeed, isLastReply, busy }: Props) {
           </div>
         ) : (
           <>
-            <MessageImages ids={message.images} local={message.localImages} />
+            <MessageImages ids={message.images} local={message.localImages} load={(id) => client.imageUrl(id)} />
             {message.content && <div class="bubble" data-testid="message-content">{message.content}</div>}
           </>
         )

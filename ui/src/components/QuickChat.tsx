@@ -1,9 +1,11 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, Client, apiBase, isAbort, storedApiKey } from '../api';
 import { renderMarkdown } from '../markdown';
-import { QUICK_SAMPLING, conversationOf, notReady, type Exchange } from '../quick';
+import { MAX_IMAGES, readImages } from '../images';
+import { QUICK_SAMPLING, conversationOf, notReady, questionContent, type Exchange } from '../quick';
 import { thinkingLabel, useNow } from '../thinking';
 import type { AppStatus } from '../types';
+import { AttachedImages } from './Images';
 
 const client = new Client({ base: apiBase(), apiKey: storedApiKey });
 
@@ -27,6 +29,7 @@ export function QuickChat() {
   const [status, setStatus] = useState<AppStatus | null>(null);
   const [statusError, setStatusError] = useState<string | null>(null);
   const [question, setQuestion] = useState('');
+  const [images, setImages] = useState<string[]>([]);
   const [exchange, setExchange] = useState<Exchange | null>(null);
   const [saving, setSaving] = useState(false);
   const input = useRef<HTMLInputElement>(null);
@@ -61,18 +64,24 @@ export function QuickChat() {
     return () => clearInterval(timer);
   }, [blocked?.text]);
 
+  const attach = async (files: File[]) => {
+    const { urls, refused } = await readImages(files);
+    if (refused.length) setStatusError(`Left out: ${refused.join('; ')}`);
+    if (urls.length) setImages((now) => [...now, ...urls].slice(0, MAX_IMAGES));
+  };
+
   const ask = async () => {
     const q = question.trim();
-    if (!q || !status?.model || blocked || exchange?.state === 'streaming') return;
+    if ((!q && images.length === 0) || !status?.model || blocked || exchange?.state === 'streaming') return;
     const controller = new AbortController();
     stream.current = controller;
     const update = (patch: Partial<Exchange>) => setExchange((e) => (e ? { ...e, ...patch } : e));
     let answer = '';
     let thinkingSince: number | null = null;
-    setExchange({ question: q, answer, model: status.model, seed: null, thinkingSince, state: 'streaming', error: null });
+    setExchange({ question: q, images, answer, model: status.model, seed: null, thinkingSince, state: 'streaming', error: null });
     try {
       const seed = await client.complete(
-        { model: status.model, messages: [{ role: 'user', content: q }], ...QUICK_SAMPLING },
+        { model: status.model, messages: [{ role: 'user', content: questionContent(q, images) }], ...QUICK_SAMPLING },
         (piece) => {
           // The thinking stays out of the answer: only when it began is kept, for the clock.
           if (piece.kind === 'content') update({ answer: (answer += piece.text) });
@@ -100,6 +109,7 @@ export function QuickChat() {
       await openInChatWindow(`#/c/${conversation.id}`);
       setExchange(null);
       setQuestion('');
+      setImages([]);
     } catch (error) {
       setExchange({ ...exchange, error: text(error) });
     } finally {
@@ -129,14 +139,28 @@ export function QuickChat() {
   }, [exchange?.answer]);
   return (
     <div class="quick" data-testid="quick-chat">
-      <form class="quick-ask" onSubmit={(e) => { e.preventDefault(); void ask(); }}>
+      <form class="quick-ask" onSubmit={(e) => { e.preventDefault(); void ask(); }}
+        onDragOver={(e) => { if (e.dataTransfer?.types.includes('Files')) e.preventDefault(); }}
+        onDrop={(e) => {
+          const files = Array.from(e.dataTransfer?.files ?? []);
+          if (files.length === 0) return;
+          e.preventDefault();
+          void attach(files);
+        }}>
         <input ref={input} data-testid="quick-input" value={question} autofocus spellcheck={false} autocomplete="off"
           aria-label="Ask the model" placeholder={status?.model ? `Ask ${status.model}…` : 'Ask Seedbar…'}
-          onInput={(e) => setQuestion(e.currentTarget.value)} />
+          onInput={(e) => setQuestion(e.currentTarget.value)}
+          onPaste={(e) => {
+            const files = Array.from(e.clipboardData?.files ?? []).filter((f) => f.type.startsWith('image/'));
+            if (files.length === 0) return;
+            e.preventDefault();
+            void attach(files);
+          }} />
         {streaming
           ? <button type="button" class="button" data-testid="quick-stop" onClick={() => stream.current?.abort()}>Stop</button>
-          : <button type="submit" class="button primary" data-testid="quick-send" disabled={!question.trim() || !!blocked || !status}>Ask</button>}
+          : <button type="submit" class="button primary" data-testid="quick-send" disabled={(!question.trim() && images.length === 0) || !!blocked || !status}>Ask</button>}
       </form>
+      <AttachedImages urls={images} onRemove={(k) => setImages(images.filter((_, i) => i !== k))} />
       {statusError && <p class="quick-problem" role="alert" data-testid="quick-problem">{statusError}</p>}
       {blocked && (
         <div class="quick-problem" role="status" data-testid="quick-not-ready" data-state={status?.state}>

@@ -209,3 +209,21 @@ fn images_go_before_their_text_and_are_kept_with_the_message() {
 fn turn_ok(json: &str) -> bool {
     answer(json, &chat()).is_ok()
 }
+
+#[test]
+fn a_starting_users_message_keeps_its_images_and_only_a_users_may() {
+    let settings = Settings::for_model("m");
+    let asked: StartingMessage = serde_json::from_value(serde_json::json!(
+        {"role": "user", "content": "What is it?", "images": [PIXEL]}
+    ))
+    .unwrap();
+    let stored = asked.stored(0, &settings).unwrap();
+    assert_eq!(stored.images.len(), 1);
+    assert_eq!(stored.images[0].media_type, "image/png");
+    let answer: StartingMessage = serde_json::from_value(serde_json::json!(
+        {"role": "assistant", "content": "A dot.", "images": [PIXEL]}
+    ))
+    .unwrap();
+    let error = answer.stored(1, &settings).err().unwrap();
+    assert_eq!(error.param.as_deref(), Some("messages[1].images"));
+}
