@@ -159,7 +159,10 @@ impl StartingMessage {
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
         if !images.is_empty() && self.role != Role::User {
-            return Err(ApiError::bad_param(&param("images"), "only a user's message holds images"));
+            return Err(ApiError::bad_param(
+                &param("images"),
+                "only a user's message holds images",
+            ));
         }
         match (self.role, self.seed) {
             (Role::User, Some(_)) => Err(ApiError::bad_param(
@@ -467,14 +470,18 @@ async fn stored_images(app: &App, messages: &[Message]) -> Result<HashMap<i64, I
 }
 
 /// Stored messages as the chat a reply answers (a user's images before its text) and the
-/// images in it, in order: replies that were cut off before any text add nothing to it.
+/// images in it, in order: replies that were cut off before any text add nothing to it (a
+/// user's pictures without text do).
 fn chat_history(
     messages: &[Message],
     stored: &HashMap<i64, Image>,
 ) -> Result<(Vec<ChatMessage>, Vec<InImage>), ApiError> {
     let mut images = Vec::new();
     let mut chat = Vec::new();
-    for m in messages.iter().filter(|m| !m.content.is_empty()) {
+    for m in messages
+        .iter()
+        .filter(|m| !m.content.is_empty() || !m.images.is_empty())
+    {
         let mut parts = vec![ContentPart::Image; m.images.len()];
         parts.push(ContentPart::Text {
             text: m.content.clone(),

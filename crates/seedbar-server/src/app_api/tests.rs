@@ -168,6 +168,9 @@ fn images_go_before_their_text_and_are_kept_with_the_message() {
     )));
     let mut asked = chat();
     asked[2].images = vec![9];
+    // A picture sent without text stays in the chat.
+    asked[4].content = String::new();
+    asked[4].images = vec![9];
     let pixel = images::kept(PIXEL, "p").unwrap();
     let stored = HashMap::from([(
         9,
@@ -187,6 +190,10 @@ fn images_go_before_their_text_and_are_kept_with_the_message() {
         history.last().unwrap().parts.as_ref().unwrap()[0],
         ContentPart::Image
     );
+    let (history, images, _) =
+        super::turn(body(r#"{"content": "And now?"}"#), &asked, &stored).unwrap();
+    assert_eq!(images.len(), 2, "Q2's picture and the one sent alone");
+    assert_eq!(history.iter().filter(|m| m.images() > 0).count(), 2);
     for (bad, param) in [
         (
             format!(r#"{{"images": ["{PIXEL}"], "regenerate": true}}"#),
