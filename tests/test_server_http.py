@@ -334,8 +334,9 @@ def test_cors_preflight_needs_no_key(keyed):
 # --- errors ---------------------------------------------------------------------------------
 
 
-def test_two_megabyte_body_is_413(http):
-    resp = http.post("/v1/chat/completions", json=chat_body("x" * (2 * 1024 * 1024)))
+def test_a_body_over_the_default_32_mib_is_413(http):
+    # Requests carry images (20 MiB, base64): 32 MiB bodies are taken, larger ones are not.
+    resp = http.post("/v1/chat/completions", json=chat_body("x" * (33 * 1024 * 1024)))
     assert_openai_error(resp, 413)
     # The unread rest of the body ends the connection: the client must not reuse it.
     assert resp.headers.get("connection") == "close", dict(resp.headers)

@@ -83,6 +83,7 @@ class Sandbox:
         shutil.copy2(ROOT / "scripts/setup.sh", self.root / "scripts/setup.sh")
         shutil.copy2(ROOT / "Cargo.toml", self.root / "Cargo.toml")
         shutil.copy2(ROOT / "tests/requirements.txt", self.root / "tests/requirements.txt")
+        shutil.copy2(ROOT / "tests/requirements-no-deps.txt", self.root / "tests/requirements-no-deps.txt")
         (self.root / "ui/package-lock.json").write_text('{"lockfileVersion": 3}\n')
         pins = {}
         lines = []
@@ -290,9 +291,13 @@ def linux_sandbox(tmp: Path) -> Sandbox:
     box.embedding_model.mkdir(parents=True)
     (box.embedding_model / "model.safetensors").write_bytes(MODEL_BYTES)
     box.model.write_bytes(MODEL_BYTES)
-    requirements = hashlib.sha256((ROOT / "tests/requirements.txt").read_bytes()).hexdigest()
+    # setup.sh's stamp: 8 hex digits of each requirements file's sha256.
+    stamp = "".join(
+        hashlib.sha256((ROOT / "tests" / name).read_bytes()).hexdigest()[:8]
+        for name in ("requirements.txt", "requirements-no-deps.txt")
+    )
     (box.cache / "venv").mkdir()
-    (box.cache / "venv" / f".req-{requirements[:16]}").touch()
+    (box.cache / "venv" / f".req-{stamp}").touch()
     box.mlx_dir = mlx
     return box
 

@@ -386,14 +386,15 @@ def choose(app, label, sub=None):
 
 
 def settled_items(driver):
-    """The menu's items once they have stayed the same for 2 s: a menu rebuilt while open
-    closes (the tray samples what is loaded every second, the library every few)."""
-    seen = [None]
+    """The menu's items once they have stayed the same for 4 s, longer than the tray takes to
+    look again: a menu rebuilt while open closes (the tray samples what is loaded every
+    second, the library and recent conversations every 3 s)."""
+    seen = [None, None]
 
     def settled():
         items = shell_status(driver)["items"]
-        same = items == seen[0]
-        seen[0] = items
+        same = items == seen[0] == seen[1]
+        seen[:] = [items, seen[0]]
         return same and items
 
     return wait_for(settled, 30, interval=2.0, message="the tray menu to settle")
