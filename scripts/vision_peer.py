@@ -12,7 +12,8 @@ Face processor on the same file, `get_input_embeddings` and the decoder's prefil
 last logits, evaluated. Median of VISION_PEER_RUNS (2) after one warm-up each: on a 2-core
 machine each run takes minutes.
 
-Run: `make bench` (CPU), or alone: `python scripts/vision_peer.py [seedbar binary]`."""
+Run alone (it takes minutes a picture on a 2-core CPU, so `make bench` leaves it out):
+`~/.cache/seedbar-dev/venv/bin/python scripts/vision_peer.py [seedbar binary]`."""
 
 import base64
 import io
