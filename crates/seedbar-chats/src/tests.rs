@@ -60,6 +60,14 @@ fn app_settings() -> AppSettings {
     }
 }
 
+/// Sending `text` alone.
+fn send(text: &str) -> Turn {
+    Turn::Send {
+        content: text.into(),
+        images: Vec::new(),
+    }
+}
+
 /// A streaming reply row for a conversation with `settings()`.
 fn reply_row() -> NewMessage {
     NewMessage::reply(
@@ -77,14 +85,7 @@ fn conversation_with_reply(
 ) -> (Conversation, Vec<Message>) {
     let conversation = store.create(title, &settings()).unwrap();
     let (question, row) = store
-        .begin_reply(
-            conversation.id,
-            &Turn::Send {
-                content: "What is 2+2?".into(),
-                images: vec![],
-            },
-            &reply_row(),
-        )
+        .begin_reply(conversation.id, &send("What is 2+2?"), &reply_row())
         .unwrap();
     assert_eq!(row.status, Status::Streaming);
     let answer = store
@@ -194,14 +195,7 @@ fn child_writes_then_aborts() {
     conversation_with_reply(&store, "Before the kill", "4");
     let conversation = store.list("").unwrap()[0].id;
     let (_, reply) = store
-        .begin_reply(
-            conversation,
-            &Turn::Send {
-                content: "And 3+3?".into(),
-                images: vec![],
-            },
-            &reply_row(),
-        )
+        .begin_reply(conversation, &send("And 3+3?"), &reply_row())
         .unwrap();
     store
         .checkpoint_reply(reply.id, &ReplyText::content("It is"))
@@ -378,14 +372,7 @@ fn sending_stores_the_question_and_a_streaming_reply() {
     let conversation = store.create("Send", &settings()).unwrap();
     std::thread::sleep(Duration::from_millis(5));
     let (question, reply) = store
-        .begin_reply(
-            conversation.id,
-            &Turn::Send {
-                content: "hi".into(),
-                images: vec![],
-            },
-            &reply_row(),
-        )
+        .begin_reply(conversation.id, &send("hi"), &reply_row())
         .unwrap();
     let question = question.unwrap();
     assert_eq!(
@@ -403,14 +390,7 @@ fn sending_stores_the_question_and_a_streaming_reply() {
     );
     assert!(store.get(conversation.id).unwrap().updated_at > conversation.updated_at);
     assert!(matches!(
-        store.begin_reply(
-            999,
-            &Turn::Send {
-                content: "hi".into(),
-                images: vec![]
-            },
-            &reply_row()
-        ),
+        store.begin_reply(999, &send("hi"), &reply_row()),
         Err(ChatError::NoConversation(999))
     ));
     let finished_row = NewMessage {
@@ -418,14 +398,7 @@ fn sending_stores_the_question_and_a_streaming_reply() {
         ..reply_row()
     };
     assert!(matches!(
-        store.begin_reply(
-            conversation.id,
-            &Turn::Send {
-                content: "hi".into(),
-                images: vec![]
-            },
-            &finished_row
-        ),
+        store.begin_reply(conversation.id, &send("hi"), &finished_row),
         Err(ChatError::Invalid(_))
     ));
 }
@@ -503,22 +476,12 @@ fn a_conversation_streams_one_reply_at_a_time() {
     let store = ChatStore::open(&dir.db()).unwrap();
     let conversation = store.create("Busy", &settings()).unwrap();
     let (question, reply) = store
-        .begin_reply(
-            conversation.id,
-            &Turn::Send {
-                content: "hi".into(),
-                images: vec![],
-            },
-            &reply_row(),
-        )
+        .begin_reply(conversation.id, &send("hi"), &reply_row())
         .unwrap();
     let question = question.unwrap();
 
     let turns = [
-        Turn::Send {
-            content: "again".into(),
-            images: vec![],
-        },
+        send("again"),
         Turn::Edit {
             message_id: question.id,
             content: "hello".into(),
@@ -546,14 +509,7 @@ fn a_conversation_streams_one_reply_at_a_time() {
     // Other conversations are not held up.
     let other = store.create("Other", &settings()).unwrap();
     store
-        .begin_reply(
-            other.id,
-            &Turn::Send {
-                content: "hi".into(),
-                images: vec![],
-            },
-            &reply_row(),
-        )
+        .begin_reply(other.id, &send("hi"), &reply_row())
         .unwrap();
 
     store
@@ -570,14 +526,7 @@ fn checkpoints_write_a_streaming_reply_only() {
     let store = ChatStore::open(&dir.db()).unwrap();
     let conversation = store.create("Checkpoints", &settings()).unwrap();
     let (_, reply) = store
-        .begin_reply(
-            conversation.id,
-            &Turn::Send {
-                content: "hi".into(),
-                images: vec![],
-            },
-            &reply_row(),
-        )
+        .begin_reply(conversation.id, &send("hi"), &reply_row())
         .unwrap();
     store
         .checkpoint_reply(reply.id, &ReplyText::content("Hel"))
@@ -609,14 +558,7 @@ fn a_replys_thinking_is_checkpointed_and_stored_beside_its_content() {
     let store = ChatStore::open(&dir.db()).unwrap();
     let conversation = store.create("Thinking", &settings()).unwrap();
     let (_, reply) = store
-        .begin_reply(
-            conversation.id,
-            &Turn::Send {
-                content: "2+2?".into(),
-                images: vec![],
-            },
-            &reply_row(),
-        )
+        .begin_reply(conversation.id, &send("2+2?"), &reply_row())
         .unwrap();
     assert_eq!(
         (reply.reasoning.as_deref(), reply.reasoning_ms),

@@ -416,13 +416,12 @@ impl Worker {
         let ahead = self.noise_ahead.take();
         let threads = self.draw_threads;
         let traced = chosen.iter().position(|(i, _)| self.rows[*i].request.trace);
-        let (tokens, from_drawn) = step_tokens(&chosen);
         let soft_token = self
             .model
             .vision
             .as_ref()
             .map_or(0, |v| v.prompt.image_token);
-        let tokens: Vec<u32> = tokens.iter().map(|&t| fed_token(t, soft_token)).collect();
+        let (tokens, from_drawn) = step_tokens(&chosen, soft_token);
         let embeds = self.images.for_step(
             &self.model,
             chosen
@@ -809,15 +808,16 @@ fn restore(
         .map_err(|e| e.to_string())
 }
 
-/// The step's input tokens in row order, and for each whether it is the in-flight token at
-/// that index (then its host entry is a placeholder).
-fn step_tokens(chosen: &[(usize, Input)]) -> (Vec<u32>, Vec<Option<i32>>) {
+/// The step's input tokens in row order (an image's keys fed as the model's `soft_token`),
+/// and for each whether it is the in-flight token at that index (then its host entry is a
+/// placeholder).
+fn step_tokens(chosen: &[(usize, Input)], soft_token: u32) -> (Vec<u32>, Vec<Option<i32>>) {
     let mut tokens = Vec::new();
     let mut from_drawn = Vec::new();
     for (_, input) in chosen {
         match input {
             Input::Host(t) | Input::Verify(t) => {
-                tokens.extend_from_slice(t);
+                tokens.extend(t.iter().map(|&t| fed_token(t, soft_token)));
                 from_drawn.extend(std::iter::repeat_n(None, t.len()));
             }
             Input::Drawn(j) => {

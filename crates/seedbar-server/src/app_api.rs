@@ -152,11 +152,7 @@ impl StartingMessage {
             .images
             .iter()
             .enumerate()
-            .map(|(k, url)| {
-                let (_, data, media_type) = images::kept(url, &param(&format!("images[{k}]")))?;
-                let media_type = media_type.to_string();
-                Ok(Image { media_type, data })
-            })
+            .map(|(k, url)| Ok(images::kept(url, &param(&format!("images[{k}]")))?.1))
             .collect::<Result<Vec<_>, ApiError>>()?;
         if !images.is_empty() && self.role != Role::User {
             return Err(ApiError::bad_param(
@@ -532,11 +528,7 @@ fn turn(
         .images
         .iter()
         .enumerate()
-        .map(|(k, url)| {
-            let (image, data, media_type) = images::kept(url, &format!("images[{k}]"))?;
-            let media_type = media_type.to_string();
-            Ok((image, Image { media_type, data }))
-        })
+        .map(|(k, url)| images::kept(url, &format!("images[{k}]")))
         .collect::<Result<Vec<_>, ApiError>>()?
         .into_iter()
         .unzip();

@@ -7,6 +7,7 @@
 use std::{io::Read, sync::Arc};
 
 use base64::Engine as _;
+use seedbar_chats::Image;
 use seedbar_engine::ImagePrompt;
 use seedbar_images::{Limits, Rgb8};
 use seedbar_scheduler::PromptImage;
@@ -141,9 +142,9 @@ fn base64_bytes(data: &str, param: &str) -> Result<Vec<u8>, ApiError> {
         .map_err(|e| ApiError::bad_param(param, format!("the image is not valid base64: {e}")))
 }
 
-/// A `data:` URL's image as the app keeps it: checked and decoded, with its encoded bytes
+/// A `data:` URL's image, checked and decoded, and as the app stores it: its encoded bytes
 /// and their media type.
-pub fn kept(url: &str, param: &str) -> Result<(InImage, Vec<u8>, &'static str), ApiError> {
+pub fn kept(url: &str, param: &str) -> Result<(InImage, Image), ApiError> {
     if !url.starts_with("data:") {
         return Err(ApiError::bad_param(param, "an image must be a data URL"));
     }
@@ -152,7 +153,11 @@ pub fn kept(url: &str, param: &str) -> Result<(InImage, Vec<u8>, &'static str), 
     let image = InImage::decode(&bytes, Some(declared), param)?;
     // Decoded, so one of the formats `media_type` names.
     let media_type = seedbar_images::media_type(&bytes).unwrap_or("image/png");
-    Ok((image, bytes, media_type))
+    let stored = Image {
+        media_type: media_type.to_string(),
+        data: bytes,
+    };
+    Ok((image, stored))
 }
 
 /// Refuse more than [`MAX_IMAGES`] images in a request.

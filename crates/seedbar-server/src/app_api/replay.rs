@@ -103,11 +103,7 @@ pub(super) async fn import(
             .ok_or_else(|| {
                 ApiError::bad_param(&param, "a message names an image the export lacks")
             })?;
-        let (_, data, media_type) = images::kept(url, &param)?;
-        Ok(Image {
-            media_type: media_type.into(),
-            data,
-        })
+        Ok(images::kept(url, &param)?.1)
     };
     let pictures = body
         .messages

@@ -171,14 +171,7 @@ fn images_go_before_their_text_and_are_kept_with_the_message() {
     // A picture sent without text stays in the chat.
     asked[4].content = String::new();
     asked[4].images = vec![9];
-    let pixel = images::kept(PIXEL, "p").unwrap();
-    let stored = HashMap::from([(
-        9,
-        Image {
-            media_type: pixel.2.into(),
-            data: pixel.1,
-        },
-    )]);
+    let stored = HashMap::from([(9, images::kept(PIXEL, "p").unwrap().1)]);
     let (history, images, _) = super::turn(
         body(r#"{"edit": {"message_id": 3, "content": "Q2'"}}"#),
         &asked,
