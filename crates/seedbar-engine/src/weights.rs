@@ -12,7 +12,7 @@ use mlx_rs::{
     ops::{self, indexing::IndexOp},
     Array, Dtype,
 };
-use seedbar_qmatmul::{QuantizedMatrix, Unsupported};
+use seedbar_kernels::{QuantizedMatrix, Unsupported};
 use serde_json::Value;
 
 use crate::{
@@ -320,7 +320,7 @@ pub struct Quantized {
 }
 
 impl Quantized {
-    /// The same matrix for the CPU kernels of `seedbar_qmatmul` (4 and 8 bits); the inner
+    /// The same matrix for the CPU kernels of `seedbar_kernels` (4 and 8 bits); the inner
     /// error is a format those kernels do not hold.
     fn packed(
         &self,
@@ -364,7 +364,7 @@ impl Quantized {
 pub enum Matrix {
     Dense(Array),
     Quantized(Quantized),
-    /// 4- or 8-bit weights on MLX's CPU backend, multiplied by `seedbar_qmatmul`'s kernels:
+    /// 4- or 8-bit weights on MLX's CPU backend, multiplied by `seedbar_kernels`'s kernels:
     /// they read the quantized bytes (MLX's CPU quantized matmul is a scalar loop, dense f32
     /// reads 6-8x more), and each output row depends on its own input row alone.
     Packed(Arc<QuantizedMatrix>),

@@ -1,7 +1,7 @@
 //! A layer's row-wise math on host floats, for models whose every matmul runs on the CPU
-//! kernels (`seedbar_qmatmul`): RMS norms, residual sums, the MLP's gated activation,
+//! kernels (`seedbar_kernels`): RMS norms, residual sums, the MLP's gated activation,
 //! soft-caps, RoPE, and each row's queries attending over its own host KV (through
-//! `host_attention.rs`); and the decoder's layers run on them
+//! `seedbar_kernels::attention`); and the decoder's layers run on them
 //! (`Transformer::forward_on_host`, the packed CPU path). Between two
 //! kernel calls the activations are already in host memory, so doing this here instead of
 //! in MLX saves a hand-off to MLX's stream thread per matmul input (each one two thread
@@ -12,11 +12,11 @@
 
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
+use seedbar_kernels::{Kv, QueryAttention};
 
 use super::{
     activation::Activation,
     decoder::{Attention, FeedForward, Mlp, RmsNorm, Rope, Transformer},
-    host_attention::{QueryAttention, BLOCK},
 };
 use crate::{
     error::Result,
@@ -26,6 +26,10 @@ use crate::{
         Logits, StepTokens,
     },
 };
+
+/// A row's query positions one attention job holds: the job reads the row's KV once per
+/// panel of query heads (more queries per job read less, fewer spread over more threads).
+const QUERY_BLOCK: usize = 16;
 
 /// `x / rms(x) * weight` for each row of `weight.len()` features (MLX's `rms_norm`:
 /// `x * rsqrt(mean(x²) + eps) * w`, the mean accumulated in float32 in column order).
@@ -257,9 +261,9 @@ impl Attention {
             .enumerate()
             .flat_map(|(i, slot)| {
                 let len = slot.len as usize;
-                (0..len)
-                    .step_by(BLOCK)
-                    .flat_map(move |n| (0..kv_heads).map(move |g| (i, n, (n + BLOCK).min(len), g)))
+                (0..len).step_by(QUERY_BLOCK).flat_map(move |n| {
+                    (0..kv_heads).map(move |g| (i, n, (n + QUERY_BLOCK).min(len), g))
+                })
             })
             .collect();
         let window = self.positions.window.map(|w| w as usize);
@@ -277,6 +281,10 @@ impl Attention {
                         (start - kept, end - kept)
                     })
                     .collect();
+                let kv = Kv {
+                    keys: &kv.keys,
+                    values: &kv.values,
+                };
                 attention.attend(&q[from * qw..to * qw], kv, &ranges, g)
             })
             .collect();

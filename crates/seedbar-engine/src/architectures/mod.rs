@@ -4,7 +4,6 @@ mod activation;
 pub mod decoder;
 pub(crate) mod gemma3;
 mod host;
-mod host_attention;
 mod llama;
 mod mistral;
 mod mixtral;

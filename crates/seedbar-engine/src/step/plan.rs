@@ -123,7 +123,7 @@ pub struct Layout {
 pub enum WeightKind {
     Dense,
     Quantized,
-    /// Every matmul on `seedbar_qmatmul`'s CPU kernels (4/8-bit weights on the CPU backend)
+    /// Every matmul on `seedbar_kernels`'s CPU kernels (4/8-bit weights on the CPU backend)
     /// in a float32 model: the host path of `architectures/decoder.rs` runs it.
     Packed,
 }
@@ -174,7 +174,7 @@ impl Layout {
             aligned_chunks: !kv_independent_of_steps,
         };
         match (backend, weights) {
-            // seedbar_qmatmul sums each (row, column) in one order for any row count, and
+            // seedbar_kernels sums each (row, column) in one order for any row count, and
             // every other op of a step (norms, RoPE, per-row attention) is per row: a step's
             // tokens share one matmul and a lone row pays for no padding.
             // And the host path (`architectures/host.rs`) computes a position the same way in any

@@ -7,43 +7,10 @@
 
 use std::ops::Range;
 
-use crate::{QuantizedMatrix, PANEL};
-
-/// One instruction set's kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
-    Avx512,
-    Avx2,
-    Portable,
-}
+use super::{QuantizedMatrix, PANEL};
+use crate::Kernel;
 
 impl Kernel {
-    /// The fastest kernel this CPU runs (decided once per process).
-    pub fn detect() -> Kernel {
-        static DETECTED: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
-        *DETECTED.get_or_init(|| Kernel::available()[0])
-    }
-
-    /// Every kernel this CPU can run, fastest first.
-    pub fn available() -> Vec<Kernel> {
-        [Kernel::Avx512, Kernel::Avx2, Kernel::Portable]
-            .into_iter()
-            .filter(|k| k.is_available())
-            .collect()
-    }
-
-    pub fn is_available(self) -> bool {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => is_x86_feature_detected!("avx512f"),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
-            Kernel::Portable => true,
-            #[allow(unreachable_patterns)]
-            _ => false,
-        }
-    }
-
     /// Write `out[i · w.rows + n]` for every input row `i < m` and every weight row `n` of
     /// the panels `panels`.
     ///
@@ -90,7 +57,7 @@ unsafe fn portable(w: &QuantizedMatrix, x: &[f32], m: usize, panels: Range<usize
 mod x86 {
     use std::{arch::x86_64::*, ops::Range};
 
-    use crate::{pair_bytes, QuantizedMatrix, PANEL};
+    use crate::quantized::{pair_bytes, QuantizedMatrix, PANEL};
 
     /// Input rows per tile: `MR · NR` accumulators stay in registers (32 zmm, 16 ymm).
     pub const AVX512_ROWS: usize = 8;

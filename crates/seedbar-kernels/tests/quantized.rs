@@ -1,7 +1,7 @@
 //! The kernels against a float64 reference, and the property the scheduler relies on: an
 //! output row is bit-identical whatever else is in the call.
 
-use seedbar_qmatmul::{Kernel, QuantizedMatrix, Unsupported};
+use seedbar_kernels::{Kernel, QuantizedMatrix, Unsupported};
 
 /// A deterministic pseudo-random stream (xorshift), so failures reproduce.
 struct Stream(u64);

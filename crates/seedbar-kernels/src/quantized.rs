@@ -6,9 +6,7 @@
 //! `acc = fma(w[n][k], x[i][k], acc)` for `k = 0, 1, …`, with `w[n][k] = fma(q, scale, bias)`.
 //! Every kernel (AVX-512, AVX2, portable) and every tile shape computes exactly that chain,
 //! so a row's result is bit-identical whatever the number of rows in the call, the row's
-//! position among them, the thread that computes it, or the x86 CPU it runs on. The
-//! scheduler relies on this to batch seeded rows on the CPU without moving their numbers (a
-//! BLAS picks tail kernels and reduction splits by row count; this never does).
+//! position among them, the thread that computes it, or the x86 CPU it runs on.
 //!
 //! Why a kernel of its own: decoding is bound by the bytes of weights read per token. Dense
 //! f32 weights on OpenBLAS read 6–8× more bytes than 4-bit ones, and MLX's CPU
@@ -19,25 +17,14 @@
 //! stores each pair of columns `(k, k + 1)` as 16 bytes at 4 bits (byte `j`: row `j`'s `q` at
 //! `k` in the low nibble, at `k + 1` in the high one) or 32 bytes at 8 bits (the 16 rows at
 //! `k`, then at `k + 1`), and its scales and biases as 16 lanes per group.
-//!
-//! ```
-//! use seedbar_qmatmul::QuantizedMatrix;
-//!
-//! // One row of 32 columns at 4 bits in MLX's packing (8 nibbles per u32, low first):
-//! // every q is 3, so with scale 0.5 and bias -1 every weight is 0.5.
-//! let words = vec![0x3333_3333u32; 4];
-//! let w = QuantizedMatrix::from_mlx_affine(&words, &[0.5], &[-1.0], 1, 32, 32, 4).unwrap();
-//! let x = vec![2.0f32; 32];
-//! assert_eq!(w.matmul_transposed(&x, 1), vec![32.0]);
-//! ```
 
 mod kernels;
-
-pub use kernels::Kernel;
 
 use std::ops::Range;
 
 use rayon::prelude::*;
+
+use crate::Kernel;
 
 /// Weight rows per panel: the SIMD lanes of one AVX-512 vector.
 pub const PANEL: usize = 16;
