@@ -1,7 +1,7 @@
 """Seedbar vs llama.cpp's own llama-server on the same GGUF, over the same OpenAI HTTP API, in
 one run: aggregate throughput of 1, 8 and 16 concurrent seeded chats (llama-server with as many
 parallel slots, continuous batching), time to first token, batch-1 decode and the prefill of a
-512-token and of a 4,096-token prompt (an agent's long system prompt). Both servers stay up side by side and each scenario runs on one, then the
+512-token, a 4,096-token and a 16,384-token prompt (an agent's long system prompt). Both servers stay up side by side and each scenario runs on one, then the
 other, so drift on a shared machine hits both. Prints Seedbar / llama-server ratios.
 
 `speculative` puts speculative decoding side by side for one chat: Seedbar with prompt lookup
@@ -23,7 +23,13 @@ from pathlib import Path
 
 import httpx
 
-CHATS, TOKENS, PREFILL_TOKENS, LONG_PROMPT_TOKENS, REPEAT = [1, 8, 16], 128, 512, 4096, 3
+CHATS, TOKENS, REPEAT = [1, 8, 16], 128, 3
+# Prompt sizes whose prefill is timed (a developer's question; agents' system prompts and tool
+# lists), and how many fresh prompts of each (the 16k one, a few minutes a server, once).
+PREFILLS = [(512, REPEAT), (4096, REPEAT), (16384, 1)]
+# The context both servers are started with: the longest prompt and its reply fit (SmolLM2 was
+# trained on 8,192 positions: Seedbar is told it may run past that, llama-server only warns).
+CONTEXT = 16384 + 512
 # SmolLM2's end-of-reply ids (<|endoftext|>, <|im_end|>): banned, so every chat writes TOKENS.
 NO_EOS = {"0": -100, "2": -100}
 
@@ -107,11 +113,23 @@ def concurrent(url, model, prompts, n, seeded=True, tokens=TOKENS):
             "decode_tok_s": statistics.median((r[3] - 1) / (r[1] - r[0]) for r in results)}
 
 
-def prefill(url, model, filler):
-    """(prompt tokens, best tokens per second) of a prompt of `filler`, fresh each run (no
-    prompt cache can serve it)."""
-    runs = [chat(url, model, f"Run {run}: {filler}", run, 1) for run in range(REPEAT)]
+def prefill(url, model, filler, repeat):
+    """(prompt tokens, best tokens per second) of a prompt of `filler`, fresh each of `repeat`
+    runs (no prompt cache can serve it, Seedbar's disk cache from an earlier bench included)."""
+    fresh = os.urandom(4).hex()
+    runs = [chat(url, model, f"Run {run} of {fresh}: {filler}", run, 1) for run in range(repeat)]
     return runs[0][2], max(r[2] / r[0] for r in runs)
+
+
+def past_trained_context(gguf: Path) -> list:
+    """llama-server's flags for a context of CONTEXT on a model trained on less: it caps the
+    context at the trained length, so the file's length is overridden (plain RoPE models: the
+    positions past it are computed as Seedbar computes them, extrapolated)."""
+    import gguf as reader
+
+    fields = reader.GGUFReader(gguf).fields
+    arch = bytes(fields["general.architecture"].parts[-1]).decode()
+    return ["--override-kv", f"{arch}.context_length=int:{2 * CONTEXT}"]
 
 
 def repack_flags(llama_bin: Path, gguf: Path, cores: str) -> list:
@@ -130,16 +148,17 @@ def repack_flags(llama_bin: Path, gguf: Path, cores: str) -> list:
 def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> None:
     cores = str(os.cpu_count() or 2)
     sentence = "The quick brown fox jumps over the lazy dog. "
-    fillers = [sentence * (tokens // 10) for tokens in (PREFILL_TOKENS, LONG_PROMPT_TOKENS)]
+    fillers = [(sentence * (tokens // 10), repeat) for tokens, repeat in PREFILLS]
     print(f"Seedbar vs llama-server (-np N -t {cores}), same GGUF, {TOKENS} tokens per chat, temperature 0.8, seeded")
     print(f"{'chats':<7}{'seedbar tok/s':>14}{'llama tok/s':>13}{'ratio':>8}{'seedbar ttft':>14}{'llama ttft':>12}")
     def peer_argv(n, port, extra):
         return [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", str(n), "-t", cores,
-                "-c", str(max(1024 * n, 2 * LONG_PROMPT_TOKENS)), *extra]
+                "-c", str(CONTEXT if n == 1 else 1024 * n), *extra]
 
-    extra = repack_flags(llama_bin, gguf, cores)
+    extra = repack_flags(llama_bin, gguf, cores) + past_trained_context(gguf)
     seedbar_port = free_port()
-    with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port)], seedbar_port) as ours:
+    with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port),
+                  "--max-context", str(CONTEXT), "--past-trained-context"], seedbar_port) as ours:
         model = httpx.get(ours + "/v1/models").json()["data"][0]["id"]
         single = {}
         for n in CHATS:
@@ -152,8 +171,8 @@ def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> No
                       f"{a['ttft_s']:>13.2f}s{b['ttft_s']:>11.2f}s")
                 if n == 1:
                     single = {"ours": a, "peer": b,
-                              "ours_prefill": [prefill(ours, model, f) for f in fillers],
-                              "peer_prefill": [prefill(peer, model, f) for f in fillers]}
+                              "ours_prefill": [prefill(ours, model, *f) for f in fillers],
+                              "peer_prefill": [prefill(peer, model, *f) for f in fillers]}
     a, b = single["ours"]["decode_tok_s"], single["peer"]["decode_tok_s"]
     print(f"batch-1 decode: seedbar {a:.1f} tok/s, llama-server {b:.1f} tok/s ({a / b:.2f}x)")
     for (tokens, a), (_, b) in zip(single["ours_prefill"], single["peer_prefill"]):
@@ -187,7 +206,8 @@ def speculative(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -
     print(f"Speculative decoding, one chat, same GGUF, up to {SPECULATIVE_TOKENS} tokens, decode tok/s (best of {REPEAT})")
     rows = {name: {} for name, _, _ in SPECULATIVE_WORKLOADS}
     seedbar_port = free_port()
-    with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port)], seedbar_port) as ours:
+    with running([str(seedbar_bin), "serve", "--model", str(gguf), "--port", str(seedbar_port),
+                  "--max-context", str(CONTEXT), "--past-trained-context"], seedbar_port) as ours:
         model = httpx.get(ours + "/v1/models").json()["data"][0]["id"]
         for name, prompt, fields in SPECULATIVE_WORKLOADS:
             prompt = prompt or prompts[1]

@@ -31,6 +31,10 @@ pub struct ServeArgs {
     /// request without `max_tokens` generates until the model stops or this is reached.
     #[arg(long, default_value_t = SchedulerConfig::default().max_context)]
     max_context: usize,
+    /// Let `--max-context` run past the model's trained context (positions there are
+    /// extrapolated and replies degrade: long-prompt benchmarks, experiments).
+    #[arg(long)]
+    past_trained_context: bool,
     /// Turn speculative decoding (prompt lookup, on the CPU's packed path) off for every
     /// request; replies are the same either way, a request may also turn it off with
     /// `"speculative": false`.
@@ -83,6 +87,7 @@ pub fn run(args: ServeArgs) -> u8 {
             .map(|gb| (gb.max(0.0) * (1u64 << 30) as f64) as u64),
         scheduler: SchedulerConfig {
             max_context: args.max_context,
+            past_trained_context: args.past_trained_context,
             speculative: !args.no_speculative,
             prefix_cache_bytes: args.prompt_cache_ram_mb << 20,
             ..SchedulerConfig::default()

@@ -18,6 +18,10 @@ pub struct SchedulerConfig {
     pub max_queue: usize,
     /// Prompt plus reply, in tokens.
     pub max_context: usize,
+    /// Let `max_context` run past the model's trained context (its `max_position_embeddings`)
+    /// instead of stopping there: positions past it are extrapolated, so replies there
+    /// degrade (long-prompt benchmarks, experiments).
+    pub past_trained_context: bool,
     /// Prefill tokens per step, bounding the pause running streams see while a long prompt
     /// is prefilled (at least one whole chunk always runs).
     pub prefill_tokens_per_step: usize,
@@ -57,6 +61,7 @@ impl Default for SchedulerConfig {
             },
             max_queue: 64,
             max_context: 8192,
+            past_trained_context: false,
             // Two CPU chunks. A GPU's 512-token chunk is longer and runs alone (at least one
             // chunk always runs): about 7 ms for a 1B model on an H200 (70k tokens/s).
             prefill_tokens_per_step: 2 * PREFILL_CHUNK,

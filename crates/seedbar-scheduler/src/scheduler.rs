@@ -44,8 +44,16 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn start(model: Model, mut config: SchedulerConfig) -> Scheduler {
-        if let Some(max) = model.config().max_position_embeddings {
-            config.max_context = config.max_context.min(max as usize);
+        if let Some(trained) = model.config().max_position_embeddings.map(|m| m as usize) {
+            if !config.past_trained_context {
+                config.max_context = config.max_context.min(trained);
+            } else if config.max_context > trained {
+                tracing::warn!(
+                    "context of {} tokens, past the {trained} the model was trained on: \
+                     replies degrade past that",
+                    config.max_context
+                );
+            }
         }
         let vocab_size = model.config().vocab_size as usize;
         let image_slots = ImageSlots::of(&model);

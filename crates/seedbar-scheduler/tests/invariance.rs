@@ -873,3 +873,22 @@ fn sliding_window_prefix_cache_hit_equals_miss() {
         assert_eq!(refused.tokens, alone(&fresh, diverging).tokens);
     }
 }
+
+#[test]
+fn the_context_stops_at_the_trained_length_unless_told_to_run_past_it() {
+    let trained = model().config().max_position_embeddings.unwrap() as usize;
+    let asked = SchedulerConfig {
+        max_context: 2 * trained,
+        ..SchedulerConfig::default()
+    };
+    let capped = Scheduler::start(model(), asked.clone());
+    assert_eq!(capped.config().max_context, trained);
+    let past = Scheduler::start(
+        model(),
+        SchedulerConfig {
+            past_trained_context: true,
+            ..asked
+        },
+    );
+    assert_eq!(past.config().max_context, 2 * trained);
+}
