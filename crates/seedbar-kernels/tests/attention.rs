@@ -117,7 +117,7 @@ fn a_block_of_queries_gets_each_querys_bits_alone_on_every_kernel() {
         let kv_heads = 1 + rng.below(3);
         let heads = kv_heads * (1 + rng.below(7));
         let head_dim = [20, 64, 72, 80, 96, 128][rng.below(6)];
-        let len = 1 + rng.below(300);
+        let len = 1 + rng.below(600);
         let width = kv_heads * head_dim;
         let (keys, values) = (rng.floats(len * width, 3.0), rng.floats(len * width, 1.0));
         let kv = Kv {
@@ -131,8 +131,8 @@ fn a_block_of_queries_gets_each_querys_bits_alone_on_every_kernel() {
             scale: 1.0 / (head_dim as f32).sqrt(),
             softcap: (round % 4 == 3).then_some(20.0),
         };
-        let window = (round % 3 == 1).then(|| 1 + rng.below(40));
-        let count = 1 + rng.below(len.min(40));
+        let window = (round % 3 == 1).then(|| 1 + rng.below(300));
+        let count = 1 + rng.below(len.min(80));
         let ranges: Vec<(usize, usize)> = (len - count..len)
             .map(|p| (window.map_or(0, |w| (p + 1).saturating_sub(w)), p + 1))
             .collect();

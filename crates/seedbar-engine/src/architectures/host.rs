@@ -29,7 +29,7 @@ use crate::{
 
 /// A row's query positions one attention job holds: the job reads the row's KV once per
 /// panel of query heads (more queries per job read less, fewer spread over more threads).
-const QUERY_BLOCK: usize = 16;
+const QUERY_BLOCK: usize = 64;
 
 /// `x / rms(x) * weight` for each row of `weight.len()` features (MLX's `rms_norm`:
 /// `x * rsqrt(mean(x²) + eps) * w`, the mean accumulated in float32 in column order).
