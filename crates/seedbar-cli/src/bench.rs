@@ -78,6 +78,11 @@ pub enum BenchCommand {
         /// Skip the non-invariant reference layout's run of the same mixes.
         #[arg(long)]
         no_reference: bool,
+        /// Every target's prompt this many tokens long (an agent's system prompt; the
+        /// context may run past the model's trained length), and a prefix cache that holds
+        /// it, so one of a mix's two runs is a hit.
+        #[arg(long)]
+        long_prompt: Option<usize>,
     },
 }
 
@@ -113,6 +118,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             only,
             trace,
             no_reference,
+            long_prompt,
         } => {
             let mut layouts = vec![(load(&model)?, true)];
             if !no_reference {
@@ -122,6 +128,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
                 count: mixes,
                 only,
                 trace,
+                long_prompt,
             };
             determinism(layouts, &runs, tokens)
         }
@@ -372,6 +379,8 @@ struct MixRuns {
     /// Only these indices (all when empty).
     only: Vec<usize>,
     trace: bool,
+    /// Every target's prompt tokens, where set.
+    long_prompt: Option<usize>,
 }
 
 /// Same mixes on the batch-invariant scheduler and (where `models` holds one marked
@@ -396,7 +405,13 @@ fn determinism(models: Vec<(Model, bool)>, runs: &MixRuns, tokens: usize) -> Res
     };
     let mut plans = Vec::new();
     for _ in 0..mixes {
-        let mut target = if rng.random() {
+        let mut target = if let Some(length) = runs.long_prompt {
+            let mut prompt = long_prompt(&mut rng);
+            while models[0].0.tokenizer.encode(&prompt)?.len() < length {
+                prompt = format!("{prompt}\n\n{}", long_prompt(&mut rng));
+            }
+            seeded(&models[0].0, &prompt, rng.random(), tokens)?
+        } else if rng.random() {
             let prompt = long_prompt(&mut rng);
             seeded(&models[0].0, &prompt, rng.random(), tokens)?
         } else {
@@ -425,10 +440,22 @@ fn determinism(models: Vec<(Model, bool)>, runs: &MixRuns, tokens: usize) -> Res
     }
     let mut results = Vec::new();
     for (model, batch_invariant) in models {
-        let config = SchedulerConfig {
+        let mut config = SchedulerConfig {
             batch_invariant,
             ..SchedulerConfig::default()
         };
+        if let Some(longest) = plans.iter().map(|p| p.target.prompt.len()).max() {
+            if runs.long_prompt.is_some() {
+                // Room for the reply, and the prompt's KV (f32 on the CPU) twice over.
+                config.max_context = config.max_context.max(longest + 2 * tokens);
+                config.past_trained_context = true;
+                let c = model.config();
+                let per_token = 2 * c.num_hidden_layers * c.kv_heads() * c.head_dim() * 4;
+                config.prefix_cache_bytes = config
+                    .prefix_cache_bytes
+                    .max(2 * per_token as usize * longest);
+            }
+        }
         let scheduler = Scheduler::start(model, config);
         let (identical, ran, tok_s) = run_mixes(&scheduler, &plans, &runs.only)?;
         results.push(
