@@ -224,9 +224,9 @@ def speculative(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -
                 best(url, model, prompt, fields)
                 rows[name][peer] = best(url, model, prompt, fields)[0]
     print(f"{'workload':<16}{'tokens':>7}{'seedbar':>9}{'no spec':>9}{'llama':>8}{'ngram-simple':>13}{'ngram-mod':>10}"
-          f"{'vs no spec':>11}{'vs best llama':>14}{'same reply':>11}")
+          f"{'vs no spec':>11}{'vs best llama':>14}{'plain vs plain':>15}{'same reply':>11}")
     for name, r in rows.items():
         peer_best = max(r["plain"], r["ngram-simple"], r["ngram-mod"])
         print(f"{name:<16}{r['tokens']:>7}{r['seedbar']:>9.1f}{r['seedbar_plain']:>9.1f}{r['plain']:>8.1f}"
               f"{r['ngram-simple']:>13.1f}{r['ngram-mod']:>10.1f}{r['seedbar'] / r['seedbar_plain']:>10.2f}x"
-              f"{r['seedbar'] / peer_best:>13.2f}x{str(r['identical']):>11}")
+              f"{r['seedbar'] / peer_best:>13.2f}x{r['seedbar_plain'] / r['plain']:>14.2f}x{str(r['identical']):>11}")

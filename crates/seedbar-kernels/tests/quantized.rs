@@ -19,13 +19,16 @@ impl Stream {
     }
 }
 
-/// A random `[rows, cols]` matrix in MLX's packing, with its dequantized values.
+/// A random `[rows, cols]` matrix in MLX's packing, with its dequantized values; `half`:
+/// every scale and bias a float16 (multiples of 2^-11, as GGUF's are float16), which the
+/// matrix then holds as float16.
 fn random_matrix(
     rows: usize,
     cols: usize,
     group_size: usize,
     bits: u32,
     seed: u64,
+    half: bool,
 ) -> (QuantizedMatrix, Vec<Vec<f64>>) {
     let mut s = Stream(seed);
     let per_word = 32 / bits as usize;
@@ -41,8 +44,16 @@ fn random_matrix(
         })
         .collect();
     let groups = rows * cols / group_size;
-    let scales: Vec<f32> = (0..groups).map(|_| s.float() * 0.05).collect();
-    let biases: Vec<f32> = (0..groups).map(|_| s.float() * 0.1).collect();
+    let mut value = |spread: f32| {
+        let x = s.float() * spread;
+        if half {
+            (x * 2048.0).round() / 2048.0
+        } else {
+            x
+        }
+    };
+    let scales: Vec<f32> = (0..groups).map(|_| value(0.05)).collect();
+    let biases: Vec<f32> = (0..groups).map(|_| value(0.1)).collect();
     let dense = (0..rows)
         .map(|r| {
             (0..cols)
@@ -66,9 +77,16 @@ fn random_input(m: usize, cols: usize, seed: u64) -> Vec<f32> {
 
 #[test]
 fn every_kernel_matches_a_float64_reference() {
-    for (bits, group_size, cols) in [(4, 32, 96), (4, 64, 192), (8, 32, 64), (8, 128, 256)] {
+    for (bits, group_size, cols, half) in [
+        (4, 32, 96, false),
+        (4, 64, 192, false),
+        (8, 32, 64, false),
+        (8, 128, 256, false),
+        (4, 32, 96, true),
+        (8, 32, 64, true),
+    ] {
         let rows = 13;
-        let (w, dense) = random_matrix(rows, cols, group_size, bits, 7 + cols as u64);
+        let (w, dense) = random_matrix(rows, cols, group_size, bits, 7 + cols as u64, half);
         for m in [1, 3, 6] {
             let x = random_input(m, cols, 99);
             for kernel in Kernel::available() {
@@ -92,22 +110,25 @@ fn every_kernel_matches_a_float64_reference() {
 
 #[test]
 fn every_kernel_gives_the_same_bits() {
-    for bits in [4, 8] {
-        let (w, _) = random_matrix(41, 192, 64, bits, 17);
+    for (bits, half) in [(4, false), (8, false), (4, true), (8, true)] {
+        let (w, _) = random_matrix(41, 192, 64, bits, 17, half);
         let x = random_input(10, 192, 4);
         let results: Vec<Vec<f32>> = Kernel::available()
             .into_iter()
             .map(|k| w.matmul_transposed_with(k, &x, 10))
             .collect();
-        assert!(results.windows(2).all(|r| r[0] == r[1]), "{bits}-bit");
+        assert!(
+            results.windows(2).all(|r| r[0] == r[1]),
+            "{bits}-bit, {half}"
+        );
     }
 }
 
 #[test]
 fn a_row_is_bit_identical_at_every_position_of_every_batch_size() {
     let (cols, rows) = (128, 37);
-    for bits in [4, 8] {
-        let (w, _) = random_matrix(rows, cols, 64, bits, 3);
+    for (bits, half) in [(4, false), (8, false), (4, true)] {
+        let (w, _) = random_matrix(rows, cols, 64, bits, 3, half);
         let target = random_input(1, cols, 5);
         for kernel in Kernel::available() {
             let alone = w.matmul_transposed_with(kernel, &target, 1);
@@ -129,7 +150,7 @@ fn a_row_is_bit_identical_at_every_position_of_every_batch_size() {
 
 #[test]
 fn thread_count_does_not_change_a_result() {
-    let (w, _) = random_matrix(300, 256, 32, 4, 21);
+    let (w, _) = random_matrix(300, 256, 32, 4, 21, false);
     let x = random_input(5, 256, 8);
     let on = |threads| {
         rayon::ThreadPoolBuilder::new()
@@ -143,7 +164,7 @@ fn thread_count_does_not_change_a_result() {
 
 #[test]
 fn slicing_rows_keeps_their_values() {
-    let (w, dense) = random_matrix(10, 64, 32, 4, 2);
+    let (w, dense) = random_matrix(10, 64, 32, 4, 2, false);
     let part = w.slice_rows(4..7);
     assert_eq!(part.rows(), 3);
     for r in 0..3 {
@@ -161,7 +182,7 @@ fn a_stack_of_matrices_gives_each_parts_bits() {
         let parts: Vec<_> = sizes
             .iter()
             .zip(1..)
-            .map(|(&rows, seed)| random_matrix(rows, 64, 32, 4, seed).0)
+            .map(|(&rows, seed)| random_matrix(rows, 64, 32, 4, seed, false).0)
             .collect();
         let stacked = QuantizedMatrix::stack_rows(&parts.iter().collect::<Vec<_>>()).unwrap();
         let total: usize = sizes.iter().sum();
@@ -180,8 +201,8 @@ fn a_stack_of_matrices_gives_each_parts_bits() {
         }
     }
     let (narrow, wide) = (
-        random_matrix(4, 32, 32, 4, 4).0,
-        random_matrix(4, 64, 32, 4, 5).0,
+        random_matrix(4, 32, 32, 4, 4, false).0,
+        random_matrix(4, 64, 32, 4, 5, false).0,
     );
     assert!(QuantizedMatrix::stack_rows(&[&wide, &narrow]).is_none());
 }
@@ -209,4 +230,26 @@ fn what_cannot_be_held_is_refused_with_the_reason() {
             ..
         }
     ));
+}
+
+#[test]
+fn float16_scales_are_held_as_float16() {
+    // 13 rows (one panel of 16 lanes), 64 columns in groups of 32: 512 bytes of 4-bit codes
+    // and 2 groups' 16 scales and 16 biases.
+    let (single, _) = random_matrix(13, 64, 32, 4, 9, false);
+    let (half, _) = random_matrix(13, 64, 32, 4, 9, true);
+    assert_eq!(single.bytes(), 512 + 2 * 32 * 4);
+    assert_eq!(half.bytes(), 512 + 2 * 32 * 2);
+    // Stacked with a float32 matrix, the stack holds float32 (and the same products).
+    let stacked = QuantizedMatrix::stack_rows(&[&half, &single]).unwrap();
+    let x = random_input(2, 64, 8);
+    let y = stacked.matmul_transposed(&x, 2);
+    let (a, b) = (
+        half.matmul_transposed(&x, 2),
+        single.matmul_transposed(&x, 2),
+    );
+    for i in 0..2 {
+        assert_eq!(&y[i * 26..i * 26 + 13], &a[i * 13..(i + 1) * 13]);
+        assert_eq!(&y[i * 26 + 13..(i + 1) * 26], &b[i * 13..(i + 1) * 13]);
+    }
 }

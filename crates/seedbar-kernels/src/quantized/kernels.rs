@@ -57,7 +57,7 @@ unsafe fn portable(w: &QuantizedMatrix, x: &[f32], m: usize, panels: Range<usize
 mod x86 {
     use std::{arch::x86_64::*, ops::Range};
 
-    use crate::quantized::{pair_bytes, QuantizedMatrix, PANEL};
+    use crate::quantized::{pair_bytes, Affine, QuantizedMatrix, PANEL};
 
     /// Input rows per tile: `MR · NR` accumulators stay in registers (32 zmm, 16 ymm).
     pub const AVX512_ROWS: usize = 8;
@@ -91,10 +91,31 @@ mod x86 {
         }
     }
 
-    /// Pick the monomorphized tile for `(rows, panels, bits)`.
+    /// Pick the tiles for the matrix's affine type.
     macro_rules! dispatch {
-        ($name:ident, $tile:ident, [$($mr:literal),+], [$($narrow:literal),+]) => {
+        ($name:ident, $affine:ident) => {
             pub unsafe fn $name(
+                w: &QuantizedMatrix,
+                x: &[f32],
+                i0: usize,
+                mr: usize,
+                p0: usize,
+                np: usize,
+                out: *mut f32,
+            ) {
+                if matches!(w.affine, Affine::Half { .. }) {
+                    $affine::<true>(w, x, i0, mr, p0, np, out)
+                } else {
+                    $affine::<false>(w, x, i0, mr, p0, np, out)
+                }
+            }
+        };
+    }
+
+    /// The monomorphized tile for `(rows, panels, bits)` with float16 affines or not.
+    macro_rules! dispatch_affine {
+        ($name:ident, $tile:ident, [$($mr:literal),+], [$($narrow:literal),+]) => {
+            unsafe fn $name<const HALF: bool>(
                 w: &QuantizedMatrix,
                 x: &[f32],
                 i0: usize,
@@ -105,14 +126,14 @@ mod x86 {
             ) {
                 match (mr, np, w.bits == 4) {
                     $(
-                        ($mr, 1, true) => $tile::<$mr, 1, true>(w, x, i0, p0, out),
-                        ($mr, 1, false) => $tile::<$mr, 1, false>(w, x, i0, p0, out),
-                        ($mr, 2, true) => $tile::<$mr, 2, true>(w, x, i0, p0, out),
-                        ($mr, 2, false) => $tile::<$mr, 2, false>(w, x, i0, p0, out),
+                        ($mr, 1, true) => $tile::<$mr, 1, true, HALF>(w, x, i0, p0, out),
+                        ($mr, 1, false) => $tile::<$mr, 1, false, HALF>(w, x, i0, p0, out),
+                        ($mr, 2, true) => $tile::<$mr, 2, true, HALF>(w, x, i0, p0, out),
+                        ($mr, 2, false) => $tile::<$mr, 2, false, HALF>(w, x, i0, p0, out),
                     )+
                     $(
-                        ($narrow, 4, true) => $tile::<$narrow, 4, true>(w, x, i0, p0, out),
-                        ($narrow, 4, false) => $tile::<$narrow, 4, false>(w, x, i0, p0, out),
+                        ($narrow, 4, true) => $tile::<$narrow, 4, true, HALF>(w, x, i0, p0, out),
+                        ($narrow, 4, false) => $tile::<$narrow, 4, false, HALF>(w, x, i0, p0, out),
                     )+
                     _ => unreachable!("tile {mr}×{np}"),
                 }
@@ -120,8 +141,36 @@ mod x86 {
         };
     }
 
-    dispatch!(avx512, tile512, [1, 2, 3, 4, 5, 6, 7, 8], [1, 2]);
-    dispatch!(avx2, tile256, [1, 2, 3, 4], [1, 2]);
+    dispatch!(avx512, avx512_affine);
+    dispatch!(avx2, avx2_affine);
+    dispatch_affine!(avx512_affine, tile512, [1, 2, 3, 4, 5, 6, 7, 8], [1, 2]);
+    dispatch_affine!(avx2_affine, tile256, [1, 2, 3, 4], [1, 2]);
+
+    /// 16 scales or biases from `at` as f32: float16 widened (exact) where `HALF`.
+    #[inline(always)]
+    unsafe fn affine16<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m512; 2] {
+        match &w.affine {
+            Affine::Half { scales, biases } if HALF => [scales, biases]
+                .map(|v| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()))),
+            Affine::Single { scales, biases } if !HALF => {
+                [scales, biases].map(|v| _mm512_loadu_ps(v.as_ptr().add(at)))
+            }
+            _ => unreachable!("the tile was picked for the matrix's affine type"),
+        }
+    }
+
+    /// 8 scales or biases from `at` as f32 (AVX2 with F16C).
+    #[inline(always)]
+    unsafe fn affine8<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m256; 2] {
+        match &w.affine {
+            Affine::Half { scales, biases } if HALF => [scales, biases]
+                .map(|v| _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at).cast()))),
+            Affine::Single { scales, biases } if !HALF => {
+                [scales, biases].map(|v| _mm256_loadu_ps(v.as_ptr().add(at)))
+            }
+            _ => unreachable!("the tile was picked for the matrix's affine type"),
+        }
+    }
 
     /// Where a tile's operands start, and the matrix's group geometry.
     struct Operands<const MR: usize, const NR: usize> {
@@ -166,7 +215,7 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx512f")]
-    unsafe fn tile512<const MR: usize, const NR: usize, const FOUR_BITS: bool>(
+    unsafe fn tile512<const MR: usize, const NR: usize, const FOUR_BITS: bool, const HALF: bool>(
         w: &QuantizedMatrix,
         x: &[f32],
         i0: usize,
@@ -181,8 +230,7 @@ mod x86 {
             let mut bias = [_mm512_setzero_ps(); NR];
             for r in 0..NR {
                 let at = o.affine_at(p0 + r, g);
-                scale[r] = _mm512_loadu_ps(w.scales.as_ptr().add(at));
-                bias[r] = _mm512_loadu_ps(w.biases.as_ptr().add(at));
+                [scale[r], bias[r]] = affine16::<HALF>(w, at);
             }
             for pair in g * o.pairs_per_group..(g + 1) * o.pairs_per_group {
                 let mut w0 = [_mm512_setzero_ps(); NR];
@@ -221,8 +269,8 @@ mod x86 {
         }
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile256<const MR: usize, const NR: usize, const FOUR_BITS: bool>(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile256<const MR: usize, const NR: usize, const FOUR_BITS: bool, const HALF: bool>(
         w: &QuantizedMatrix,
         x: &[f32],
         i0: usize,
@@ -249,8 +297,7 @@ mod x86 {
                         } else {
                             (widen(8 * h), widen(PANEL + 8 * h))
                         };
-                        let scale = _mm256_loadu_ps(w.scales.as_ptr().add(at + 8 * h));
-                        let bias = _mm256_loadu_ps(w.biases.as_ptr().add(at + 8 * h));
+                        let [scale, bias] = affine8::<HALF>(w, at + 8 * h);
                         w0[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q0), scale, bias);
                         w1[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q1), scale, bias);
                     }
