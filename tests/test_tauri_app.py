@@ -743,8 +743,10 @@ def test_quit_stops_the_server(app):
     """Quit during a stream stops the server gracefully: the stream finishes or ends with an
     error event (never cut off mid-way), then the port closes."""
     desktop, base = app["desktop"], app["base"]
+    # Long enough to be running still when the tray's Quit is picked (400 tokens once ran out
+    # first on a faster build, and the menu changed under the keys).
     body = {"model": DEFAULT_MODEL, "messages": [{"role": "user", "content": "Write a long story."}],
-            "max_tokens": 400, "stream": True, "logit_bias": {"0": -100, "2": -100}}
+            "max_tokens": 3000, "stream": True, "logit_bias": {"0": -100, "2": -100}}
     request = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     lines, started = [], threading.Event()
