@@ -2,29 +2,10 @@
 //! relies on: a query head's output is bit-identical alone, in any block of queries, and on
 //! every kernel.
 
+mod common;
+
+use common::Stream;
 use seedbar_kernels::{Kernel, Kv, QueryAttention};
-
-/// A deterministic pseudo-random stream (xorshift), so failures reproduce.
-struct Stream(u64);
-
-impl Stream {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn floats(&mut self, n: usize, spread: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| ((self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0) * spread)
-            .collect()
-    }
-}
 
 /// `softmax(scale · q·k [capped]) · v` for query head `h` over `range`, in float64.
 fn reference(

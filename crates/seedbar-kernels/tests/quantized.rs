@@ -1,23 +1,10 @@
 //! The kernels against a float64 reference, and the property the scheduler relies on: an
 //! output row is bit-identical whatever else is in the call.
 
+mod common;
+
+use common::Stream;
 use seedbar_kernels::{Kernel, QuantizedMatrix, Unsupported};
-
-/// A deterministic pseudo-random stream (xorshift), so failures reproduce.
-struct Stream(u64);
-
-impl Stream {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn float(&mut self) -> f32 {
-        (self.next() % 2_000_001) as f32 / 1_000_000.0 - 1.0
-    }
-}
 
 /// A random `[rows, cols]` matrix in MLX's packing, with its dequantized values; `half`:
 /// every scale and bias a float16 (multiples of 2^-11, as GGUF's are float16), which the

@@ -150,11 +150,15 @@ mod x86 {
     #[inline(always)]
     unsafe fn affine16<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m512; 2] {
         match &w.affine {
-            Affine::Half { scales, biases } if HALF => [scales, biases]
-                .map(|v| _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(at).cast()))),
-            Affine::Single { scales, biases } if !HALF => {
-                [scales, biases].map(|v| _mm512_loadu_ps(v.as_ptr().add(at)))
-            }
+            // (No closures: they would not be compiled with the tile's target features.)
+            Affine::Half { scales, biases } if HALF => [
+                _mm512_cvtph_ps(_mm256_loadu_si256(scales.as_ptr().add(at).cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(biases.as_ptr().add(at).cast())),
+            ],
+            Affine::Single { scales, biases } if !HALF => [
+                _mm512_loadu_ps(scales.as_ptr().add(at)),
+                _mm512_loadu_ps(biases.as_ptr().add(at)),
+            ],
             _ => unreachable!("the tile was picked for the matrix's affine type"),
         }
     }
@@ -163,11 +167,14 @@ mod x86 {
     #[inline(always)]
     unsafe fn affine8<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m256; 2] {
         match &w.affine {
-            Affine::Half { scales, biases } if HALF => [scales, biases]
-                .map(|v| _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(at).cast()))),
-            Affine::Single { scales, biases } if !HALF => {
-                [scales, biases].map(|v| _mm256_loadu_ps(v.as_ptr().add(at)))
-            }
+            Affine::Half { scales, biases } if HALF => [
+                _mm256_cvtph_ps(_mm_loadu_si128(scales.as_ptr().add(at).cast())),
+                _mm256_cvtph_ps(_mm_loadu_si128(biases.as_ptr().add(at).cast())),
+            ],
+            Affine::Single { scales, biases } if !HALF => [
+                _mm256_loadu_ps(scales.as_ptr().add(at)),
+                _mm256_loadu_ps(biases.as_ptr().add(at)),
+            ],
             _ => unreachable!("the tile was picked for the matrix's affine type"),
         }
     }
