@@ -88,11 +88,14 @@ def main() -> None:
     sys.stdout.flush()
     llama_server = CACHE / "llama-server.path"
     if llama_server.exists():
-        cpu_peer.compare(SEEDBAR, Path(llama_server.read_text().strip()), gguf, PROMPTS)
+        llama = Path(llama_server.read_text().strip())
+        cpu_peer.compare(SEEDBAR, llama, gguf, PROMPTS)
         print()
-        cpu_peer.speculative(SEEDBAR, Path(llama_server.read_text().strip()), gguf, PROMPTS)
+        cpu_peer.compare(SEEDBAR, llama, cpu_peer.q4_k_m(llama, gguf, CACHE / "bench"), PROMPTS)
         print()
-        remote_peer.compare(SEEDBAR, Path(llama_server.read_text().strip()), gguf)
+        cpu_peer.speculative(SEEDBAR, llama, gguf, PROMPTS)
+        print()
+        remote_peer.compare(SEEDBAR, llama, gguf)
     else:
         print("llama-server is not built: `make bench` builds it (scripts/setup.sh --bench)")
 

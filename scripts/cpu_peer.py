@@ -9,7 +9,8 @@ and without it (the request's `speculative: false`), llama-server plain and with
 speculation (`--spec-type ngram-simple`, and `ngram-mod`), on an editor's request (a file sent
 back with a small change; scripts/bench-editor.txt) and a plain chat.
 
-`make bench` builds llama-server (scripts/setup.sh --bench) and runs this from scripts/bench.py."""
+`make bench` builds llama-server (scripts/setup.sh --bench) and runs this from scripts/bench.py,
+on the default Q4_1 GGUF and on a Q4_K_M file of the same weights (`q4_k_m`)."""
 
 import os
 import socket
@@ -132,6 +133,21 @@ def past_trained_context(gguf: Path) -> list:
     return ["--override-kv", f"{arch}.context_length=int:{2 * CONTEXT}"]
 
 
+def q4_k_m(llama_bin: Path, gguf: Path, out_dir: Path) -> Path:
+    """A Q4_K_M file of `gguf`'s weights, written once by llama.cpp's own quantizer (beside
+    llama-server). The default GGUF is the only copy of the weights the bench has, so its
+    values are requantized (`--allow-requantize`): the same model in K-quant blocks (and the
+    Q5_0/Q8_0 fallbacks llama.cpp picks for rows not a multiple of 256 long)."""
+    out = out_dir / gguf.name.replace(".Q4_1.", ".Q4_K_M.")
+    if not out.exists():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        subprocess.run([str(llama_bin.parent / "llama-quantize"), "--allow-requantize", str(gguf),
+                        str(partial), "Q4_K_M"], check=True, capture_output=True)
+        partial.rename(out)
+    return out
+
+
 def repack_flags(llama_bin: Path, gguf: Path, cores: str) -> list:
     """llama-server's flags for this machine: none, or `--no-repack` where it crashes at start.
     llama.cpp's AMX kernels crash at the warm-up where the CPU reports AMX but the machine (a
@@ -149,7 +165,7 @@ def compare(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> No
     cores = str(os.cpu_count() or 2)
     sentence = "The quick brown fox jumps over the lazy dog. "
     fillers = [(sentence * (tokens // 10), repeat) for tokens, repeat in PREFILLS]
-    print(f"Seedbar vs llama-server (-np N -t {cores}), same GGUF, {TOKENS} tokens per chat, temperature 0.8, seeded")
+    print(f"Seedbar vs llama-server (-np N -t {cores}), same GGUF ({gguf.name}), {TOKENS} tokens per chat, temperature 0.8, seeded")
     print(f"{'chats':<7}{'seedbar tok/s':>14}{'llama tok/s':>13}{'ratio':>8}{'seedbar ttft':>14}{'llama ttft':>12}")
     def peer_argv(n, port, extra):
         return [str(llama_bin), "-m", str(gguf), "--port", str(port), "-np", str(n), "-t", cores,

@@ -353,12 +353,14 @@ test_tools() {
   touch "$stamp"
 }
 
-# llama.cpp's llama-server, the peer `make bench` runs on the same GGUF: built (Release,
-# native CPU kernels, no network features, no web UI download) from the llama.cpp vendored in
-# the pinned llama-cpp-python sdist; its path goes to $CACHE/llama-server.path.
+# llama.cpp's llama-server, the peer `make bench` runs on the same GGUF, and llama-quantize,
+# which writes the bench's Q4_K_M file of the default weights: built (Release, native CPU
+# kernels, no network features, no web UI download) from the llama.cpp vendored in the pinned
+# llama-cpp-python sdist; llama-server's path goes to $CACHE/llama-server.path (llama-quantize
+# beside it).
 llama_server() {
   local dir="$CACHE/llama-server-$LLAMA_CPP_PYTHON_VERSION" work
-  if [[ ! -x "$dir/bin/llama-server" ]]; then
+  if [[ ! -x "$dir/bin/llama-server" || ! -x "$dir/bin/llama-quantize" ]]; then
     log "llama-server: building llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION's llama.cpp (minutes)"
     work="$dir.build" && rm -rf "$work" && mkdir -p "$work"
     "$CACHE/venv/bin/pip" download -q --no-deps --no-binary :all: \
@@ -371,8 +373,9 @@ llama_server() {
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
       -DLLAMA_OPENSSL=OFF >/dev/null
-    cmake --build "$work/build" --target llama-server -j "$(getconf _NPROCESSORS_ONLN)" >/dev/null
-    mkdir -p "$dir/bin" && cp "$work/build/bin/llama-server" "$dir/bin/"
+    cmake --build "$work/build" --target llama-server llama-quantize \
+      -j "$(getconf _NPROCESSORS_ONLN)" >/dev/null
+    mkdir -p "$dir/bin" && cp "$work/build/bin/llama-server" "$work/build/bin/llama-quantize" "$dir/bin/"
     rm -rf "$work"
   fi
   echo "$dir/bin/llama-server" >"$CACHE/llama-server.path"

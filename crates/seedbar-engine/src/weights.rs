@@ -320,7 +320,7 @@ pub struct Quantized {
 }
 
 impl Quantized {
-    /// The same matrix for the CPU kernels of `seedbar_kernels` (4 and 8 bits); the inner
+    /// The same matrix for the CPU kernels of `seedbar_kernels` (2 to 8 bits); the inner
     /// error is a format those kernels do not hold.
     fn packed(
         &self,

@@ -4,10 +4,11 @@
 //! moving their numbers (a BLAS picks tail kernels and reduction splits by row count; these
 //! never do).
 //!
-//! - [`quantized`]: matrix products `x · Wᵀ` with 4- and 8-bit affine-quantized weights
+//! - [`quantized`]: matrix products `x · Wᵀ` with 2- to 8-bit affine-quantized weights
 //!   ([`QuantizedMatrix`]), each output one fused multiply-add chain over the columns.
 //! - [`attention`]: a row's queries over its own keys and values ([`QueryAttention`]),
 //!   each query head computed as it is alone, however many queries run together.
+//! - [`team`]: the threads that share a step's loops ([`Team`]), spinning between them.
 //!
 //! Each has an AVX-512, an AVX2 and a portable form that agree bit for bit ([`Kernel`]).
 //!
@@ -24,9 +25,11 @@
 
 pub mod attention;
 pub mod quantized;
+pub mod team;
 
 pub use attention::{Kv, QueryAttention};
 pub use quantized::{QuantizedMatrix, Unsupported, PANEL};
+pub use team::Team;
 
 /// One instruction set's kernels (every kernel of the crate has each form).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! Matrix products `x · Wᵀ` with affine-quantized weights (`w = scale · q + bias` for each
-//! group of a row's columns, 4 or 8 bits: MLX's format and GGUF's Q4_0, Q4_1 and Q8_0),
+//! group of a row's columns, held in 4 or 8 bits: MLX's format and GGUF's Q4_0 to Q8_0, Q4_K
+//! and Q5_K),
 //! computed on the CPU so that **every output row depends on its own input row alone**.
 //!
 //! Each output `y[i][n]` is one fused multiply-add chain over the columns in order,
@@ -22,9 +23,7 @@ mod kernels;
 
 use std::ops::Range;
 
-use rayon::prelude::*;
-
-use crate::Kernel;
+use crate::{Kernel, Team};
 
 /// Weight rows per panel: the SIMD lanes of one AVX-512 vector.
 pub const PANEL: usize = 16;
@@ -32,7 +31,7 @@ pub const PANEL: usize = 16;
 /// A matrix this crate cannot hold.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Unsupported {
-    #[error("{0}-bit weights (4 and 8 are supported)")]
+    #[error("{0}-bit weights (2 to 8 are supported)")]
     Bits(u32),
     #[error("group size {0} (an even number is needed)")]
     GroupSize(usize),
@@ -148,8 +147,9 @@ fn half_value(h: u16) -> f32 {
 
 impl QuantizedMatrix {
     /// Repack MLX's affine quantization: `words` is the `[rows, cols · bits / 32]` uint32
-    /// weight (values packed from the low bits up), `scales` and `biases` are
-    /// `[rows, cols / group_size]`.
+    /// weight (each row's `bits`-bit values one stream from the low bits up), `scales` and
+    /// `biases` are `[rows, cols / group_size]`. Values of 2 to 4 bits are held in 4 bits,
+    /// of 5 to 8 in 8 (GGUF's Q5_0 and Q5_1 among them): the same values, the same chains.
     pub fn from_mlx_affine(
         words: &[u32],
         scales: &[f32],
@@ -159,13 +159,13 @@ impl QuantizedMatrix {
         group_size: usize,
         bits: u32,
     ) -> Result<Self, Unsupported> {
-        if bits != 4 && bits != 8 {
+        if !(2..=8).contains(&bits) {
             return Err(Unsupported::Bits(bits));
         }
         if group_size == 0 || !group_size.is_multiple_of(2) {
             return Err(Unsupported::GroupSize(group_size));
         }
-        if !cols.is_multiple_of(group_size) || !(rows * cols * bits as usize).is_multiple_of(32) {
+        if !cols.is_multiple_of(group_size) || !(cols * bits as usize).is_multiple_of(32) {
             return Err(Unsupported::Columns { cols, group_size });
         }
         let groups = rows * (cols / group_size);
@@ -182,17 +182,18 @@ impl QuantizedMatrix {
                 });
             }
         }
-        let per_word = 32 / bits as usize;
-        let mask = (1u32 << bits) - 1;
+        let mask = (1u64 << bits) - 1;
         let row_groups = cols / group_size;
         Ok(Self::from_fn(
             rows,
             cols,
             group_size,
-            bits,
+            if bits <= 4 { 4 } else { 8 },
             |row, col| {
-                let at = row * cols + col;
-                ((words[at / per_word] >> (bits as usize * (at % per_word))) & mask) as u8
+                let at = (row * cols + col) * bits as usize;
+                let (word, shift) = (at / 32, at % 32);
+                let next = words.get(word + 1).map_or(0, |&w| u64::from(w));
+                (((u64::from(words[word]) | next << 32) >> shift) & mask) as u8
             },
             |row, group| {
                 let at = row * row_groups + group;
@@ -342,14 +343,20 @@ impl QuantizedMatrix {
 
     /// `x · Wᵀ` for `m` rows of `x` (`[m, cols]`, row-major): `[m, rows]`, row-major. Each
     /// output row is a function of its input row alone (see the module docs). Work is split
-    /// by panels of output columns over rayon's threads.
+    /// by panels of output columns over the process's [`Team`].
     pub fn matmul_transposed(&self, x: &[f32], m: usize) -> Vec<f32> {
-        self.matmul_transposed_with(Kernel::detect(), x, m)
+        self.matmul_transposed_with(Kernel::detect(), Team::shared(), x, m)
     }
 
-    /// [`matmul_transposed`](Self::matmul_transposed) on a given kernel (tests run each one
-    /// this CPU has). Panics on a kernel the CPU lacks.
-    pub fn matmul_transposed_with(&self, kernel: Kernel, x: &[f32], m: usize) -> Vec<f32> {
+    /// [`matmul_transposed`](Self::matmul_transposed) on a given kernel and team (tests run
+    /// each kernel this CPU has). Panics on a kernel the CPU lacks.
+    pub fn matmul_transposed_with(
+        &self,
+        kernel: Kernel,
+        team: &Team,
+        x: &[f32],
+        m: usize,
+    ) -> Vec<f32> {
         assert!(kernel.is_available(), "{kernel:?} is not available");
         assert_eq!(x.len(), m * self.cols, "x must be [m, cols]");
         let mut out = vec![0.0f32; m * self.rows];
@@ -357,15 +364,13 @@ impl QuantizedMatrix {
             return out;
         }
         let panels = self.rows.div_ceil(PANEL);
-        let per_task = panels_per_task(panels);
+        let per_task = panels_per_task(panels, team.threads());
         let target = OutPtr(out.as_mut_ptr());
-        (0..panels.div_ceil(per_task))
-            .into_par_iter()
-            .for_each(|t| {
-                let range = t * per_task..((t + 1) * per_task).min(panels);
-                // SAFETY: every task writes the disjoint columns of its own panels.
-                unsafe { kernel.run(self, x, m, range, target.get()) };
-            });
+        team.for_each(panels.div_ceil(per_task), |t| {
+            let range = t * per_task..((t + 1) * per_task).min(panels);
+            // SAFETY: every task writes the disjoint columns of its own panels.
+            unsafe { kernel.run(self, x, m, range, target.get()) };
+        });
         out
     }
 
@@ -398,8 +403,8 @@ fn pair_bytes(bits: u32) -> usize {
 
 /// Panels per task: enough tasks to balance the threads, each long enough that scheduling
 /// costs little next to its work.
-fn panels_per_task(panels: usize) -> usize {
-    let tasks = rayon::current_num_threads() * 4;
+fn panels_per_task(panels: usize, threads: usize) -> usize {
+    let tasks = threads * 4;
     panels.div_ceil(tasks).clamp(2, 64)
 }
 

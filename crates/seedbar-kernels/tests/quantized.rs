@@ -4,7 +4,7 @@
 mod common;
 
 use common::Stream;
-use seedbar_kernels::{Kernel, QuantizedMatrix, Unsupported};
+use seedbar_kernels::{Kernel, QuantizedMatrix, Team, Unsupported};
 
 /// A random `[rows, cols]` matrix in MLX's packing, with its dequantized values; `half`:
 /// every scale and bias a float16 (multiples of 2^-11, as GGUF's are float16), which the
@@ -18,18 +18,17 @@ fn random_matrix(
     half: bool,
 ) -> (QuantizedMatrix, Vec<Vec<f64>>) {
     let mut s = Stream(seed);
-    let per_word = 32 / bits as usize;
     let q: Vec<u32> = (0..rows * cols)
         .map(|_| (s.next() % (1 << bits)) as u32)
         .collect();
-    let words: Vec<u32> = q
-        .chunks(per_word)
-        .map(|c| {
-            c.iter()
-                .enumerate()
-                .fold(0, |w, (i, &v)| w | (v << (bits as usize * i)))
-        })
-        .collect();
+    // One stream of `bits`-bit values from the low bits up (values may straddle words).
+    let mut words = vec![0u32; rows * cols * bits as usize / 32];
+    for (i, &v) in q.iter().enumerate() {
+        for b in 0..bits as usize {
+            let at = i * bits as usize + b;
+            words[at / 32] |= ((v >> b) & 1) << (at % 32);
+        }
+    }
     let groups = rows * cols / group_size;
     let mut value = |spread: f32| {
         let x = s.float() * spread;
@@ -71,13 +70,16 @@ fn every_kernel_matches_a_float64_reference() {
         (8, 128, 256, false),
         (4, 32, 96, true),
         (8, 32, 64, true),
+        (3, 32, 96, false),
+        (5, 32, 64, true),
+        (6, 64, 192, false),
     ] {
         let rows = 13;
         let (w, dense) = random_matrix(rows, cols, group_size, bits, 7 + cols as u64, half);
         for m in [1, 3, 6] {
             let x = random_input(m, cols, 99);
             for kernel in Kernel::available() {
-                let y = w.matmul_transposed_with(kernel, &x, m);
+                let y = w.matmul_transposed_with(kernel, Team::shared(), &x, m);
                 for i in 0..m {
                     for n in 0..rows {
                         let exact: f64 = (0..cols)
@@ -102,7 +104,7 @@ fn every_kernel_gives_the_same_bits() {
         let x = random_input(10, 192, 4);
         let results: Vec<Vec<f32>> = Kernel::available()
             .into_iter()
-            .map(|k| w.matmul_transposed_with(k, &x, 10))
+            .map(|k| w.matmul_transposed_with(k, Team::shared(), &x, 10))
             .collect();
         assert!(
             results.windows(2).all(|r| r[0] == r[1]),
@@ -118,12 +120,12 @@ fn a_row_is_bit_identical_at_every_position_of_every_batch_size() {
         let (w, _) = random_matrix(rows, cols, 64, bits, 3, half);
         let target = random_input(1, cols, 5);
         for kernel in Kernel::available() {
-            let alone = w.matmul_transposed_with(kernel, &target, 1);
+            let alone = w.matmul_transposed_with(kernel, Team::shared(), &target, 1);
             for m in 1..=19 {
                 for at in 0..m {
                     let mut x = random_input(m, cols, 11 + m as u64);
                     x[at * cols..(at + 1) * cols].copy_from_slice(&target);
-                    let y = w.matmul_transposed_with(kernel, &x, m);
+                    let y = w.matmul_transposed_with(kernel, Team::shared(), &x, m);
                     assert_eq!(
                         &y[at * rows..(at + 1) * rows],
                         &alone[..],
@@ -139,13 +141,7 @@ fn a_row_is_bit_identical_at_every_position_of_every_batch_size() {
 fn thread_count_does_not_change_a_result() {
     let (w, _) = random_matrix(300, 256, 32, 4, 21, false);
     let x = random_input(5, 256, 8);
-    let on = |threads| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("pool")
-            .install(|| w.matmul_transposed(&x, 5))
-    };
+    let on = |threads| w.matmul_transposed_with(Kernel::detect(), &Team::new(threads), &x, 5);
     assert_eq!(on(1), on(3));
 }
 
@@ -201,7 +197,8 @@ fn what_cannot_be_held_is_refused_with_the_reason() {
     let refuse = |bits, group, cols| {
         QuantizedMatrix::from_mlx_affine(&words, &one, &one, 1, cols, group, bits).unwrap_err()
     };
-    assert_eq!(refuse(3, 32, 32), Unsupported::Bits(3));
+    assert_eq!(refuse(1, 32, 32), Unsupported::Bits(1));
+    assert_eq!(refuse(9, 32, 32), Unsupported::Bits(9));
     assert_eq!(refuse(4, 3, 30), Unsupported::GroupSize(3));
     assert_eq!(
         refuse(4, 64, 96),

@@ -19,7 +19,7 @@ use std::{
     thread,
 };
 
-use seedbar_engine::{runtime, step::plan::Layout, Model};
+use seedbar_engine::{step::plan::Layout, Model};
 use tokio::sync::mpsc::unbounded_channel;
 
 use crate::{
@@ -71,19 +71,7 @@ impl Scheduler {
         let worker = Worker::new(model, layout, config.clone(), stats.clone(), receiver);
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())
-            .spawn(move || {
-                // The engine's own pool of threads, one of which runs the worker: a host
-                // step's products then split from a pool thread, waking the others, instead
-                // of waking every one of them while the engine thread sleeps.
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(runtime::cpu_cores())
-                    .thread_name(|i| format!("seedbar-engine-{i}"))
-                    .build();
-                match pool {
-                    Ok(pool) => pool.install(move || worker.run()),
-                    Err(_) => worker.run(),
-                }
-            })
+            .spawn(move || worker.run())
             .expect("spawn the engine thread");
         Scheduler {
             commands,

@@ -11,8 +11,7 @@
 //! row's bits do not depend on the other rows of the step (the CPU kernels' property too).
 
 use mlx_rs::{Array, Dtype};
-use rayon::prelude::*;
-use seedbar_kernels::{Kv, QueryAttention};
+use seedbar_kernels::{Kv, QueryAttention, Team};
 
 use super::{
     activation::Activation,
@@ -267,27 +266,25 @@ impl Attention {
             })
             .collect();
         let window = self.positions.window.map(|w| w as usize);
-        let attended: Vec<Vec<f32>> = jobs
-            .par_iter()
-            .map(|&(i, from, to, g)| {
-                let (q, first) = &queries[i];
-                let (kv, kept) = held[i];
-                // The query at position `p` sees keys `(p - window, p]`; the store's `t`-th
-                // position is position `kept + t`.
-                let ranges: Vec<(usize, usize)> = (from..to)
-                    .map(|n| {
-                        let end = first + n + 1;
-                        let start = window.map_or(0, |w| end.saturating_sub(w));
-                        (start - kept, end - kept)
-                    })
-                    .collect();
-                let kv = Kv {
-                    keys: &kv.keys,
-                    values: &kv.values,
-                };
-                attention.attend(&q[from * qw..to * qw], kv, &ranges, g)
-            })
-            .collect();
+        let attended: Vec<Vec<f32>> = Team::shared().map(jobs.len(), |job| {
+            let (i, from, to, g) = jobs[job];
+            let (q, first) = &queries[i];
+            let (kv, kept) = held[i];
+            // The query at position `p` sees keys `(p - window, p]`; the store's `t`-th
+            // position is position `kept + t`.
+            let ranges: Vec<(usize, usize)> = (from..to)
+                .map(|n| {
+                    let end = first + n + 1;
+                    let start = window.map_or(0, |w| end.saturating_sub(w));
+                    (start - kept, end - kept)
+                })
+                .collect();
+            let kv = Kv {
+                keys: &kv.keys,
+                values: &kv.values,
+            };
+            attention.attend(&q[from * qw..to * qw], kv, &ranges, g)
+        });
         let mut outs: Vec<Vec<f32>> = plan
             .widths
             .iter()
