@@ -678,9 +678,12 @@ mod tests {
     fn smollm2() -> &'static (Tokenizer, ChatTemplate) {
         static MODEL: OnceLock<(Tokenizer, ChatTemplate)> = OnceLock::new();
         MODEL.get_or_init(|| {
-            let gguf =
-                crate::gguf::read(&seedbar_dev::default_model_path(), mlx_rs::Dtype::Float32)
-                    .unwrap();
+            let gguf = crate::gguf::read(
+                &seedbar_dev::default_model_path(),
+                mlx_rs::Dtype::Float32,
+                false,
+            )
+            .unwrap();
             let template = ChatTemplate::new(
                 gguf.chat_template.as_deref().unwrap_or(CHATML_TEMPLATE),
                 &gguf.bos_token,

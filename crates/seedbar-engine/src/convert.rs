@@ -19,7 +19,7 @@ const GGUF_GROUP_SIZE: i32 = 32;
 /// `input` written to `out_dir`; weights Seedbar decodes from quantized blocks (dequantized
 /// tensors, affine scales and biases) are stored as `dtype`.
 pub fn gguf_to_mlx(input: &Path, out_dir: &Path, dtype: Dtype) -> Result<()> {
-    let contents = gguf::read(input, dtype)?;
+    let contents = gguf::read(input, dtype, false)?;
     std::fs::create_dir_all(out_dir).map_err(|e| EngineError::io(out_dir, e))?;
     let write_json = |name: &str, value: &Value| -> Result<()> {
         let path = out_dir.join(name);

@@ -6,8 +6,8 @@
 //! choices where a setting has no key (Gemma 3's sliding-window pattern and local RoPE
 //! base, Gemma 2's soft-caps when absent). Seedbar reads the container itself ([`file`]) and decodes the tensor types
 //! ([`quants`]): Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and the K-quants Q4_K/Q5_K become MLX
-//! affine-quantized triplets (`weight`, `scales`, `biases`); Q2_K, Q3_K and Q6_K are
-//! dequantized.
+//! affine-quantized triplets (`weight`, `scales`, `biases`); Q6_K too, in groups of 16, for
+//! the CPU kernels (dequantized for MLX); Q2_K and Q3_K are dequantized.
 
 pub(crate) mod file;
 pub(crate) mod quants;
@@ -140,8 +140,9 @@ impl Metadata<'_> {
 }
 
 /// The GGUF file at `path` as the engine runs it; tensors decoded from quantized blocks
-/// (dequantized values, affine scales and biases) come in `dtype`.
-pub fn read(path: &Path, dtype: Dtype) -> Result<GgufContents> {
+/// (dequantized values, affine scales and biases) come in `dtype`; `small_groups`: Q6_K
+/// stays quantized, in groups of 16 (for the CPU kernels; MLX's quantized ops take 32 and up).
+pub fn read(path: &Path, dtype: Dtype, small_groups: bool) -> Result<GgufContents> {
     if !path.exists() {
         return Err(EngineError::MissingFile {
             path: path.to_path_buf(),
@@ -164,7 +165,7 @@ pub fn read(path: &Path, dtype: Dtype) -> Result<GgufContents> {
     let token_id = |k: &str| -> Result<Option<u32>> { Ok(meta.number(k)?.map(|v| v as u32)) };
     let bos = token_id("tokenizer.ggml.bos_token_id")?;
     let eos = token_id("tokenizer.ggml.eos_token_id")?;
-    let mut tensors = file.tensors(dtype)?;
+    let mut tensors = file.tensors(dtype, small_groups)?;
     let block_count = int("block_count")?;
     let mut config = ModelConfig {
         model_type: model_type.into(),

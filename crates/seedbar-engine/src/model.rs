@@ -65,7 +65,8 @@ impl Model {
     }
 
     fn load_gguf(path: &Path, options: LoadOptions) -> Result<Self> {
-        let contents = gguf::read(path, options.compute_dtype)?;
+        // On the CPU, Q6_K stays quantized for the packed kernels (groups of 16).
+        let contents = gguf::read(path, options.compute_dtype, options.dequantize)?;
         let mut weights = WeightMap::new(contents.tensors, options);
         let transformer = architectures::build(contents.config.clone(), &mut weights, options)?;
         let template = ChatTemplate::new(

@@ -60,6 +60,10 @@ pub(crate) fn index_shards(dir: &Path, index: &Path, json: &Value) -> Result<BTr
         .collect()
 }
 
+/// The group sizes MLX's quantized ops take (a GGUF's Q6_K has groups of 16, which only the
+/// CPU kernels take).
+const MLX_GROUP_SIZES: [i32; 3] = [32, 64, 128];
+
 /// How weights are held in memory once loaded.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoadOptions {
@@ -224,7 +228,7 @@ impl WeightMap {
             group_size: cols / groups,
             bits,
         };
-        if !self.options.dequantize {
+        if !self.options.dequantize && MLX_GROUP_SIZES.contains(&quantized.group_size) {
             return Ok(Matrix::Quantized(quantized));
         }
         if pack {
@@ -233,9 +237,23 @@ impl WeightMap {
                 Err(reason) => tracing::debug!(name = weight_name, %reason, "dequantized"),
             }
         }
-        Ok(Matrix::Dense(materialize(
-            quantized.dequantize(self.options.compute_dtype)?,
-        )?))
+        let dense = if MLX_GROUP_SIZES.contains(&quantized.group_size) {
+            quantized.dequantize(self.options.compute_dtype)?
+        } else {
+            // Groups MLX does not take (Q6_K's 16): the same `fma(q, scale, bias)` on the host.
+            let host = quantized
+                .packed(rows, cols)?
+                .map_err(|_| EngineError::WrongShape {
+                    name: weight_name.clone(),
+                    expected: vec![rows, cols],
+                    actual: quantized.weight.shape().to_vec(),
+                })?;
+            let values: Vec<f32> = (0..rows as usize)
+                .flat_map(|r| host.dequantize_row(r))
+                .collect();
+            Array::from_slice(&values, &[rows, cols]).as_dtype(self.options.compute_dtype)?
+        };
+        Ok(Matrix::Dense(materialize(dense)?))
     }
 
     /// A mixture of experts' `count` projections of `input` to `output` features: stacked

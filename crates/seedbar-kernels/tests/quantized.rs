@@ -73,6 +73,7 @@ fn every_kernel_matches_a_float64_reference() {
         (3, 32, 96, false),
         (5, 32, 64, true),
         (6, 64, 192, false),
+        (6, 16, 64, false),
     ] {
         let rows = 13;
         let (w, dense) = random_matrix(rows, cols, group_size, bits, 7 + cols as u64, half);
@@ -116,8 +117,14 @@ fn every_kernel_gives_the_same_bits() {
 #[test]
 fn a_row_is_bit_identical_at_every_position_of_every_batch_size() {
     let (cols, rows) = (128, 37);
-    for (bits, half) in [(4, false), (8, false), (4, true)] {
-        let (w, _) = random_matrix(rows, cols, 64, bits, 3, half);
+    // (bits, group size, float16 scales): GGUF's Q6_K is 6 bits in groups of 16.
+    for (bits, group, half) in [
+        (4, 64, false),
+        (8, 64, false),
+        (4, 64, true),
+        (6, 16, false),
+    ] {
+        let (w, _) = random_matrix(rows, cols, group, bits, 3, half);
         let target = random_input(1, cols, 5);
         for kernel in Kernel::available() {
             let alone = w.matmul_transposed_with(kernel, Team::shared(), &target, 1);

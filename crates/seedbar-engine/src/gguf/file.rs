@@ -13,7 +13,7 @@ use std::{
 
 use mlx_rs::{Array, Dtype};
 
-use super::quants::{type_name, Decoded, GgmlType, GROUP};
+use super::quants::{type_name, Decoded, GgmlType};
 use crate::error::{EngineError, Result};
 
 const MAGIC: &[u8; 4] = b"GGUF";
@@ -128,9 +128,10 @@ impl GgufFile {
 
     /// Every tensor, named as in the file. A block-quantized tensor that MLX's affine
     /// quantization holds exactly becomes three arrays: `<stem>.weight` (packed `uint32`
-    /// codes), `<stem>.scales` and `<stem>.biases` (groups of 32, in `dtype`); other
-    /// quantized tensors are dequantized to `dtype`; float tensors keep their own dtype.
-    pub fn tensors(&self, dtype: Dtype) -> Result<HashMap<String, Array>> {
+    /// codes), `<stem>.scales` and `<stem>.biases` (groups of 32, in `dtype`), and so does
+    /// Q6_K (groups of 16) when `small_groups`; other quantized tensors are dequantized to
+    /// `dtype`; float tensors keep their own dtype.
+    pub fn tensors(&self, dtype: Dtype, small_groups: bool) -> Result<HashMap<String, Array>> {
         let mut file = File::open(&self.path).map_err(|e| EngineError::io(&self.path, e))?;
         let mut arrays = HashMap::new();
         for info in &self.tensors {
@@ -145,7 +146,7 @@ impl GgufFile {
             let bytes = self.tensor_bytes(&mut file, info, kind)?;
             let shape: Vec<i32> = info.shape.iter().map(|&d| d as i32).collect();
             let (stem, _) = info.name.rsplit_once('.').unwrap_or((&info.name, ""));
-            match kind.decode(&bytes) {
+            match kind.decode(&bytes, small_groups) {
                 Decoded::F32(values) => {
                     let array = Array::from_slice(&values, &shape);
                     let array = if kind == GgmlType::F32 {
@@ -166,6 +167,7 @@ impl GgufFile {
                     scales,
                     biases,
                     bits,
+                    group,
                 } => {
                     let cols = *shape.last().expect("at least one dimension");
                     let with_last = |last: i32| {
@@ -174,7 +176,7 @@ impl GgufFile {
                         s
                     };
                     let packed = with_last(cols * bits as i32 / 32);
-                    let groups = with_last(cols / GROUP as i32);
+                    let groups = with_last(cols / group as i32);
                     arrays.insert(format!("{stem}.weight"), Array::from_slice(&words, &packed));
                     for (part, values) in [("scales", scales), ("biases", biases)] {
                         let array =
@@ -405,7 +407,7 @@ mod tests {
             GgufFile::text_value(&path, "general.architecture").unwrap(),
             Some("llama".into())
         );
-        let tensors = file.tensors(Dtype::Float32).unwrap();
+        let tensors = file.tensors(Dtype::Float32, false).unwrap();
         let [w, scales, biases] =
             ["weight", "scales", "biases"].map(|p| &tensors[&format!("w.{p}")]);
         let values = ops::dequantize(w, scales, biases, 32, 8).unwrap();
@@ -416,7 +418,7 @@ mod tests {
 
         for len in 0..whole.len() {
             std::fs::write(&path, &whole[..len]).unwrap();
-            let read = GgufFile::open(&path).and_then(|f| f.tensors(Dtype::Float32));
+            let read = GgufFile::open(&path).and_then(|f| f.tensors(Dtype::Float32, false));
             assert!(read.is_err(), "{len} bytes read as a whole file");
         }
         std::fs::remove_file(&path).unwrap();

@@ -7,14 +7,17 @@
 //! with one scale and one offset per group. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 are such groups
 //! outright (a signed code `q - 8` becomes offset `-8 d`); Q4_K and Q5_K are eight of them per
 //! 256-value super-block, the group's scale `d * sc` and offset `-dmin * m` being the
-//! products of the super-block's float16 `d`/`dmin` and the group's 6-bit `sc`/`m`. Q2_K,
-//! Q3_K and Q6_K scale groups of 16, a size MLX's quantized matmul does not take, so they
-//! are dequantized.
+//! products of the super-block's float16 `d`/`dmin` and the group's 6-bit `sc`/`m`. Q6_K
+//! scales groups of 16, a size MLX's quantized ops do not take: it is dequantized, or kept
+//! in groups of 16 for the CPU kernels where the caller asks (`small_groups`). Q2_K and Q3_K
+//! (groups of 16 too) are dequantized.
 //!
 //! Exactness: every scale and offset is a product of a float16 and an integer of at most 8
 //! bits, exact in f32, so a group's `scale * q + bias` (one rounding, as MLX computes it)
 //! equals the reference dequantizer's `d * sc * q - dmin * m` computed in f32; the dense
-//! types are computed in the reference's order (`(d * sc) * q`). Values only round when the
+//! types are computed in the reference's order (`(d * sc) * q`). Q6_K's `fma(q, d sc, -32 d sc)`
+//! rounds the exact `d sc (q - 32)` once, as the reference's product does (its zeros are all
+//! +0). Values only round when the
 //! caller asks for a narrower dtype (float16 scales on the GPU).
 //!
 //! The block layouts follow the GGUF specification and ggml's block structs: all fields
@@ -79,12 +82,14 @@ pub enum Decoded {
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
     /// MLX affine quantization: codes of `bits` bits packed little-endian into 32-bit words
-    /// (a row's codes as one bit stream), a scale and a bias per group of [`GROUP`] values.
+    /// (a row's codes as one bit stream), a scale and a bias per group of `group` values
+    /// ([`GROUP`], or Q6_K's 16 where asked for).
     Affine {
         words: Vec<u32>,
         scales: Vec<f32>,
         biases: Vec<f32>,
         bits: u32,
+        group: usize,
     },
 }
 
@@ -120,12 +125,15 @@ impl GgmlType {
         }
     }
 
-    /// Decode `bytes`, whole blocks of this type.
-    pub fn decode(self, bytes: &[u8]) -> Decoded {
+    /// Decode `bytes`, whole blocks of this type. `small_groups`: Q6_K stays quantized in
+    /// groups of 16 (which the CPU kernels take and MLX's quantized ops do not) instead of
+    /// being dequantized.
+    pub fn decode(self, bytes: &[u8], small_groups: bool) -> Decoded {
         let (per_block, size) = self.block();
         let blocks = bytes.chunks_exact(size);
-        let quantized =
-            |bits: u32, f: AffineBlock| affine(bytes.chunks_exact(size), per_block, bits, f);
+        let quantized = |bits: u32, group: usize, f: AffineBlock| {
+            affine(bytes.chunks_exact(size), per_block, bits, group, f)
+        };
         match self {
             GgmlType::F32 => Decoded::F32(
                 blocks
@@ -138,17 +146,45 @@ impl GgmlType {
                     .map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])))
                     .collect(),
             ),
-            GgmlType::Q4_0 => quantized(4, q4_0),
-            GgmlType::Q4_1 => quantized(4, q4_1),
-            GgmlType::Q5_0 => quantized(5, q5_0),
-            GgmlType::Q5_1 => quantized(5, q5_1),
-            GgmlType::Q8_0 => quantized(8, q8_0),
-            GgmlType::Q4K => quantized(4, q4_k),
-            GgmlType::Q5K => quantized(5, q5_k),
+            GgmlType::Q4_0 => quantized(4, GROUP, q4_0),
+            GgmlType::Q4_1 => quantized(4, GROUP, q4_1),
+            GgmlType::Q5_0 => quantized(5, GROUP, q5_0),
+            GgmlType::Q5_1 => quantized(5, GROUP, q5_1),
+            GgmlType::Q8_0 => quantized(8, GROUP, q8_0),
+            GgmlType::Q4K => quantized(4, GROUP, q4_k),
+            GgmlType::Q5K => quantized(5, GROUP, q5_k),
+            GgmlType::Q6K if small_groups => quantized(6, 16, q6_k),
+            GgmlType::Q6K => quantized(6, 16, q6_k).dequantized(),
             GgmlType::Q2K => dense(blocks, q2_k),
             GgmlType::Q3K => dense(blocks, q3_k),
-            GgmlType::Q6K => dense(blocks, q6_k),
         }
+    }
+}
+
+impl Decoded {
+    /// An affine tensor's values, `fma(q, scale, bias)` each (others as they are).
+    fn dequantized(self) -> Decoded {
+        let Decoded::Affine {
+            words,
+            scales,
+            biases,
+            bits,
+            group,
+        } = self
+        else {
+            return self;
+        };
+        let mask = (1u64 << bits) - 1;
+        let code = |i: usize| {
+            let (word, shift) = (i * bits as usize / 32, i * bits as usize % 32);
+            let next = words.get(word + 1).map_or(0, |&w| u64::from(w));
+            ((u64::from(words[word]) | next << 32) >> shift) & mask
+        };
+        Decoded::F32(
+            (0..scales.len() * group)
+                .map(|i| (code(i) as f32).mul_add(scales[i / group], biases[i / group]))
+                .collect(),
+        )
     }
 }
 
@@ -169,17 +205,18 @@ fn affine<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     per_block: usize,
     bits: u32,
+    group: usize,
     f: AffineBlock,
 ) -> Decoded {
     let values = blocks.len() * per_block;
     let mut words = Vec::with_capacity(values * bits as usize / 32);
-    let mut scales = Vec::with_capacity(values / GROUP);
-    let mut biases = Vec::with_capacity(values / GROUP);
+    let mut scales = Vec::with_capacity(values / group);
+    let mut biases = Vec::with_capacity(values / group);
     let mut codes = vec![0u8; per_block];
-    let mut groups = vec![(0.0, 0.0); per_block / GROUP];
+    let mut groups = vec![(0.0, 0.0); per_block / group];
     for block in blocks {
         f(block, &mut codes, &mut groups);
-        for group in codes.chunks_exact(GROUP) {
+        for group in codes.chunks_exact(group) {
             pack(group, bits, &mut words);
         }
         scales.extend(groups.iter().map(|g| g.0));
@@ -190,11 +227,13 @@ fn affine<'a>(
         scales,
         biases,
         bits,
+        group,
     }
 }
 
 /// A group's codes appended to `words` as a little-endian bit stream (a group of 32 fills
-/// `bits` words exactly, so groups and rows start on word boundaries).
+/// `bits` words exactly, a group of 16 at 6 bits three, so groups and rows start on word
+/// boundaries).
 fn pack(codes: &[u8], bits: u32, words: &mut Vec<u32>) {
     let mut acc = 0u64;
     let mut filled = 0;
@@ -363,15 +402,65 @@ fn q3_k(b: &[u8], out: &mut [f32]) {
 /// Q6_K: 128 bytes of low nibbles (value `128 h + 64 n + i` in nibble `n` of byte
 /// `64 h + i`), 64 bytes of 2-bit high parts (value `128 h + 32 s + i` in bits `2 s` of byte
 /// `32 h + i`), 16 signed 8-bit scales for the groups of 16, float16 `d`;
-/// `x = (d * sc) * (q - 32)`.
-fn q6_k(b: &[u8], out: &mut [f32]) {
+/// `x = (d * sc) * (q - 32)`, as codes `q` with offset `-32 d sc`.
+fn q6_k(b: &[u8], codes: &mut [u8], groups: &mut [(f32, f32)]) {
     let d = f32_at(b, 208);
-    for (i, x) in out.iter_mut().enumerate() {
+    for (i, code) in codes.iter_mut().enumerate() {
         let (h, r) = (i / 128, i % 128);
         let low = (b[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
-        let high = two_bits(&b[128..192], i);
-        let q = i32::from(low | (high << 4)) - 32;
-        let sc = b[192 + i / 16] as i8;
-        *x = (d * f32::from(sc)) * q as f32;
+        *code = low | (two_bits(&b[128..192], i) << 4);
+    }
+    for (g, group) in groups.iter_mut().enumerate() {
+        let scale = d * f32::from(b[192 + g] as i8);
+        *group = (scale, -32.0 * scale);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two Q6_K blocks of pseudo-random bytes with a float16 `d` of either sign.
+    fn q6_k_blocks() -> Vec<u8> {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut bytes: Vec<u8> = (0..2 * 210)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        for (block, d) in bytes.chunks_exact_mut(210).zip([3.1e-5f32, -1.7e-4]) {
+            block[208..].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn q6_k_in_groups_of_16_holds_the_reference_values() {
+        let bytes = q6_k_blocks();
+        let Decoded::Affine { bits, group, .. } = GgmlType::Q6K.decode(&bytes, true) else {
+            panic!("Q6_K with small groups stays quantized");
+        };
+        assert_eq!((bits, group), (6, 16));
+        let Decoded::F32(dense) = GgmlType::Q6K.decode(&bytes, false) else {
+            panic!("Q6_K without small groups is dequantized");
+        };
+        let Decoded::F32(held) = GgmlType::Q6K.decode(&bytes, true).dequantized() else {
+            panic!("an affine tensor dequantizes");
+        };
+        // ggml's reference: x = (d * sc) * (q - 32), one product in f32.
+        for (i, (&a, &b)) in dense.iter().zip(&held).enumerate() {
+            let block = &bytes[i / 256 * 210..][..210];
+            let (h, r) = (i % 256 / 128, i % 128);
+            let low = (block[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+            let q = i32::from(low | (two_bits(&block[128..192], i % 256) << 4)) - 32;
+            let sc = f32::from(block[192 + i % 256 / 16] as i8);
+            let reference = (f32_at(block, 208) * sc) * q as f32;
+            // Equal values (a zero is +0 here where the product's may be -0).
+            assert_eq!(a, reference, "value {i}");
+            assert_eq!(b, reference, "value {i}");
+        }
     }
 }
