@@ -154,37 +154,10 @@ impl GgmlType {
             GgmlType::Q4K => quantized(4, GROUP, q4_k),
             GgmlType::Q5K => quantized(5, GROUP, q5_k),
             GgmlType::Q6K if small_groups => quantized(6, 16, q6_k),
-            GgmlType::Q6K => quantized(6, 16, q6_k).dequantized(),
+            GgmlType::Q6K => affine_values(blocks, per_block, 16, q6_k),
             GgmlType::Q2K => dense(blocks, q2_k),
             GgmlType::Q3K => dense(blocks, q3_k),
         }
-    }
-}
-
-impl Decoded {
-    /// An affine tensor's values, `fma(q, scale, bias)` each (others as they are).
-    fn dequantized(self) -> Decoded {
-        let Decoded::Affine {
-            words,
-            scales,
-            biases,
-            bits,
-            group,
-        } = self
-        else {
-            return self;
-        };
-        let mask = (1u64 << bits) - 1;
-        let code = |i: usize| {
-            let (word, shift) = (i * bits as usize / 32, i * bits as usize % 32);
-            let next = words.get(word + 1).map_or(0, |&w| u64::from(w));
-            ((u64::from(words[word]) | next << 32) >> shift) & mask
-        };
-        Decoded::F32(
-            (0..scales.len() * group)
-                .map(|i| (code(i) as f32).mul_add(scales[i / group], biases[i / group]))
-                .collect(),
-        )
     }
 }
 
@@ -201,6 +174,22 @@ fn f32_at(bytes: &[u8], at: usize) -> f32 {
 /// group's (scale, bias).
 type AffineBlock = fn(block: &[u8], codes: &mut [u8], groups: &mut [(f32, f32)]);
 
+/// Each block decoded by `f` into its codes and groups, handed to `take` in order.
+fn each_affine_block<'a>(
+    blocks: impl Iterator<Item = &'a [u8]>,
+    per_block: usize,
+    group: usize,
+    f: AffineBlock,
+    mut take: impl FnMut(&[u8], &[(f32, f32)]),
+) {
+    let mut codes = vec![0u8; per_block];
+    let mut groups = vec![(0.0, 0.0); per_block / group];
+    for block in blocks {
+        f(block, &mut codes, &mut groups);
+        take(&codes, &groups);
+    }
+}
+
 fn affine<'a>(
     blocks: impl ExactSizeIterator<Item = &'a [u8]>,
     per_block: usize,
@@ -212,16 +201,13 @@ fn affine<'a>(
     let mut words = Vec::with_capacity(values * bits as usize / 32);
     let mut scales = Vec::with_capacity(values / group);
     let mut biases = Vec::with_capacity(values / group);
-    let mut codes = vec![0u8; per_block];
-    let mut groups = vec![(0.0, 0.0); per_block / group];
-    for block in blocks {
-        f(block, &mut codes, &mut groups);
+    each_affine_block(blocks, per_block, group, f, |codes, groups| {
         for group in codes.chunks_exact(group) {
             pack(group, bits, &mut words);
         }
         scales.extend(groups.iter().map(|g| g.0));
         biases.extend(groups.iter().map(|g| g.1));
-    }
+    });
     Decoded::Affine {
         words,
         scales,
@@ -229,6 +215,24 @@ fn affine<'a>(
         bits,
         group,
     }
+}
+
+/// An affine type's values, `fma(q, scale, bias)` each (Q6_K where its groups of 16 are not
+/// kept).
+fn affine_values<'a>(
+    blocks: impl ExactSizeIterator<Item = &'a [u8]>,
+    per_block: usize,
+    group: usize,
+    f: AffineBlock,
+) -> Decoded {
+    let mut values = Vec::with_capacity(blocks.len() * per_block);
+    each_affine_block(blocks, per_block, group, f, |codes, groups| {
+        values.extend(codes.iter().enumerate().map(|(i, &q)| {
+            let (scale, bias) = groups[i / group];
+            f32::from(q).mul_add(scale, bias)
+        }));
+    });
+    Decoded::F32(values)
 }
 
 /// A group's codes appended to `words` as a little-endian bit stream (a group of 32 fills
@@ -440,16 +444,26 @@ mod tests {
     #[test]
     fn q6_k_in_groups_of_16_holds_the_reference_values() {
         let bytes = q6_k_blocks();
-        let Decoded::Affine { bits, group, .. } = GgmlType::Q6K.decode(&bytes, true) else {
+        let Decoded::Affine {
+            words,
+            scales,
+            biases,
+            bits,
+            group,
+        } = GgmlType::Q6K.decode(&bytes, true)
+        else {
             panic!("Q6_K with small groups stays quantized");
         };
         assert_eq!((bits, group), (6, 16));
         let Decoded::F32(dense) = GgmlType::Q6K.decode(&bytes, false) else {
             panic!("Q6_K without small groups is dequantized");
         };
-        let Decoded::F32(held) = GgmlType::Q6K.decode(&bytes, true).dequantized() else {
-            panic!("an affine tensor dequantizes");
-        };
+        // The held values as the CPU kernels read them (a block as a row of 256).
+        let held = seedbar_kernels::QuantizedMatrix::from_mlx_affine(
+            &words, &scales, &biases, 2, 256, group, bits,
+        )
+        .expect("the kernels hold 6-bit groups of 16");
+        let held: Vec<f32> = (0..2).flat_map(|r| held.dequantize_row(r)).collect();
         // ggml's reference: x = (d * sc) * (q - 32), one product in f32.
         for (i, (&a, &b)) in dense.iter().zip(&held).enumerate() {
             let block = &bytes[i / 256 * 210..][..210];
