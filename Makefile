@@ -8,7 +8,7 @@ export PATH := $(CACHE)/node-bin:$(PATH)
 SEEDBAR := target/debug/seedbar
 APP := target/debug/seedbar-app
 PORT ?= 7337
-PROMPT ?= What is the capital of France?
+PROMPT ?= What is the capital of France? Answer in one sentence.
 # BACKEND=cuda (Linux x86_64 with an NVIDIA driver): set-up adds MLX's CUDA build
 # (scripts/setup.sh --cuda, a 1.4 GB download once) and `make run` and `make ask` run the same
 # binaries on it (scripts/cuda-env.sh). The default, cpu, needs neither.

@@ -12,7 +12,7 @@ from mlx_lm.utils import load_model
 from checkpoints import write_checkpoint
 from conftest import DEFAULT_MODEL, default_gguf
 
-QUESTION = "What is the capital of France?"
+QUESTION = "What is the capital of France? Answer in one sentence."
 POEM = "Write a short poem about the sea."
 
 
@@ -57,10 +57,18 @@ def test_converted_directory_has_the_mlx_layout(converted):
 
 
 def test_gguf_and_converted_give_the_same_greedy_text(seedbar, converted):
-    gguf_text = reply(seedbar, "--model", DEFAULT_MODEL, "--max-tokens", "64", POEM)
-    mlx_text = reply(seedbar, "--model", converted, "--max-tokens", "64", POEM)
-    assert gguf_text == mlx_text
-    assert len(gguf_text.split()) > 10
+    """The same values, so the same text, where both read their products' input alike: a
+    GGUF as llama.cpp (int8), a converted MLX folder as mlx-lm (float) unless asked."""
+    for activations in ["int8", "float"]:
+        args = ["--activations", activations, "--max-tokens", "64", POEM]
+        gguf_text = reply(seedbar, "--model", DEFAULT_MODEL, *args)
+        mlx_text = reply(seedbar, "--model", converted, *args)
+        assert gguf_text == mlx_text, activations
+        assert len(gguf_text.split()) > 10
+    assert reply(seedbar, "--model", DEFAULT_MODEL, "--max-tokens", "64", POEM) == reply(
+        seedbar, "--model", DEFAULT_MODEL, "--activations", "int8", "--max-tokens", "64", POEM)
+    assert reply(seedbar, "--model", converted, "--max-tokens", "64", POEM) == reply(
+        seedbar, "--model", converted, "--activations", "float", "--max-tokens", "64", POEM)
 
 
 def test_mlx_lm_loads_the_converted_model_and_agrees(seedbar, converted, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from conftest import DEFAULT_MODEL, serving
 
 KEY = "sk-anthropic-test"
-QUESTION = "What is the capital of France?"
+QUESTION = "What is the capital of France? Answer in one sentence."
 WEATHER_TOOL = {
     "name": "get_weather",
     "description": "The current weather in a city",

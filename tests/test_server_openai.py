@@ -10,7 +10,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from conftest import DEFAULT_MODEL, serving
 
-QUESTION = "What is the capital of France?"
+QUESTION = "What is the capital of France? Answer in one sentence."
 POEM = "Write a short poem about the sea."
 EOS_BAN = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>: forces max_tokens tokens
 

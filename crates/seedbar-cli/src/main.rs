@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use seedbar_engine::{
     store::{ModelStore, DEFAULT_MODEL},
-    ChatMessage, Model, SamplingParams,
+    Activations, ChatMessage, LoadOptions, Model, SamplingParams,
 };
 use seedbar_scheduler::{Event, Request, Scheduler, SchedulerConfig};
 
@@ -29,6 +29,18 @@ struct ModelArg {
     /// A model name from `seedbar models`, or a path to a GGUF file or model directory.
     #[arg(long, short, default_value = DEFAULT_MODEL)]
     model: String,
+    /// How the CPU's quantized products read their input: rounded to int8 per block of 32
+    /// (as llama.cpp; the default for GGUF files) or as floats (as mlx-lm; the default for
+    /// MLX folders).
+    #[arg(long, value_enum)]
+    activations: Option<CpuActivations>,
+}
+
+/// The values of `--activations`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CpuActivations {
+    Int8,
+    Float,
 }
 
 #[derive(Subcommand)]
@@ -149,7 +161,14 @@ fn main() {
 fn load_model(arg: &ModelArg) -> Result<Model> {
     let store = ModelStore::open_default()?;
     let path = store.resolve(&arg.model)?;
-    Model::load(&path).with_context(|| format!("loading {}", path.display()))
+    let options = LoadOptions {
+        activations: arg.activations.map(|a| match a {
+            CpuActivations::Int8 => Activations::Int8,
+            CpuActivations::Float => Activations::Float,
+        }),
+        ..LoadOptions::for_default_device()
+    };
+    Model::load_with(&path, options).with_context(|| format!("loading {}", path.display()))
 }
 
 fn run(cli: Cli) -> Result<u8> {

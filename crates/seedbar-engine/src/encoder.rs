@@ -95,6 +95,7 @@ pub(crate) fn encoder_weights(dir: &Path) -> Result<WeightMap> {
     let options = LoadOptions {
         dequantize: true,
         compute_dtype: Dtype::Float32,
+        activations: None,
     };
     Ok(WeightMap::new(read_safetensors(dir)?, options))
 }
@@ -619,6 +620,7 @@ mod tests {
         let options = LoadOptions {
             dequantize: true,
             compute_dtype: Dtype::Float32,
+            activations: None,
         };
         let bert = Bert::load(&c, &mut WeightMap::new(tensors, options)).unwrap();
         Encoder {

@@ -50,6 +50,7 @@ pub use finish_reason::FinishReason;
 pub use model::{Model, ModelFormat};
 pub use reasoning::{ReasoningOutput, ReasoningParser, Thinking};
 pub use sampling::SamplingParams;
+pub use seedbar_kernels::Activations;
 pub use sequence::Sequence;
 pub use tool_calls::{ToolCall, ToolCallParser, ToolOutput};
 pub use vision::{ImagePrompt, Vision};

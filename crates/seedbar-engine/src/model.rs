@@ -7,6 +7,7 @@ use std::{
 };
 
 use mlx_rs::Array;
+use seedbar_kernels::Activations;
 use serde_json::Value;
 
 use crate::{
@@ -65,6 +66,11 @@ impl Model {
     }
 
     fn load_gguf(path: &Path, options: LoadOptions) -> Result<Self> {
+        // A GGUF's products on the CPU as llama.cpp computes them: over int8 activations.
+        let options = LoadOptions {
+            activations: options.activations.or(Some(Activations::Int8)),
+            ..options
+        };
         // On the CPU, Q6_K stays quantized for the packed kernels (groups of 16).
         let contents = gguf::read(path, options.compute_dtype, options.dequantize)?;
         let mut weights = WeightMap::new(contents.tensors, options);

@@ -12,7 +12,7 @@ use mlx_rs::{
     ops::{self, indexing::IndexOp},
     Array, Dtype,
 };
-use seedbar_kernels::{QuantizedMatrix, Unsupported};
+use seedbar_kernels::{Activations, MlxAffine, QuantizedMatrix, Unsupported};
 use serde_json::Value;
 
 use crate::{
@@ -72,6 +72,10 @@ pub struct LoadOptions {
     pub dequantize: bool,
     /// The dtype activations and dense weights are computed in.
     pub compute_dtype: Dtype,
+    /// How the CPU kernels read a quantized product's input; `None`: as the checkpoint's
+    /// own engine does (a GGUF file's as llama.cpp, int8 per block of 32; an MLX folder's as
+    /// mlx-lm, float), see `Model::load_with`.
+    pub activations: Option<Activations>,
 }
 
 impl LoadOptions {
@@ -81,11 +85,13 @@ impl LoadOptions {
             LoadOptions {
                 dequantize: false,
                 compute_dtype: Dtype::Float16,
+                activations: None,
             }
         } else {
             LoadOptions {
                 dequantize: true,
                 compute_dtype: Dtype::Float32,
+                activations: None,
             }
         }
     }
@@ -232,7 +238,8 @@ impl WeightMap {
             return Ok(Matrix::Quantized(quantized));
         }
         if pack {
-            match quantized.packed(rows, cols)? {
+            let activations = self.options.activations.unwrap_or(Activations::Float);
+            match quantized.packed(rows, cols, activations)? {
                 Ok(packed) => return Ok(Matrix::Packed(Arc::new(packed))),
                 Err(reason) => tracing::debug!(name = weight_name, %reason, "dequantized"),
             }
@@ -242,7 +249,7 @@ impl WeightMap {
         } else {
             // Groups MLX does not take (Q6_K's 16): the same `fma(q, scale, bias)` on the host.
             let host = quantized
-                .packed(rows, cols)?
+                .packed(rows, cols, Activations::Float)?
                 .map_err(|_| EngineError::WrongShape {
                     name: weight_name.clone(),
                     expected: vec![rows, cols],
@@ -338,26 +345,35 @@ pub struct Quantized {
 }
 
 impl Quantized {
-    /// The same matrix for the CPU kernels of `seedbar_kernels` (2 to 8 bits); the inner
-    /// error is a format those kernels do not hold.
+    /// The same matrix for the CPU kernels of `seedbar_kernels` (2 to 8 bits), for products
+    /// over `activations` where they hold its format that way, else over float ones; the
+    /// inner error is a format those kernels do not hold.
     fn packed(
         &self,
         rows: i32,
         cols: i32,
+        activations: Activations,
     ) -> Result<std::result::Result<QuantizedMatrix, Unsupported>> {
         let floats = |a: &Array| -> Result<Vec<f32>> {
             let a = materialize(a.as_dtype(Dtype::Float32)?)?;
             Ok(a.try_as_slice::<f32>()?.to_vec())
         };
-        Ok(QuantizedMatrix::from_mlx_affine(
-            self.weight.try_as_slice::<u32>()?,
-            &floats(&self.scales)?,
-            &floats(&self.biases)?,
-            rows as usize,
-            cols as usize,
-            self.group_size as usize,
-            self.bits as u32,
-        ))
+        let (scales, biases) = (floats(&self.scales)?, floats(&self.biases)?);
+        let mlx = MlxAffine {
+            words: self.weight.try_as_slice::<u32>()?,
+            scales: &scales,
+            biases: &biases,
+            rows: rows as usize,
+            cols: cols as usize,
+            group_size: self.group_size as usize,
+            bits: self.bits as u32,
+        };
+        Ok(match QuantizedMatrix::from_mlx_affine(mlx, activations) {
+            Err(Unsupported::Int8 { .. }) => {
+                QuantizedMatrix::from_mlx_affine(mlx, Activations::Float)
+            }
+            held => held,
+        })
     }
 
     /// Elements per row of the dequantized matrix.

@@ -1,15 +1,15 @@
 //! The layouts on the real SmolLM2 model: on this machine's backend, a decode row's logits
 //! are the same bits alone and among other rows at any position of its group; and every
 //! backend's layout, run here, computes the same model as one row alone in a one-row
-//! matmul with unpadded attention (within float noise); and where a layout verifies drafted
-//! tokens, a chunk's positions get a decode step's logits.
+//! matmul with unpadded attention (within float noise, with float activations); and where a
+//! layout verifies drafted tokens, a chunk's positions get a decode step's logits.
 
 use seedbar_engine::{
     runtime::Backend,
     step::kv_cache::KvCache,
     step::plan::{AttentionLayout, Layout, WeightKind},
     step::{Batch, Logits, StepInput},
-    ChatMessage, Model,
+    Activations, ChatMessage, LoadOptions, Model,
 };
 
 /// The model, on the kernels the product runs (`prepare` may restart this test binary with
@@ -17,6 +17,18 @@ use seedbar_engine::{
 fn model() -> Model {
     seedbar_engine::runtime::prepare();
     Model::load(&seedbar_dev::default_model_path()).unwrap()
+}
+
+/// The model with float activations, for comparisons of two layouts' paths: rounding inputs
+/// to int8 (the GGUF's default on the CPU) turns a last-bit difference between two ways of
+/// computing a layer into a whole rounding step.
+fn float_model() -> Model {
+    seedbar_engine::runtime::prepare();
+    let options = LoadOptions {
+        activations: Some(Activations::Float),
+        ..LoadOptions::for_default_device()
+    };
+    Model::load_with(&seedbar_dev::default_model_path(), options).unwrap()
 }
 
 /// Caches holding `prompt`, prefilled in aligned chunks, and the token to decode next.
@@ -50,30 +62,32 @@ fn decode(model: &Model, layout: &Layout, rows: &[(Vec<KvCache>, u32)]) -> Vec<V
     all.chunks(vocab).map(<[f32]>::to_vec).collect()
 }
 
+const PROMPTS: [&str; 3] = [
+    "Write a short poem about the sea.",
+    "hi",
+    "List five facts about the Moon, with a sentence on each one of them.",
+];
+
+/// One row alone in a one-row matmul with unpadded attention.
+const PLAIN: Layout = Layout {
+    decode_width: None,
+    attention: AttentionLayout::PerRow,
+    kv_independent_of_steps: true,
+    ..Layout::REFERENCE
+};
+
 #[test]
-fn every_layout_is_invariant_and_computes_the_same_model() {
-    let model = model();
-    let prompts = [
-        "Write a short poem about the sea.",
-        "hi",
-        "List five facts about the Moon, with a sentence on each one of them.",
-    ];
-    let rows: Vec<(Vec<KvCache>, u32)> = prompts.iter().map(|p| prefilled(&model, p)).collect();
-    let plain = Layout {
-        decode_width: None,
-        attention: AttentionLayout::PerRow,
-        kv_independent_of_steps: true,
-        ..Layout::REFERENCE
-    };
-    let reference = decode(&model, &plain, &rows[..1]).remove(0);
-    let here = model.layout();
+fn every_layout_computes_the_same_model() {
+    let model = float_model();
+    let rows: Vec<(Vec<KvCache>, u32)> = PROMPTS.iter().map(|p| prefilled(&model, p)).collect();
+    let reference = decode(&model, &PLAIN, &rows[..1]).remove(0);
     let layouts = [Backend::Cpu, Backend::Cuda, Backend::Metal]
         .into_iter()
         .flat_map(|b| {
             [WeightKind::Dense, WeightKind::Quantized, WeightKind::Packed]
                 .map(|w| Layout::for_backend(b, w))
         });
-    for layout in layouts.chain([here]) {
+    for layout in layouts.chain([model.layout()]) {
         let alone = decode(&model, &layout, &rows[..1]).remove(0);
         let drift = alone
             .iter()
@@ -82,6 +96,13 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
             .fold(0.0f32, f32::max);
         assert!(drift < 1e-3, "{layout:?}: logits differ by {drift}");
     }
+}
+
+#[test]
+fn every_layout_is_invariant() {
+    let model = model();
+    let rows: Vec<(Vec<KvCache>, u32)> = PROMPTS.iter().map(|p| prefilled(&model, p)).collect();
+    let here = model.layout();
     // The target (row 0) first, last, and in the middle of a crowd; on this backend's
     // layout and on two pooled GPU layouts: CUDA's unpadded row-wise groups (dense and
     // quantized alike), and Metal's 4-bit one, where the 20-row crowd spans four decode
@@ -117,7 +138,8 @@ fn every_layout_is_invariant_and_computes_the_same_model() {
             .iter()
             .map(|&i| rows[i].clone())
             .collect();
-        let batched = decode(&model, &plain, &members).remove(3);
+        let batched = decode(&model, &PLAIN, &members).remove(3);
+        let reference = decode(&model, &PLAIN, &rows[..1]).remove(0);
         let packed = model.weight_kind() == WeightKind::Packed;
         assert_eq!(batched == reference, packed);
     }
@@ -191,19 +213,13 @@ fn a_verify_chunk_gets_each_positions_decode_logits_where_the_layout_says_so() {
 
 #[test]
 fn pooled_decode_keeps_computing_the_model_across_a_kv_block() {
-    let model = model();
+    let model = float_model();
     let text = "The tide comes in and goes out again, every day of the year. ".repeat(30);
     let tokens = model.tokenizer.encode(&text).unwrap();
     let block = seedbar_engine::step::kv_cache::KV_BLOCK as usize;
     // Decoding from 6 positions before a block boundary to 6 after it.
     let (prompt, forced) = tokens[..block + 6].split_at(block - 6);
-    let plain = Layout {
-        decode_width: None,
-        attention: AttentionLayout::PerRow,
-        kv_independent_of_steps: true,
-        ..Layout::REFERENCE
-    };
-    let reference = decode_steps(&model, &plain, prompt, forced);
+    let reference = decode_steps(&model, &PLAIN, prompt, forced);
     // CUDA's: 32 slots a call, attended by batched matmuls.
     let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
     assert_eq!(pooled.attention, AttentionLayout::Capacity);

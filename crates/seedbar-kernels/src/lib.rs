@@ -5,7 +5,8 @@
 //! never do).
 //!
 //! - [`quantized`]: matrix products `x · Wᵀ` with 2- to 8-bit affine-quantized weights
-//!   ([`QuantizedMatrix`]), each output one fused multiply-add chain over the columns.
+//!   ([`QuantizedMatrix`]), each output one fused multiply-add chain over the columns, over
+//!   the input as it is or rounded to int8 per block ([`Activations`]).
 //! - [`attention`]: a row's queries over its own keys and values ([`QueryAttention`]),
 //!   each query head computed as it is alone, however many queries run together.
 //! - [`team`]: the threads that share a step's loops ([`Team`]), spinning between them.
@@ -13,14 +14,25 @@
 //! Each has an AVX-512, an AVX2 and a portable form that agree bit for bit ([`Kernel`]).
 //!
 //! ```
-//! use seedbar_kernels::QuantizedMatrix;
+//! use seedbar_kernels::{Activations, MlxAffine, QuantizedMatrix};
 //!
 //! // One row of 32 columns at 4 bits in MLX's packing (8 nibbles per u32, low first):
 //! // every q is 3, so with scale 0.5 and bias -1 every weight is 0.5.
 //! let words = vec![0x3333_3333u32; 4];
-//! let w = QuantizedMatrix::from_mlx_affine(&words, &[0.5], &[-1.0], 1, 32, 32, 4).unwrap();
+//! let mlx = MlxAffine {
+//!     words: &words,
+//!     scales: &[0.5],
+//!     biases: &[-1.0],
+//!     rows: 1,
+//!     cols: 32,
+//!     group_size: 32,
+//!     bits: 4,
+//! };
 //! let x = vec![2.0f32; 32];
-//! assert_eq!(w.matmul_transposed(&x, 1), vec![32.0]);
+//! for activations in [Activations::Float, Activations::Int8] {
+//!     let w = QuantizedMatrix::from_mlx_affine(mlx, activations).unwrap();
+//!     assert_eq!(w.matmul_transposed(&x, 1), vec![32.0]);
+//! }
 //! ```
 
 pub mod attention;
@@ -28,7 +40,7 @@ pub mod quantized;
 pub mod team;
 
 pub use attention::{Kv, QueryAttention};
-pub use quantized::{QuantizedMatrix, Unsupported, PANEL};
+pub use quantized::{Activations, MlxAffine, QuantizedMatrix, Unsupported, PANEL};
 pub use team::Team;
 
 /// One instruction set's kernels (every kernel of the crate has each form).

@@ -14,11 +14,19 @@
 //! `quantized_matmul` is a scalar loop. Here the weights stay quantized in memory and are
 //! widened in registers, once per tile for all of its input rows.
 //!
-//! Layout: the weight rows are cut into panels of [`PANEL`] rows (the SIMD lanes). A panel
-//! stores each pair of columns `(k, k + 1)` as 16 bytes at 4 bits (byte `j`: row `j`'s `q` at
-//! `k` in the low nibble, at `k + 1` in the high one) or 32 bytes at 8 bits (the 16 rows at
-//! `k`, then at `k + 1`), and its scales and biases as 16 lanes per group.
+//! With [`Activations::Int8`] the input rows are rounded to int8 per block first and the
+//! chains run over integer dot products instead (the [`int8`] module: llama.cpp's way on a
+//! CPU, a few times fewer instructions per weight); every kernel still agrees bit for bit.
+//!
+//! Layout: the weight rows are cut into panels of [`PANEL`] rows (the SIMD lanes). For float
+//! activations a panel stores each pair of columns `(k, k + 1)` as 16 bytes at 4 bits (byte
+//! `j`: row `j`'s `q` at `k` in the low nibble, at `k + 1` in the high one) or 32 bytes at 8
+//! bits (the 16 rows at `k`, then at `k + 1`); for int8 activations, each 4 columns of a row
+//! are 4 adjacent bytes (an integer dot product's lane), 64 bytes per step of 4 columns at 8
+//! bits or 8 at 4 (columns `k + 4..k + 8` in the high nibbles). Scales and biases are 16
+//! lanes per group.
 
+mod int8;
 mod kernels;
 
 use std::ops::Range;
@@ -28,9 +36,25 @@ use crate::{Kernel, Team};
 /// Weight rows per panel: the SIMD lanes of one AVX-512 vector.
 pub const PANEL: usize = 16;
 
+/// How a product reads its input rows: which numbers a model's products give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activations {
+    /// As they are: each output one float32 FMA chain over the columns (mlx-lm's numbers).
+    Float,
+    /// Rounded per row and block of [`int8::BLOCK`] columns to int8 (`d · a`, `|a| ≤ 127`,
+    /// `d = amax / 127`) and multiplied in integer dot products, as llama.cpp's CPU backend
+    /// computes a quantized matrix's products (its Q8 activations).
+    Int8,
+}
+
 /// A matrix this crate cannot hold.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Unsupported {
+    #[error(
+        "int8 activations over {cols} columns in groups of {group_size} (columns in blocks of \
+         32, each group whole steps of 8 columns, 4 at 8 bits, are needed)"
+    )]
+    Int8 { cols: usize, group_size: usize },
     #[error("{0}-bit weights (2 to 8 are supported)")]
     Bits(u32),
     #[error("group size {0} (an even number is needed)")]
@@ -52,7 +76,9 @@ pub struct QuantizedMatrix {
     cols: usize,
     group_size: usize,
     bits: u32,
-    /// `[panel][column pair][pair_bytes]`; rows past `rows` in the last panel are zero.
+    activations: Activations,
+    /// `[panel][column step][bytes]` (the module docs); rows past `rows` in the last panel
+    /// are zero.
     data: Vec<u8>,
     /// `[panel][group][PANEL]` scales and biases.
     affine: Affine,
@@ -145,20 +171,40 @@ fn half_value(h: u16) -> f32 {
     }
 }
 
+/// MLX's affine quantization of a `[rows, cols]` matrix, as its arrays hold it.
+#[derive(Debug, Clone, Copy)]
+pub struct MlxAffine<'a> {
+    /// The `[rows, cols · bits / 32]` uint32 weight: each row's `bits`-bit values one stream
+    /// from the low bits up.
+    pub words: &'a [u32],
+    /// `[rows, cols / group_size]`.
+    pub scales: &'a [f32],
+    /// `[rows, cols / group_size]`.
+    pub biases: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub group_size: usize,
+    pub bits: u32,
+}
+
 impl QuantizedMatrix {
-    /// Repack MLX's affine quantization: `words` is the `[rows, cols · bits / 32]` uint32
-    /// weight (each row's `bits`-bit values one stream from the low bits up), `scales` and
-    /// `biases` are `[rows, cols / group_size]`. Values of 2 to 4 bits are held in 4 bits,
-    /// of 5 to 8 in 8 (GGUF's Q5_0 and Q5_1 among them): the same values, the same chains.
+    /// Repack MLX's affine quantization for products over `activations`. Values of 2 to 4
+    /// bits are held in 4 bits, of 5 to 8 in 8 (GGUF's Q5_0 and Q5_1 among them): the same
+    /// values, the same chains. Int8 activations need columns in blocks of 32 whose groups
+    /// hold whole steps of 8 columns (4 at 8 bits); every MLX and GGUF format does.
     pub fn from_mlx_affine(
-        words: &[u32],
-        scales: &[f32],
-        biases: &[f32],
-        rows: usize,
-        cols: usize,
-        group_size: usize,
-        bits: u32,
+        mlx: MlxAffine<'_>,
+        activations: Activations,
     ) -> Result<Self, Unsupported> {
+        let MlxAffine {
+            words,
+            scales,
+            biases,
+            rows,
+            cols,
+            group_size,
+            bits,
+        } = mlx;
         if !(2..=8).contains(&bits) {
             return Err(Unsupported::Bits(bits));
         }
@@ -182,13 +228,20 @@ impl QuantizedMatrix {
                 });
             }
         }
+        let format = Format {
+            cols,
+            group_size,
+            bits: if bits <= 4 { 4 } else { 8 },
+            activations,
+        };
+        if activations == Activations::Int8 && !int8::holds(format) {
+            return Err(Unsupported::Int8 { cols, group_size });
+        }
         let mask = (1u64 << bits) - 1;
         let row_groups = cols / group_size;
         Ok(Self::from_fn(
+            format,
             rows,
-            cols,
-            group_size,
-            if bits <= 4 { 4 } else { 8 },
             |row, col| {
                 let at = (row * cols + col) * bits as usize;
                 let (word, shift) = (at / 32, at % 32);
@@ -204,13 +257,17 @@ impl QuantizedMatrix {
 
     /// Pack from accessors: `q(row, col)` and `affine(row, group) = (scale, bias)`.
     fn from_fn(
+        format: Format,
         rows: usize,
-        cols: usize,
-        group_size: usize,
-        bits: u32,
         q: impl Fn(usize, usize) -> u8,
         affine: impl Fn(usize, usize) -> (f32, f32),
     ) -> Self {
+        let Format {
+            cols,
+            group_size,
+            bits,
+            activations,
+        } = format;
         let panels = rows.div_ceil(PANEL);
         let row_groups = cols / group_size;
         let lane = |panel: usize, j: usize| Some(panel * PANEL + j).filter(|&r| r < rows);
@@ -218,12 +275,28 @@ impl QuantizedMatrix {
         let (mut scales, mut biases) = (Vec::new(), Vec::new());
         for panel in 0..panels {
             let at = |j, col| lane(panel, j).map_or(0, |r| q(r, col));
-            for k in (0..cols).step_by(2) {
-                if bits == 4 {
-                    data.extend((0..PANEL).map(|j| at(j, k) | (at(j, k + 1) << 4)));
-                } else {
-                    data.extend((0..PANEL).map(|j| at(j, k)));
-                    data.extend((0..PANEL).map(|j| at(j, k + 1)));
+            match (activations, bits) {
+                (Activations::Float, 4) => {
+                    for k in (0..cols).step_by(2) {
+                        data.extend((0..PANEL).map(|j| at(j, k) | (at(j, k + 1) << 4)));
+                    }
+                }
+                (Activations::Float, _) => {
+                    for k in (0..cols).step_by(2) {
+                        data.extend((0..PANEL).map(|j| at(j, k)));
+                        data.extend((0..PANEL).map(|j| at(j, k + 1)));
+                    }
+                }
+                (Activations::Int8, 4) => {
+                    for k in (0..cols).step_by(8) {
+                        let lane = |j| (0..4).map(move |b| at(j, k + b) | (at(j, k + 4 + b) << 4));
+                        data.extend((0..PANEL).flat_map(lane));
+                    }
+                }
+                (Activations::Int8, _) => {
+                    for k in (0..cols).step_by(4) {
+                        data.extend((0..PANEL).flat_map(|j| (0..4).map(move |b| at(j, k + b))));
+                    }
                 }
             }
             for g in 0..row_groups {
@@ -239,8 +312,18 @@ impl QuantizedMatrix {
             cols,
             group_size,
             bits,
+            activations,
             data,
             affine: Affine::new(scales, biases),
+        }
+    }
+
+    fn format(&self) -> Format {
+        Format {
+            cols: self.cols,
+            group_size: self.group_size,
+            bits: self.bits,
+            activations: self.activations,
         }
     }
 
@@ -260,6 +343,10 @@ impl QuantizedMatrix {
         self.group_size
     }
 
+    pub fn activations(&self) -> Activations {
+        self.activations
+    }
+
     /// Bytes the weights take in memory (what one full product reads).
     pub fn bytes(&self) -> usize {
         self.data.len() + self.affine.bytes()
@@ -268,10 +355,8 @@ impl QuantizedMatrix {
     /// Rows `range` as a matrix of their own (fused projections split at load).
     pub fn slice_rows(&self, range: Range<usize>) -> QuantizedMatrix {
         Self::from_fn(
+            self.format(),
             range.len(),
-            self.cols,
-            self.group_size,
-            self.bits,
             |row, col| self.q(range.start + row, col),
             |row, group| self.affine(range.start + row, group),
         )
@@ -280,11 +365,11 @@ impl QuantizedMatrix {
     /// The rows of `parts` end to end, as one matrix: projections of the same input (q, k
     /// and v; gate and up) become one product, one pass over the input and one dispatch.
     /// Each row keeps its values, so each output is the same chain as in its own part.
-    /// `None` when the parts differ in columns, group size or bits (or there are none).
+    /// `None` when the parts differ in columns, group size, bits or activations (or there
+    /// are none).
     pub fn stack_rows(parts: &[&QuantizedMatrix]) -> Option<QuantizedMatrix> {
         let first = parts.first()?;
-        let format = |m: &QuantizedMatrix| (m.cols, m.group_size, m.bits);
-        if parts.iter().any(|m| format(m) != format(first)) {
+        if parts.iter().any(|m| m.format() != first.format()) {
             return None;
         }
         if parts[..parts.len() - 1]
@@ -300,6 +385,7 @@ impl QuantizedMatrix {
                 cols: first.cols,
                 group_size: first.group_size,
                 bits: first.bits,
+                activations: first.activations,
             });
         }
         // Row `r` of the stack is row `r - starts[p]` of part `p`.
@@ -316,10 +402,8 @@ impl QuantizedMatrix {
             (parts[p], row - starts[p])
         };
         Some(Self::from_fn(
+            first.format(),
             parts.iter().map(|m| m.rows).sum(),
-            first.cols,
-            first.group_size,
-            first.bits,
             |row, col| {
                 let (m, r) = locate(row);
                 m.q(r, col)
@@ -366,10 +450,17 @@ impl QuantizedMatrix {
         let panels = self.rows.div_ceil(PANEL);
         let per_task = panels_per_task(panels, team.threads());
         let target = OutPtr(out.as_mut_ptr());
+        let rounded = (self.activations == Activations::Int8)
+            .then(|| int8::Rows::new(x, m, self.cols, self.group_size));
         team.for_each(panels.div_ceil(per_task), |t| {
             let range = t * per_task..((t + 1) * per_task).min(panels);
             // SAFETY: every task writes the disjoint columns of its own panels.
-            unsafe { kernel.run(self, x, m, range, target.get()) };
+            unsafe {
+                match &rounded {
+                    Some(rows) => kernel.run_int8(self, rows, m, range, target.get()),
+                    None => kernel.run(self, x, m, range, target.get()),
+                }
+            };
         });
         out
     }
@@ -381,11 +472,26 @@ impl QuantizedMatrix {
     /// The quantized value at `(row, col)`.
     fn q(&self, row: usize, col: usize) -> u8 {
         let (panel, j) = (row / PANEL, row % PANEL);
-        let pair = &self.data[panel * self.panel_bytes() + col / 2 * pair_bytes(self.bits)..];
-        match (self.bits, col % 2) {
-            (4, 0) => pair[j] & 15,
-            (4, _) => pair[j] >> 4,
-            (_, half) => pair[half * PANEL + j],
+        let panel = &self.data[panel * self.panel_bytes()..];
+        match (self.activations, self.bits) {
+            (Activations::Float, 4) => {
+                let byte = panel[col / 2 * pair_bytes(4) + j];
+                if col.is_multiple_of(2) {
+                    byte & 15
+                } else {
+                    byte >> 4
+                }
+            }
+            (Activations::Float, _) => panel[col / 2 * pair_bytes(8) + (col % 2) * PANEL + j],
+            (Activations::Int8, 4) => {
+                let byte = panel[col / 8 * int8::STEP_BYTES + 4 * j + col % 4];
+                if col % 8 < 4 {
+                    byte & 15
+                } else {
+                    byte >> 4
+                }
+            }
+            (Activations::Int8, _) => panel[col / 4 * int8::STEP_BYTES + 4 * j + col % 4],
         }
     }
 
@@ -394,6 +500,16 @@ impl QuantizedMatrix {
         self.affine
             .get((row / PANEL * groups + group) * PANEL + row % PANEL)
     }
+}
+
+/// What a matrix's codes are and how they are laid out (matrices of one format stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Format {
+    cols: usize,
+    group_size: usize,
+    /// Bits a code is held in: 4 or 8.
+    bits: u32,
+    activations: Activations,
 }
 
 /// Bytes of one panel's pair of columns.

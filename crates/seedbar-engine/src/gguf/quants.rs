@@ -423,6 +423,7 @@ fn q6_k(b: &[u8], codes: &mut [u8], groups: &mut [(f32, f32)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use seedbar_kernels::Activations;
 
     /// Two Q6_K blocks of pseudo-random bytes with a float16 `d` of either sign.
     fn q6_k_blocks() -> Vec<u8> {
@@ -459,10 +460,17 @@ mod tests {
             panic!("Q6_K without small groups is dequantized");
         };
         // The held values as the CPU kernels read them (a block as a row of 256).
-        let held = seedbar_kernels::QuantizedMatrix::from_mlx_affine(
-            &words, &scales, &biases, 2, 256, group, bits,
-        )
-        .expect("the kernels hold 6-bit groups of 16");
+        let mlx = seedbar_kernels::MlxAffine {
+            words: &words,
+            scales: &scales,
+            biases: &biases,
+            rows: 2,
+            cols: 256,
+            group_size: group,
+            bits,
+        };
+        let held = seedbar_kernels::QuantizedMatrix::from_mlx_affine(mlx, Activations::Float)
+            .expect("the kernels hold 6-bit groups of 16");
         let held: Vec<f32> = (0..2).flat_map(|r| held.dequantize_row(r)).collect();
         // ggml's reference: x = (d * sc) * (q - 32), one product in f32.
         for (i, (&a, &b)) in dense.iter().zip(&held).enumerate() {

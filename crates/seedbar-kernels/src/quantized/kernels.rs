@@ -27,9 +27,19 @@ impl Kernel {
     ) {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => x86::tiles(w, x, m, panels, out, x86::AVX512_ROWS, x86::avx512),
+            Kernel::Avx512 => {
+                let wide = x86::wide(m, x86::AVX512_ROWS);
+                x86::tiles(m, panels, x86::AVX512_ROWS, wide, |i0, mr, p0, np| {
+                    x86::avx512(w, x, i0, mr, p0, np, out)
+                })
+            }
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => x86::tiles(w, x, m, panels, out, x86::AVX2_ROWS, x86::avx2),
+            Kernel::Avx2 => {
+                let wide = x86::wide(m, x86::AVX2_ROWS);
+                x86::tiles(m, panels, x86::AVX2_ROWS, wide, |i0, mr, p0, np| {
+                    x86::avx2(w, x, i0, mr, p0, np, out)
+                })
+            }
             _ => portable(w, x, m, panels, out),
         }
     }
@@ -54,7 +64,7 @@ unsafe fn portable(w: &QuantizedMatrix, x: &[f32], m: usize, panels: Range<usize
 // the compiler unrolls into registers.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)]
-mod x86 {
+pub(super) mod x86 {
     use std::{arch::x86_64::*, ops::Range};
 
     use crate::quantized::{pair_bytes, Affine, QuantizedMatrix, PANEL};
@@ -63,28 +73,32 @@ mod x86 {
     pub const AVX512_ROWS: usize = 8;
     pub const AVX2_ROWS: usize = 4;
 
-    /// A tile function: `(w, x, first input row, rows, first panel, panels, out)`.
-    type Tile = unsafe fn(&QuantizedMatrix, &[f32], usize, usize, usize, usize, *mut f32);
+    /// Panels a tile takes for `m` rows: few rows take four (independent chains to hide the
+    /// FMA latency), more take two.
+    pub fn wide(m: usize, max_rows: usize) -> usize {
+        if m.min(max_rows) <= 2 {
+            4
+        } else {
+            2
+        }
+    }
 
-    /// Cover `[0, m) × panels` with tiles of at most `max_rows` rows; few rows take four
-    /// panels a tile (independent chains to hide the FMA latency), more take two.
+    /// Cover `[0, m) × panels` with tiles `tile(first row, rows, first panel, panels)` of at
+    /// most `max_rows` rows and `wide` panels (one at the end where fewer are left).
     pub unsafe fn tiles(
-        w: &QuantizedMatrix,
-        x: &[f32],
         m: usize,
         panels: Range<usize>,
-        out: *mut f32,
         max_rows: usize,
-        tile: Tile,
+        wide: usize,
+        mut tile: impl FnMut(usize, usize, usize, usize),
     ) {
-        let wide = if m.min(max_rows) <= 2 { 4 } else { 2 };
         let mut p = panels.start;
         while p < panels.end {
             let np = if panels.end - p >= wide { wide } else { 1 };
             let mut i = 0;
             while i < m {
                 let mr = (m - i).min(max_rows);
-                tile(w, x, i, mr, p, np, out);
+                tile(i, mr, p, np);
                 i += mr;
             }
             p += np;
@@ -148,7 +162,7 @@ mod x86 {
 
     /// 16 scales or biases from `at` as f32: float16 widened (exact) where `HALF`.
     #[inline(always)]
-    unsafe fn affine16<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m512; 2] {
+    pub(crate) unsafe fn affine16<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m512; 2] {
         match &w.affine {
             // (No closures: they would not be compiled with the tile's target features.)
             Affine::Half { scales, biases } if HALF => [
@@ -165,7 +179,7 @@ mod x86 {
 
     /// 8 scales or biases from `at` as f32 (AVX2 with F16C).
     #[inline(always)]
-    unsafe fn affine8<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m256; 2] {
+    pub(crate) unsafe fn affine8<const HALF: bool>(w: &QuantizedMatrix, at: usize) -> [__m256; 2] {
         match &w.affine {
             Affine::Half { scales, biases } if HALF => [
                 _mm256_cvtph_ps(_mm_loadu_si128(scales.as_ptr().add(at).cast())),
@@ -217,7 +231,7 @@ mod x86 {
 
     /// The output columns panel `p` covers (fewer than 16 in a short last panel).
     #[inline(always)]
-    fn lanes(w: &QuantizedMatrix, p: usize) -> usize {
+    pub(crate) fn lanes(w: &QuantizedMatrix, p: usize) -> usize {
         (w.rows - p * PANEL).min(PANEL)
     }
 
