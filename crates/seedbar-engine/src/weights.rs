@@ -73,8 +73,8 @@ pub struct LoadOptions {
     /// The dtype activations and dense weights are computed in.
     pub compute_dtype: Dtype,
     /// How the CPU kernels read a quantized product's input; `None`: as the checkpoint's
-    /// own engine does (a GGUF file's as llama.cpp, int8 per block of 32; an MLX folder's as
-    /// mlx-lm, float), see `Model::load_with`.
+    /// own engine does: a GGUF file's as llama.cpp, int8 per block of 32 (set where
+    /// `Model` loads a GGUF), anything else as mlx-lm, float (`WeightMap`'s default).
     pub activations: Option<Activations>,
 }
 

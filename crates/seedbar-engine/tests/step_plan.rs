@@ -15,17 +15,20 @@ use seedbar_engine::{
 /// The model, on the kernels the product runs (`prepare` may restart this test binary with
 /// native OpenBLAS kernels before any test gets here).
 fn model() -> Model {
-    seedbar_engine::runtime::prepare();
-    Model::load(&seedbar_dev::default_model_path()).unwrap()
+    load(None)
 }
 
 /// The model with float activations, for comparisons of two layouts' paths: rounding inputs
 /// to int8 (the GGUF's default on the CPU) turns a last-bit difference between two ways of
 /// computing a layer into a whole rounding step.
 fn float_model() -> Model {
+    load(Some(Activations::Float))
+}
+
+fn load(activations: Option<Activations>) -> Model {
     seedbar_engine::runtime::prepare();
     let options = LoadOptions {
-        activations: Some(Activations::Float),
+        activations,
         ..LoadOptions::for_default_device()
     };
     Model::load_with(&seedbar_dev::default_model_path(), options).unwrap()

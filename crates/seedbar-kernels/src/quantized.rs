@@ -41,7 +41,7 @@ pub const PANEL: usize = 16;
 pub enum Activations {
     /// As they are: each output one float32 FMA chain over the columns (mlx-lm's numbers).
     Float,
-    /// Rounded per row and block of [`int8::BLOCK`] columns to int8 (`d · a`, `|a| ≤ 127`,
+    /// Rounded per row and block of 32 columns to int8 (`d · a`, `|a| ≤ 127`,
     /// `d = amax / 127`) and multiplied in integer dot products, as llama.cpp's CPU backend
     /// computes a quantized matrix's products (its Q8 activations).
     Int8,

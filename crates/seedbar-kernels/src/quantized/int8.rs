@@ -77,9 +77,10 @@ impl Rows {
         let mut scales = Vec::with_capacity(m * cols / BLOCK);
         for (row, rounded) in x.chunks_exact(cols).zip(values.chunks_exact_mut(cols)) {
             for (block, out) in row.chunks_exact(BLOCK).zip(rounded.chunks_exact_mut(BLOCK)) {
-                let amax = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
                 // A block with a NaN or an infinity makes its products NaN, as floats would.
-                let finite = block.iter().all(|v| v.is_finite());
+                let (amax, finite) = block.iter().fold((0.0f32, true), |(a, finite), v| {
+                    (a.max(v.abs()), finite && v.is_finite())
+                });
                 let d = if finite { amax / 127.0 } else { f32::NAN };
                 let inverse = if amax == 0.0 { 0.0 } else { 127.0 / amax };
                 for (v, a) in block.iter().zip(out) {
