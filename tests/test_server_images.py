@@ -1,9 +1,10 @@
-"""Images through the server on a random-weight Gemma 3 vision checkpoint (written with
-mlx-vlm's classes, tests/vision_checkpoints.py), sent by the real clients: the `openai` SDK
-(chat and responses), the `anthropic` SDK and the `ollama` client, which all reach the same
-seeded reply for the same picture and question. A seeded reply about an image is byte-identical
-alone, among 1-15 other text and image rows and after a prefix-cache hit; a different picture
-never reuses another's KV; bad images get a clear 400."""
+"""Images through the server on random-weight vision checkpoints (written with mlx-vlm's classes,
+tests/vision_checkpoints.py): Gemma 3 (a fixed token count an image) and Qwen2.5-VL (tokens by
+the picture's size, placed on its grid by multimodal RoPE). Sent by the real clients: the
+`openai` SDK (chat and responses), the `anthropic` SDK and the `ollama` client, which all reach
+the same seeded reply for the same picture and question. A seeded reply about an image is
+byte-identical alone, among 1-15 other text and image rows and after a prefix-cache hit; a
+different picture never reuses another's KV; bad images get a clear 400."""
 
 import base64
 import io
@@ -18,9 +19,10 @@ from openai import OpenAI
 from PIL import Image
 
 from conftest import DEFAULT_MODEL, Seedbar, default_gguf, serving
-from vision_checkpoints import TOKENS_PER_IMAGE, write_vision_checkpoint
+from vision_checkpoints import TOKENS_PER_IMAGE, qwen_grid, write_qwen_vision_checkpoint, write_vision_checkpoint
 
 SEER = "seer"
+QWEN = "qwen-seer"
 QUESTION = "What is in this picture?"
 # Before the picture, long enough that the prompt passes the prefix cache's block (256 tokens
 # on the CPU) after the picture: a prefix hit then holds the picture, which still stands
@@ -56,6 +58,7 @@ def store(tmp_path_factory):
     sb = Seedbar(root / "home")
     sb.run("models", "add", default_gguf(), "--name", DEFAULT_MODEL)
     sb.run("models", "add", write_vision_checkpoint(root / "seer"), "--name", SEER)
+    sb.run("models", "add", write_qwen_vision_checkpoint(root / "qwen"), "--name", QWEN)
     return sb
 
 
@@ -70,18 +73,18 @@ def client(server):
     return OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
 
 
-def image_chat(client, image, question=QUESTION, before="", **overrides):
+def image_chat(client, image, question=QUESTION, before="", model=SEER, **overrides):
     content = [{"type": "text", "text": question}, {"type": "image_url", "image_url": {"url": data_url(image)}}]
     if before:
         content = [{"type": "text", "text": before + question}, content[1]]
     return client.chat.completions.create(
-        model=SEER, messages=[{"role": "user", "content": content}], **{**SAMPLING, **overrides}
+        model=model, messages=[{"role": "user", "content": content}], **{**SAMPLING, **overrides}
     )
 
 
-def text_chat(client, text, seed):
+def text_chat(client, text, seed, model=SEER):
     return client.chat.completions.create(
-        model=SEER, messages=[{"role": "user", "content": text}], seed=seed, temperature=0.9, max_tokens=24
+        model=model, messages=[{"role": "user", "content": text}], seed=seed, temperature=0.9, max_tokens=24
     )
 
 
@@ -255,3 +258,84 @@ def test_an_image_to_a_text_model_says_it_reads_text(http):
     status, error = chat_error(http, content, model=DEFAULT_MODEL)
     assert status == 400
     assert "does not take images" in error["message"], error
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen2.5-VL: an image's tokens follow its size.
+
+# Sizes with 9x6, 6x9, 4x4 and 8x8 tokens under the checkpoint's budget (at most 64).
+QWEN_PICTURES = [picture(10 + k, size=size) for k, size in enumerate([(400, 300), (300, 400), (112, 112), (700, 700)])]
+
+
+def test_qwen_clients_send_pictures_of_any_size_and_get_the_same_seeded_reply(store):
+    with serving(store, *NO_DISK, model=QWEN) as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+        sizes = {}
+        for k in (0, 1, 2):
+            chat = image_chat(client, QWEN_PICTURES[k], model=QWEN)
+            assert chat.choices[0].message.content
+            sizes[k] = chat.usage.prompt_tokens
+        rows, cols = qwen_grid(400, 300)
+        # The same text around 54 and 16 soft tokens.
+        assert sizes[0] - sizes[2] == rows * cols - 16 and sizes[0] == sizes[1]
+        reply = image_chat(client, QWEN_PICTURES[0], model=QWEN).choices[0].message.content
+        messages = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0).messages.create(
+            model=QWEN,
+            max_tokens=SAMPLING["max_tokens"],
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": QUESTION},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(QWEN_PICTURES[0]).decode()}},
+                    ],
+                }
+            ],
+            extra_body={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"]},
+        )
+        assert messages.content[0].text == reply
+        first = ollama.Client(host=srv.url, timeout=120).chat(
+            model=QWEN,
+            messages=[{"role": "user", "content": QUESTION, "images": [QWEN_PICTURES[1]]}],
+            options={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"], "num_predict": SAMPLING["max_tokens"], "top_k": 0, "top_p": 1.0},
+        )
+        image_first = client.chat.completions.create(
+            model=QWEN,
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(QWEN_PICTURES[1])}}, {"type": "text", "text": QUESTION}]}],
+            **SAMPLING,
+        )
+        assert first.message.content == image_first.choices[0].message.content
+        # A sliver is refused by the processor's rule, with the protocol's error.
+        status, error = chat_error(httpx.Client(base_url=srv.base_url, timeout=60), [{"type": "image_url", "image_url": {"url": data_url(picture(0, size=(2100, 10)))}}], model=QWEN)
+        assert status == 400 and "times as wide" in error["message"], error
+
+
+@pytest.mark.parametrize("layout", [None, "cuda"], ids=["cpu", "cuda-layout"])
+def test_a_seeded_qwen_image_reply_is_identical_alone_batched_and_after_a_prefix_hit(store, layout):
+    """Rows of other sizes' pictures beside it (other grids, other position shifts), text
+    rows, late arrivals, and a prefix hit that holds the picture."""
+    env = {"SEEDBAR_TEST_LAYOUT": layout} if layout else None
+    with serving(store, *NO_DISK, model=QWEN, env=env) as fresh:
+        client = OpenAI(base_url=fresh.base_url, api_key="unused", max_retries=0, timeout=120)
+        mine = lambda: image_chat(client, QWEN_PICTURES[0], before=PREAMBLE, model=QWEN)
+        alone = mine()
+        assert alone.usage.prompt_tokens_details.cached_tokens == 0
+        expected = alone.choices[0].message.content
+
+        def other(k):
+            if k % 3 == 1:
+                return text_chat(client, f"Tell me about the number {k}.", seed=100 + k, model=QWEN)
+            return image_chat(client, QWEN_PICTURES[1 + k % 3], question=f"Describe picture {k}.", model=QWEN, seed=200 + k)
+
+        for siblings in (1, 7, 15):
+            with ThreadPoolExecutor(siblings + 1) as pool:
+                rest = [pool.submit(other, k) for k in range(siblings // 2)]
+                got = pool.submit(mine)
+                rest += [pool.submit(other, k) for k in range(siblings // 2, siblings)]
+                [r.result() for r in rest]
+            assert got.result().choices[0].message.content == expected, f"among {siblings} others"
+
+        again = mine()
+        if layout is None:
+            assert again.usage.prompt_tokens_details.cached_tokens >= 256, "the prefix cache held it"
+        assert again.choices[0].message.content == expected

@@ -137,3 +137,124 @@ def write_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
     )
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [BYTES - 1]}))
     return directory
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen2.5-VL: its own ViT (2-D RoPE, window attention, the 2x2 merger) and a Qwen2 decoder with
+# multimodal RoPE. An image's token count follows its size (one per 28x28 pixels within the
+# processor's budget), so the tests' helpers take the grid.
+
+QWEN_START, QWEN_END, QWEN_PAD = BYTES, BYTES + 1, BYTES + 2
+QWEN_MARKERS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+QWEN_VOCAB = BYTES + len(QWEN_MARKERS)
+# head_dim 32: 16 rotated pairs, by time, row and column.
+QWEN_TEXT = dict(
+    model_type="qwen2_5_vl",
+    hidden_size=128,
+    num_hidden_layers=2,
+    intermediate_size=192,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-6,
+    vocab_size=QWEN_VOCAB,
+    rope_theta=1_000_000.0,
+    rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6]},
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
+# Windows of 56 pixels = 2x2 merged tokens, full attention in blocks 1 and 3.
+QWEN_VISION = dict(
+    model_type="qwen2_5_vl",
+    depth=4,
+    hidden_size=64,
+    intermediate_size=96,
+    num_heads=4,
+    out_hidden_size=QWEN_TEXT["hidden_size"],
+    patch_size=14,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    window_size=56,
+    fullatt_block_indexes=[1, 3],
+    in_channels=3,
+)
+QWEN_CONFIG = dict(
+    **QWEN_TEXT,
+    vision_config=QWEN_VISION,
+    image_token_id=QWEN_PAD,
+    video_token_id=QWEN_VOCAB + 10,
+    vision_start_token_id=QWEN_START,
+    vision_end_token_id=QWEN_END,
+    eos_token_id=[BYTES - 1],
+)
+# At most 64 tokens an image: a 400x300 picture becomes 252x168 pixels, 9x6 tokens.
+QWEN_PREPROCESSOR = dict(
+    image_processor_type="Qwen2VLImageProcessor",
+    min_pixels=56 * 56,
+    max_pixels=28 * 28 * 64,
+    patch_size=14,
+    temporal_patch_size=2,
+    merge_size=2,
+    image_mean=[0.48145466, 0.4578275, 0.40821073],
+    image_std=[0.26862954, 0.26130258, 0.27577711],
+)
+QWEN_TEMPLATE = """{%- for message in messages -%}
+<|im_start|>{{ message['role'] }}
+{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for item in message['content'] %}{% if item['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}"""
+
+
+def qwen_grid(width: int, height: int) -> tuple:
+    """The (rows, columns) of tokens the processor's budget gives a picture."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    h, w = smart_resize(height, width, factor=28, min_pixels=QWEN_PREPROCESSOR["min_pixels"], max_pixels=QWEN_PREPROCESSOR["max_pixels"])
+    return h // 28, w // 28
+
+
+def qwen_chat_ids(text_before: str, text_after: str, sizes: list) -> list:
+    """A user turn's prompt ids with an image of each (width, height) in `sizes` between the
+    texts, as QWEN_TEMPLATE renders it and the processor expands it."""
+    ids = list(f"<|im_start|>user\n{text_before}".encode())
+    for width, height in sizes:
+        rows, cols = qwen_grid(width, height)
+        ids += [QWEN_START] + [QWEN_PAD] * (rows * cols) + [QWEN_END]
+    ids += list(f"{text_after}<|im_end|>\n<|im_start|>assistant\n".encode())
+    return ids
+
+
+def write_qwen_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
+    """A random-weight Qwen2.5-VL checkpoint in `directory`, loadable by mlx-vlm and Seedbar."""
+    from mlx_vlm.models import qwen2_5_vl
+
+    text = qwen2_5_vl.TextConfig.from_dict(QWEN_TEXT)
+    vision = qwen2_5_vl.VisionConfig.from_dict(QWEN_VISION)
+    fields = {k: v for k, v in QWEN_CONFIG.items() if k not in QWEN_TEXT and k != "vision_config"}
+    config = qwen2_5_vl.ModelConfig(text_config=text, vision_config=vision, model_type="qwen2_5_vl", vocab_size=QWEN_VOCAB, **fields)
+    mx.random.seed(seed)
+    model = qwen2_5_vl.Model(config)
+
+    # Wider weights than the default init so logits are well separated; norms near 1.
+    def widen(path, p):
+        if p.ndim >= 2:
+            return p * 3.0
+        noise = mx.random.normal(p.shape) * 0.1
+        return 1.0 + noise if "norm" in path or "ln_q" in path else noise
+
+    model.update(tree_map_with_path(widen, model.parameters()))
+    embed = model.language_model.model.embed_tokens
+    embed.weight = embed.weight / 3.0
+    weights = dict(tree_flatten(model.parameters()))
+    directory.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(directory / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (directory / "config.json").write_text(json.dumps(QWEN_CONFIG, indent=2))
+    (directory / "preprocessor_config.json").write_text(json.dumps(QWEN_PREPROCESSOR, indent=2))
+    tokenizer = byte_tokenizer()
+    tokenizer.add_special_tokens(QWEN_MARKERS)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": QWEN_TEMPLATE, "bos_token": None, "eos_token": "</s>"})
+    )
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [BYTES - 1]}))
+    return directory

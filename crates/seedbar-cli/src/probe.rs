@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use mlx_rs::Array;
 use seedbar_engine::{
     sampling,
-    step::{Batch, Embedded, Logits, StepInput},
+    step::{Batch, Embedded, Logits, RowPositions, StepInput},
     tokenizer::StreamDecoder,
     ChatMessage, Model, TemplateKwargs,
 };
@@ -69,7 +69,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
     let model = load(&args.model)?;
     let mut out = serde_json::Map::new();
     if !args.ids.is_empty() {
-        let images = image_features(&model, &args)?;
+        let (images, positions) = image_features(&model, &args)?;
         let embedded: Vec<Embedded> = images
             .iter()
             .map(|(at, features)| Embedded { at: *at, features })
@@ -79,6 +79,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
             let lens = [args.ids.len() as i32];
             let input = StepInput {
                 embedded: &embedded,
+                positions: std::slice::from_ref(&positions),
                 ..StepInput::one_row(&lens, &args.ids)
             };
             let logits = Batch::new(model.layout()).run(
@@ -91,6 +92,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
             Array::save_safetensors([("logits", &logits)], None, path)?;
         }
         let mut sequence = model.sequence();
+        sequence.positions = positions;
         let mut logits = model.prefill_with_images(&args.ids, &images, &mut sequence)?;
         let mut generated = Vec::new();
         for i in 0..args.generate {
@@ -157,30 +159,37 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
     Ok(())
 }
 
-/// `--images`' features, each with where its soft tokens start in `--ids`; with
-/// `--features-out`, the pixels and features written there.
-fn image_features(model: &Model, args: &ProbeArgs) -> Result<Vec<(usize, Array)>> {
+/// `--images`' features, each with where its soft tokens start in `--ids`, and where the
+/// tokens sit for RoPE; with `--features-out`, the pixels and features written there.
+fn image_features(model: &Model, args: &ProbeArgs) -> Result<(Vec<(usize, Array)>, RowPositions)> {
     if args.images.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), RowPositions::default()));
     }
     let vision = model
         .vision
         .as_ref()
         .context("--images needs a model that takes images")?;
-    let starts = vision.prompt.image_starts(&args.ids)?;
+    let runs = vision.prompt.image_runs(&args.ids)?;
     anyhow::ensure!(
-        starts.len() == args.images.len(),
+        runs.len() == args.images.len(),
         "--ids hold {} images' tokens for {} --images",
-        starts.len(),
+        runs.len(),
         args.images.len()
     );
     let mut saved = Vec::new();
     let mut images = Vec::new();
-    for (k, (path, at)) in args.images.iter().zip(starts).enumerate() {
+    let mut grids = Vec::new();
+    for (k, (path, (at, count))) in args.images.iter().zip(runs).enumerate() {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let image = seedbar_images::decode(&bytes, &seedbar_images::Limits::default())
             .with_context(|| path.display().to_string())?;
-        let pixels = vision.prompt.preprocessor.pixels(&image);
+        let pixels = vision.prompt.preprocessor.pixels(&image)?;
+        anyhow::ensure!(
+            vision.prompt.tokens.of(&pixels) == count,
+            "{} takes {} image tokens; --ids hold {count} for it",
+            path.display(),
+            vision.prompt.tokens.of(&pixels)
+        );
         let features = vision.encode(&pixels)?;
         let shape = [3, pixels.height as i32, pixels.width as i32];
         saved.push((
@@ -189,11 +198,16 @@ fn image_features(model: &Model, args: &ProbeArgs) -> Result<Vec<(usize, Array)>
         ));
         saved.push((format!("features{k}"), features.clone()));
         images.push((at, features));
+        grids.push((at, pixels));
     }
     if let Some(path) = &args.features_out {
         Array::save_safetensors(saved.iter().map(|(k, v)| (k.as_str(), v)), None, path)?;
     }
-    Ok(images)
+    let positions = vision
+        .prompt
+        .tokens
+        .row_positions(grids.iter().map(|(at, p)| (*at, p)));
+    Ok((images, positions))
 }
 
 /// The device MLX computes on and the dtype the model computes in there, which decide how

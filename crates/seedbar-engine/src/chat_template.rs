@@ -13,7 +13,7 @@ use crate::{
     error::{EngineError, Result},
     reasoning::{opens_in_thinking, Thinking},
     tokenizer::Tokenizer,
-    vision::ImagePrompt,
+    vision::ImageMarks,
 };
 
 /// ChatML, used when a model ships no template of its own.
@@ -249,7 +249,7 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
         kwargs: &TemplateKwargs,
-        images: Option<&ImagePrompt>,
+        images: Option<&ImageMarks>,
     ) -> Result<ChatPrompt> {
         let specials = tokenizer.special_tokens();
         let literals = Literals::new(&specials);
@@ -289,7 +289,7 @@ impl ChatTemplate {
 fn expand_images(
     rendered: String,
     messages: &[ChatMessage],
-    images: Option<&ImagePrompt>,
+    images: Option<&ImageMarks>,
 ) -> Result<String> {
     let count: usize = messages.iter().map(ChatMessage::images).sum();
     let Some(images) = images else {
@@ -300,13 +300,25 @@ fn expand_images(
             )),
         };
     };
+    if images.expansions.len() != count {
+        return Err(EngineError::InvalidRequest(format!(
+            "the messages hold {count} images; {} were read",
+            images.expansions.len()
+        )));
+    }
     let written = rendered.matches(&images.placeholder).count();
     if written != count {
         return Err(EngineError::ChatTemplate(format!(
             "the chat template wrote {written} image markers for {count} images"
         )));
     }
-    Ok(rendered.replace(&images.placeholder, &images.expansion))
+    let mut pieces = rendered.split(&images.placeholder);
+    let mut out = pieces.next().unwrap_or_default().to_string();
+    for (piece, expansion) in pieces.zip(&images.expansions) {
+        out.push_str(expansion);
+        out.push_str(piece);
+    }
+    Ok(out)
 }
 
 /// What message text must not bring into a prompt as itself: the special-token strings,

@@ -1,8 +1,9 @@
 //! Layers the bidirectional encoders share (BERT for embeddings, SigLIP for images): a
 //! LayerNorm with bias, and multi-head self-attention over every position with biased
-//! projections. The decoders' own layers live in `architectures/decoder.rs`.
+//! projections; and rotation by given angles ([`rotate_halves`]), which multimodal RoPE and
+//! Qwen2-VL's tower share. The decoders' own layers live in `architectures/decoder.rs`.
 
-use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, Array};
+use mlx_rs::{fast, fast::ScaledDotProductAttentionMask, ops, ops::indexing::IndexOp, Array};
 
 use crate::{
     error::Result,
@@ -86,4 +87,21 @@ impl SelfAttention {
         .reshape(&[b, l, d])?;
         self.out.forward(&attended, Products::Matmul)
     }
+}
+
+/// `x` (`[.., hd]`) with feature pairs `(j, j + dims/2)` for `j < dims/2` rotated by angles
+/// whose cosines and sines are `cos` and `sin` (`[.., dims/2]`, broadcast against `x`), as
+/// `x · cos + rotate_half(x) · sin` computes it; features past `dims` as they are.
+pub(crate) fn rotate_halves(x: &Array, cos: &Array, sin: &Array, dims: i32) -> Result<Array> {
+    let half = dims / 2;
+    let x1 = x.index((.., .., .., ..half));
+    let x2 = x.index((.., .., .., half..dims));
+    let mut parts = vec![
+        x1.multiply(cos)?.subtract(x2.multiply(sin)?)?,
+        x1.multiply(sin)?.add(x2.multiply(cos)?)?,
+    ];
+    if dims < x.shape()[x.ndim() - 1] {
+        parts.push(x.index((.., .., .., dims..)));
+    }
+    Ok(ops::concatenate(&parts, -1)?)
 }

@@ -53,5 +53,5 @@ pub use sampling::SamplingParams;
 pub use seedbar_kernels::Activations;
 pub use sequence::Sequence;
 pub use tool_calls::{ToolCall, ToolCallParser, ToolOutput};
-pub use vision::{ImagePrompt, Vision};
+pub use vision::{ImageMarks, ImagePrompt, ImageTokens, Vision};
 pub use weights::LoadOptions;

@@ -170,8 +170,8 @@ impl Model {
         self.transformer.weight_kind()
     }
 
-    /// The prompt tokens for a chat, ending where the assistant's reply begins; `tools` are
-    /// the functions (OpenAI-style JSON schemas) the model may call. Message text is
+    /// The prompt tokens for a chat of text, ending where the assistant's reply begins;
+    /// `tools` are the functions (OpenAI-style JSON schemas) the model may call. Message text is
     /// encoded as text (see [`ChatTemplate::prompt`]); the template's own defaults (a
     /// model that thinks, thinks).
     pub fn chat_prompt(
@@ -179,12 +179,17 @@ impl Model {
         messages: &[ChatMessage],
         tools: Option<&[Value]>,
     ) -> Result<Vec<u32>> {
+        let marks = self
+            .vision
+            .as_ref()
+            .map(|v| v.prompt.marks(&[]))
+            .transpose()?;
         let prompt = self.template.prompt(
             &self.tokenizer,
             messages,
             tools,
             &TemplateKwargs::new(),
-            self.vision.as_ref().map(|v| &v.prompt),
+            marks.as_ref(),
         )?;
         Ok(prompt.tokens)
     }

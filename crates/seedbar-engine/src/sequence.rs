@@ -6,7 +6,10 @@ use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
 use crate::{
     error::{EngineError, Result},
     model::Model,
-    step::{groups::rows_in, kv_cache::KvCache, plan::Layout, Batch, Embedded, Logits, StepInput},
+    step::{
+        groups::rows_in, kv_cache::KvCache, plan::Layout, Batch, Embedded, Logits, RowPositions,
+        StepInput,
+    },
 };
 
 /// One sequence's KV for the single-sequence passes: its per-layer caches (the prefilled
@@ -14,6 +17,9 @@ use crate::{
 /// layout pools decode KV.
 pub struct Sequence {
     pub caches: Vec<KvCache>,
+    /// Where its tokens sit for RoPE (a multimodal-RoPE model's images:
+    /// [`Model::row_positions`]).
+    pub positions: RowPositions,
     batch: Batch,
 }
 
@@ -34,6 +40,7 @@ impl Model {
     pub fn sequence(&self) -> Sequence {
         Sequence {
             caches: self.new_caches(),
+            positions: RowPositions::default(),
             batch: Batch::new(self.layout()),
         }
     }
@@ -117,6 +124,7 @@ impl Model {
             host: tokens,
             drawn,
             embedded,
+            positions: std::slice::from_ref(&sequence.positions),
         };
         let caches: &mut [KvCache] = &mut sequence.caches;
         sequence

@@ -54,6 +54,7 @@ fn decode(model: &Model, layout: &Layout, rows: &[(Vec<KvCache>, u32)]) -> Vec<V
         host: &tokens,
         drawn: None,
         embedded: &[],
+        positions: &[],
     };
     let mut picked: Vec<&mut [KvCache]> = caches.iter_mut().map(|c| c.as_mut_slice()).collect();
     let logits = Batch::new(*layout)

@@ -30,7 +30,7 @@ fn preprocess(image: &Path, config: &Path, out: &Path) -> Result<(usize, usize),
     let bytes =
         std::fs::read(image).map_err(|e| format!("cannot read {}: {e}", image.display()))?;
     let image = decode(&bytes, &Limits::default()).map_err(|e| e.to_string())?;
-    let pixels = preprocessor.pixels(&image);
+    let pixels = preprocessor.pixels(&image).map_err(|e| e.to_string())?;
     let encoded: Vec<u8> = pixels.data.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(out, encoded).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     Ok((pixels.height, pixels.width))

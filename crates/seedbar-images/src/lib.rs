@@ -14,7 +14,7 @@
 //! # fn demo(bytes: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
 //! let preprocessor = Preprocessor::read("model/preprocessor_config.json".as_ref())?;
 //! let image = decode(bytes, &Limits::default())?;
-//! let pixels = preprocessor.pixels(&image); // [3, height, width] float32
+//! let pixels = preprocessor.pixels(&image)?; // [3, height, width] float32
 //! assert_eq!(pixels.data.len(), 3 * pixels.height * pixels.width);
 //! # Ok(()) }
 //! ```
@@ -27,7 +27,7 @@ pub mod resample;
 mod tests;
 
 pub use decode::{decode, media_type, ImageError, Limits};
-pub use preprocess::{ConfigError, Pixels, Preprocessor, Size};
+pub use preprocess::{ConfigError, PixelBudget, Pixels, Preprocessor, Resize, Size, SizeError};
 pub use resample::Filter;
 
 use sha2::{Digest, Sha256};

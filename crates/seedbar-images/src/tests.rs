@@ -8,7 +8,9 @@ use image::{ExtendedColorType, ImageEncoder};
 
 use crate::decode::over_white;
 use crate::resample::{resize, Filter};
-use crate::{decode, digest, media_type, ImageError, Limits, Preprocessor, Rgb8};
+use crate::{
+    decode, digest, media_type, ImageError, Limits, PixelBudget, Preprocessor, Resize, Rgb8, Size,
+};
 
 fn rgb(width: u32, height: u32, data: Vec<u8>) -> Rgb8 {
     assert_eq!(data.len(), (width * height * 3) as usize);
@@ -355,7 +357,13 @@ const GEMMA_LIKE: &str = r#"{
 #[test]
 fn a_config_reads_and_defaults() {
     let preprocessor = Preprocessor::from_json(GEMMA_LIKE).unwrap();
-    assert_eq!((preprocessor.size.height, preprocessor.size.width), (4, 3));
+    assert_eq!(
+        preprocessor.resize,
+        Resize::Fixed(Size {
+            height: 4,
+            width: 3
+        })
+    );
     assert_eq!(preprocessor.resample, Filter::Bilinear);
     assert_eq!(preprocessor.rescale_factor, 1.0 / 255.0);
 
@@ -377,7 +385,9 @@ fn a_config_reads_and_defaults() {
 #[test]
 fn pixels_are_channel_first_with_numpys_arithmetic() {
     let preprocessor = Preprocessor::from_json(GEMMA_LIKE).unwrap();
-    let pixels = preprocessor.pixels(&rgb(3, 4, [0, 51, 255].repeat(12)));
+    let pixels = preprocessor
+        .pixels(&rgb(3, 4, [0, 51, 255].repeat(12)))
+        .unwrap();
     assert_eq!((pixels.height, pixels.width, pixels.data.len()), (4, 3, 36));
     // float64 rescale rounded to float32, then float32 (x - mean) / std.
     let expected = |byte: u8| ((f64::from(byte) * (1.0 / 255.0)) as f32 - 0.5f32) / 0.5f32;
@@ -396,9 +406,62 @@ fn steps_can_be_switched_off() {
     let json = r#"{"size": {"height": 1, "width": 1}, "resample": 2, "do_resize": false,
         "do_rescale": false, "do_normalize": false, "image_mean": [0,0,0], "image_std": [1,1,1]}"#;
     let preprocessor = Preprocessor::from_json(json).unwrap();
-    let pixels = preprocessor.pixels(&rgb(2, 1, vec![1, 2, 3, 4, 5, 6]));
+    let pixels = preprocessor
+        .pixels(&rgb(2, 1, vec![1, 2, 3, 4, 5, 6]))
+        .unwrap();
     assert_eq!((pixels.height, pixels.width), (1, 2));
     assert_eq!(pixels.data, [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+}
+
+const QWEN_LIKE: &str = r#"{
+    "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
+    "merge_size": 2, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "image_processor_type": "Qwen2VLImageProcessor"
+}"#;
+
+#[test]
+fn a_pixel_budget_reads_from_either_naming() {
+    let budget = PixelBudget {
+        factor: 28,
+        min_pixels: 3136,
+        max_pixels: 12845056,
+    };
+    let preprocessor = Preprocessor::from_json(QWEN_LIKE).unwrap();
+    assert_eq!(preprocessor.resize, Resize::Budget(budget));
+    assert_eq!(preprocessor.resample, Filter::Bicubic);
+    let newer = r#"{"size": {"shortest_edge": 3136, "longest_edge": 12845056},
+        "patch_size": 14, "merge_size": 2, "image_mean": [0,0,0], "image_std": [1,1,1]}"#;
+    assert_eq!(
+        Preprocessor::from_json(newer).unwrap().resize,
+        Resize::Budget(budget)
+    );
+}
+
+#[test]
+fn a_pixel_budget_sizes_as_smart_resize() {
+    let budget = |min, max| PixelBudget {
+        factor: 28,
+        min_pixels: min,
+        max_pixels: max,
+    };
+    let size = |b: PixelBudget, w, h| {
+        let s = b.size_of(w, h).unwrap();
+        (s.width, s.height)
+    };
+    let wide = budget(3136, 12845056);
+    // Each side to the nearest multiple of 28, ties to even (42 / 28 = 1.5 → 2, 70 → 2.5 → 2).
+    assert_eq!(size(wide, 400, 300), (392, 308));
+    assert_eq!(size(wide, 42, 70), (56, 56));
+    // Too few pixels: scaled up, sides rounded up.
+    assert_eq!(size(wide, 30, 20), (84, 56));
+    // Too many: scaled down, sides rounded down (1000 x 1000 at most 200,000 pixels: 447.2 → 420).
+    assert_eq!(size(budget(3136, 200_000), 1000, 1000), (420, 420));
+    // A side under half a factor rounds to none, and the minimum scales the picture up.
+    assert_eq!(size(wide, 1000, 13), (504, 28));
+    // A sliver is refused, not resized.
+    assert!(wide.size_of(4000, 19).is_err());
+    assert!(wide.size_of(4000, 20).is_ok());
 }
 
 #[test]

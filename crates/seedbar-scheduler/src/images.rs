@@ -8,12 +8,15 @@ use std::collections::VecDeque;
 
 use mlx_rs::Array;
 use seedbar_engine::{
-    step::{groups::rows_in, Embedded},
-    Model,
+    step::{groups::rows_in, Embedded, RowPositions},
+    ImageTokens, Model,
 };
 use seedbar_images::Pixels;
 
-use crate::{request::PromptImage, row::Row};
+use crate::{
+    request::{PromptImage, Request},
+    row::Row,
+};
 
 /// Set on every image key: vocabularies are far smaller, so a key is never a token id.
 const IMAGE_KEY: u32 = 1 << 31;
@@ -51,15 +54,25 @@ pub(crate) fn fed_token(token: u32, soft_token: u32) -> u32 {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ImageSlots {
     pub(crate) soft_token: u32,
-    pub(crate) tokens_per_image: usize,
+    pub(crate) tokens: ImageTokens,
 }
 
 impl ImageSlots {
     pub(crate) fn of(model: &Model) -> Option<ImageSlots> {
         model.vision.as_ref().map(|v| ImageSlots {
             soft_token: v.prompt.image_token,
-            tokens_per_image: v.prompt.tokens_per_image,
+            tokens: v.prompt.tokens,
         })
+    }
+}
+
+/// Where a request's tokens sit for RoPE (on its images' grids for a multimodal-RoPE model).
+pub(crate) fn row_positions(request: &Request, slots: Option<ImageSlots>) -> RowPositions {
+    match slots {
+        Some(slots) if !request.images.is_empty() => slots
+            .tokens
+            .row_positions(request.images.iter().map(|i| (i.at, &*i.pixels))),
+        _ => RowPositions::default(),
     }
 }
 
@@ -76,8 +89,8 @@ pub(crate) fn key_images(
     let Some(slots) = slots else {
         return Err("this model does not take images".into());
     };
-    let n = slots.tokens_per_image;
     for image in images {
+        let n = slots.tokens.of(&image.pixels);
         let span = image.at..image.at + n;
         let soft = prompt
             .get(span.clone())
@@ -133,12 +146,14 @@ impl ImageFeatures {
     ) -> seedbar_engine::Result<Vec<(usize, Array)>> {
         let mut embeds = Vec::new();
         let mut base = 0;
-        let per_image = ImageSlots::of(model).map_or(0, |s| s.tokens_per_image);
+        let Some(slots) = ImageSlots::of(model) else {
+            return Ok(embeds);
+        };
         for (row, len) in chunks {
             if row.prefilling() {
                 let (start, end) = (row.fed.len(), row.fed.len() + len);
                 for image in &row.request.images {
-                    if image.at >= end || image.at + per_image <= start {
+                    if image.at >= end || image.at + slots.tokens.of(&image.pixels) <= start {
                         continue;
                     }
                     let features = self.of(model, &image.digest, &image.pixels)?;
@@ -183,7 +198,7 @@ mod tests {
     fn keys_tell_images_and_positions_apart_and_are_never_token_ids() {
         let slots = Some(ImageSlots {
             soft_token: 7,
-            tokens_per_image: 3,
+            tokens: ImageTokens::Fixed(3),
         });
         let mut a = vec![1, 7, 7, 7, 2];
         let mut b = a.clone();
@@ -204,7 +219,7 @@ mod tests {
     fn an_image_off_its_soft_tokens_or_for_a_text_model_is_refused() {
         let slots = Some(ImageSlots {
             soft_token: 7,
-            tokens_per_image: 3,
+            tokens: ImageTokens::Fixed(3),
         });
         let mut prompt = vec![1, 7, 7, 2];
         assert!(key_images(&mut prompt, &[image(1, 1)], slots).is_err());

@@ -2,7 +2,9 @@
 //! (tokens with their text, the end and why).
 
 use seedbar_engine::{
-    sampling::log_softmax, step::kv_cache::KvCache, step::plan::Layout, tokenizer::StreamDecoder,
+    sampling::log_softmax,
+    step::{kv_cache::KvCache, plan::Layout, RowPositions},
+    tokenizer::StreamDecoder,
     FinishReason, Model,
 };
 use seedbar_grammar::TokenMask;
@@ -30,6 +32,8 @@ pub(crate) struct Row {
     pub(crate) finished: bool,
     /// How many tokens it drafts next (where the scheduler speculates).
     pub(crate) speculation: Speculation,
+    /// Where its tokens sit for RoPE (on its images' grids for a multimodal-RoPE model).
+    pub(crate) positions: RowPositions,
 }
 
 impl Row {

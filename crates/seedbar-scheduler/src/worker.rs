@@ -21,7 +21,7 @@ use seedbar_engine::{
     step::{
         kv_cache::{KvCache, KvSnapshot},
         plan::Layout,
-        Batch, Logits, StepInput,
+        Batch, Logits, RowPositions, StepInput,
     },
     tokenizer::StreamDecoder,
     Model,
@@ -36,7 +36,7 @@ use crate::{
         draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
         Noise, NoiseJob,
     },
-    images::{self, fed_token, ImageFeatures},
+    images::{self, fed_token, ImageFeatures, ImageSlots},
     prefix_cache::PrefixCache,
     request::{Event, Request},
     row::{emit, take_drawn, Row},
@@ -364,6 +364,7 @@ impl Worker {
             }
         }
         let stop = StopMatcher::new(p.request.stop.clone());
+        let positions = images::row_positions(&p.request, ImageSlots::of(&self.model));
         self.rows.push(Row {
             id: p.id,
             fed: p.request.prompt[..cached].to_vec(),
@@ -376,6 +377,7 @@ impl Worker {
             stop,
             finished: false,
             speculation: Speculation::default(),
+            positions,
         });
     }
 
@@ -429,6 +431,10 @@ impl Worker {
                 .map(|(i, input)| (&self.rows[*i], input.len())),
         )?;
         let embedded = images::embedded(&embeds);
+        let positions: Vec<RowPositions> = chosen
+            .iter()
+            .map(|(i, _)| self.rows[*i].positions.clone())
+            .collect();
         let lens: Vec<i32> = chosen.iter().map(|(_, t)| t.len() as i32).collect();
         let tails: Vec<i32> = chosen.iter().map(|(_, t)| t.drawn_positions()).collect();
         let speculating = tails.iter().any(|&n| n > 1);
@@ -462,6 +468,7 @@ impl Worker {
                     host: &tokens,
                     drawn,
                     embedded: &embedded,
+                    positions: &positions,
                 };
                 let mut trace = traced.map(RowTrace::new);
                 let position = traced.map(|n| picked[n][0].len());

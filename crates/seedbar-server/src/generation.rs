@@ -209,8 +209,16 @@ impl Prompt {
     ) -> Result<ChatPrompt, ApiError> {
         let tokens = match self {
             Prompt::Chat {
-                messages, tools, ..
-            } => return model.chat_prompt(messages, tools.as_deref(), kwargs),
+                messages,
+                tools,
+                images,
+            } => {
+                let sizes: Vec<(u32, u32)> = images
+                    .iter()
+                    .map(|i| (i.image.width, i.image.height))
+                    .collect();
+                return model.chat_prompt(messages, tools.as_deref(), kwargs, &sizes);
+            }
             Prompt::Text(text) => model.encode(text)?,
             Prompt::FillInTheMiddle { prefix, suffix } => {
                 model.fill_in_the_middle(prefix, suffix)?

@@ -183,26 +183,38 @@ pub fn for_prompt(
     images: &[InImage],
     prompt: &ImagePrompt,
 ) -> Result<Vec<PromptImage>, ApiError> {
-    let starts = prompt.image_starts(tokens).map_err(ApiError::internal)?;
-    if starts.len() != images.len() {
+    let runs = prompt.image_runs(tokens).map_err(ApiError::internal)?;
+    if runs.len() != images.len() {
         return Err(ApiError::bad_param(
             "messages",
             format!(
                 "the prompt holds {} images' tokens for {} images",
-                starts.len(),
+                runs.len(),
                 images.len()
             ),
         ));
     }
-    Ok(starts
-        .into_iter()
+    runs.into_iter()
         .zip(images)
-        .map(|(at, image)| PromptImage {
-            at: offset + at,
-            digest: image.digest,
-            pixels: Arc::new(prompt.preprocessor.pixels(&image.image)),
+        .map(|((at, count), image)| {
+            let pixels = prompt
+                .preprocessor
+                .pixels(&image.image)
+                .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
+            let expected = prompt.tokens.of(&pixels);
+            if count != expected {
+                return Err(ApiError::bad_param(
+                    "messages",
+                    format!("an image stands on {count} image tokens; it takes {expected}"),
+                ));
+            }
+            Ok(PromptImage {
+                at: offset + at,
+                digest: image.digest,
+                pixels: Arc::new(pixels),
+            })
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

@@ -78,11 +78,14 @@ impl LoadedModel {
 
     /// The prompt for a chat rendered with the request's template `kwargs`, ending where the
     /// assistant's reply begins; special-token strings in the messages' text stay text.
+    /// `image_sizes` are the messages' images' (width, height), in order: how many soft
+    /// tokens each takes may follow its size.
     pub fn chat_prompt(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
         kwargs: &TemplateKwargs,
+        image_sizes: &[(u32, u32)],
     ) -> Result<ChatPrompt, ApiError> {
         if self.images.is_none() && messages.iter().any(|m| m.images() > 0) {
             return Err(ApiError::bad_param(
@@ -93,20 +96,21 @@ impl LoadedModel {
                 ),
             ));
         }
+        let bad = |e: EngineError| match e {
+            EngineError::ChatTemplate(_) | EngineError::InvalidRequest(_) => {
+                ApiError::bad_param("messages", e.to_string())
+            }
+            e => ApiError::internal(e),
+        };
+        let marks = self
+            .images
+            .as_ref()
+            .map(|p| p.marks(image_sizes))
+            .transpose()
+            .map_err(bad)?;
         self.template
-            .prompt(
-                &self.tokenizer,
-                messages,
-                tools,
-                kwargs,
-                self.images.as_ref(),
-            )
-            .map_err(|e| match e {
-                EngineError::ChatTemplate(_) | EngineError::InvalidRequest(_) => {
-                    ApiError::bad_param("messages", e.to_string())
-                }
-                e => ApiError::internal(e),
-            })
+            .prompt(&self.tokenizer, messages, tools, kwargs, marks.as_ref())
+            .map_err(bad)
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, ApiError> {

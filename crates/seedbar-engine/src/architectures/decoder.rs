@@ -27,6 +27,7 @@ use super::{
 use crate::{
     config::ModelConfig,
     error::Result,
+    layers::rotate_halves,
     row_trace::RowTrace,
     runtime,
     step::{
@@ -87,6 +88,21 @@ pub struct Rope {
     /// Per-feature factors (`[head_dim]`) the input is multiplied by before rotating
     /// (long-rope's attention scaling on the rotated features).
     pub input_scale: Option<Array>,
+    /// Multimodal RoPE (Qwen2-VL's `mrope_section`): how many rotated pairs, in order,
+    /// turn by a token's time, row and column position ([`step::positions`]); `None`: all
+    /// by its one position.
+    pub sections: Option<[usize; 3]>,
+}
+
+/// Which of a token's (time, row, column) positions turns rotated pair `pair` (pairs past
+/// the sections turn by time, as mlx-vlm's Qwen2-VL leaves them).
+pub(super) fn section_axis(sections: Option<[usize; 3]>, pair: usize) -> usize {
+    match sections {
+        Some([t, h, w]) if pair >= t + h + w => 0,
+        Some([t, h, _]) if pair >= t + h => 2,
+        Some([t, _, _]) if pair >= t => 1,
+        _ => 0,
+    }
 }
 
 impl Rope {
@@ -109,6 +125,34 @@ impl Rope {
             offset,
             self.freqs.as_ref(),
         )?)
+    }
+
+    /// `x` (`[B, H, L, hd]`) with the token at `(b, l)` rotated for the (time, row, column)
+    /// position `positions[b * L + l]`, each section of the pairs by its axis, as mlx-vlm's
+    /// Qwen2-VL does it: the angles in float32, their cosines and sines in `x`'s dtype.
+    fn apply_grid(&self, x: &Array, positions: &[[i32; 3]]) -> Result<Array> {
+        if self.traditional {
+            return Err(crate::error::EngineError::InvalidRequest(
+                "multimodal RoPE on interleaved pairs is not supported".into(),
+            ));
+        }
+        let (b, l) = (x.shape()[0], x.shape()[2]);
+        let half = (self.dims / 2) as usize;
+        let inv_freqs = self.host_inv_freqs()?;
+        let (mut cos, mut sin) = (
+            Vec::with_capacity(positions.len() * half),
+            Vec::with_capacity(positions.len() * half),
+        );
+        for p in positions {
+            for (j, inv_freq) in inv_freqs.iter().enumerate() {
+                let position = p[section_axis(self.sections, j)] as f32;
+                let (s, c) = (position * self.scale * inv_freq).sin_cos();
+                cos.push(c);
+                sin.push(s);
+            }
+        }
+        let table = |v: &[f32]| Array::from_slice(v, &[b, 1, l, half as i32]).as_dtype(x.dtype());
+        rotate_halves(&self.scaled(x)?, &table(&cos)?, &table(&sin)?, self.dims)
     }
 
     /// `x` (`[B, H, 1, hd]`) with row `b` rotated for position `positions[b]`.
@@ -265,6 +309,13 @@ impl AttentionMath for Attention {
     fn rotate_at(&self, x: Array, positions: &Array) -> Result<Array> {
         match &self.positions.rope {
             Some(rope) => rope.apply_at(&x, positions),
+            None => Ok(x),
+        }
+    }
+
+    fn rotate_grid(&self, x: Array, positions: &[[i32; 3]]) -> Result<Array> {
+        match &self.positions.rope {
+            Some(rope) => rope.apply_grid(&x, positions),
             None => Ok(x),
         }
     }
@@ -721,6 +772,7 @@ impl Rope {
             scale,
             freqs: None,
             input_scale: None,
+            sections: None,
         }
     }
 }

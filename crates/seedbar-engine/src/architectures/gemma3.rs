@@ -120,11 +120,11 @@ pub(crate) fn text_config_defaults() -> Value {
     })
 }
 
-/// The prompt text an image becomes where the template wrote `start` (`<start_of_image>`):
-/// the marker and `count` soft tokens `image` before `end`, set apart by blank lines, as the
-/// Gemma 3 processor expands it.
-pub(crate) fn image_expansion(start: &str, image: &str, end: &str, count: usize) -> String {
-    format!("\n\n{start}{}{end}\n\n", image.repeat(count))
+/// The prompt text around an image's soft tokens where the template wrote `start`
+/// (`<start_of_image>`): the marker before them and `end` after, set apart by blank lines,
+/// as the Gemma 3 processor expands it.
+pub(crate) fn image_surroundings(start: &str, end: &str) -> (String, String) {
+    (format!("\n\n{start}"), format!("{end}\n\n"))
 }
 
 /// Gemma 3's multimodal projector: the tower's patch grid averaged in square blocks down to

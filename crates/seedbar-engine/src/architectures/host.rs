@@ -15,7 +15,7 @@ use seedbar_kernels::{Kv, QueryAttention, Team};
 
 use super::{
     activation::Activation,
-    decoder::{Attention, FeedForward, Mlp, RmsNorm, Rope, Transformer},
+    decoder::{section_axis, Attention, FeedForward, Mlp, RmsNorm, Rope, Transformer},
 };
 use crate::{
     error::Result,
@@ -79,10 +79,11 @@ pub(super) fn softcap(x: &mut [f32], cap: f32) {
     }
 }
 
-/// Rotary embedding of `x` (`positions` rows of `heads` heads of `head_dim` features, row
-/// `i` at position `first + i`) in place, as MLX's `fast::rope`: the first `dims` features
-/// rotate in pairs (`(j, j + dims/2)`, or `(2j, 2j + 1)` when `traditional`) by
-/// `position · scale · inv_freqs[j]`.
+/// Rotary embedding of `x` (rows of `heads` heads of `head_dim` features, row `i` at the
+/// (time, row, column) position `positions[i]`) in place, as MLX's `fast::rope`: the first
+/// `dims` features rotate in pairs (`(j, j + dims/2)`, or `(2j, 2j + 1)` when
+/// `traditional`) by `position · scale · inv_freqs[j]`, pair `j` by the position of its
+/// section's axis (all the same for a text token).
 pub(super) struct Rotary<'a> {
     pub dims: usize,
     pub traditional: bool,
@@ -90,11 +91,19 @@ pub(super) struct Rotary<'a> {
     pub inv_freqs: &'a [f32],
     /// Per-feature factors applied before rotating (long-rope), if any.
     pub input_scale: Option<&'a [f32]>,
+    /// Multimodal RoPE's sections ([`Rope::sections`]).
+    pub sections: Option<[usize; 3]>,
 }
 
 impl Rotary<'_> {
     /// `x` holds `heads` heads of `head_dim` features per position.
-    pub(super) fn apply(&self, x: &mut [f32], heads: usize, head_dim: usize, first: usize) {
+    pub(super) fn apply(
+        &self,
+        x: &mut [f32],
+        heads: usize,
+        head_dim: usize,
+        positions: &[[i32; 3]],
+    ) {
         let half = self.dims / 2;
         for (n, head) in x.chunks_exact_mut(head_dim).enumerate() {
             if let Some(s) = self.input_scale {
@@ -102,8 +111,9 @@ impl Rotary<'_> {
                     *v *= s;
                 }
             }
-            let position = (first + n / heads) as f32;
+            let position = positions[n / heads];
             for j in 0..half {
+                let position = position[section_axis(self.sections, j)] as f32;
                 let (sin, cos) = (position * self.scale * self.inv_freqs[j]).sin_cos();
                 let (a, b) = if self.traditional {
                     (2 * j, 2 * j + 1)
@@ -224,6 +234,7 @@ impl Attention {
                     .as_ref()
                     .map(|s| s.try_as_slice::<f32>())
                     .transpose()?,
+                sections: rope.sections,
             }),
             _ => None,
         };
@@ -242,8 +253,11 @@ impl Attention {
             }
             let first = caches[i].len() as usize;
             if let Some(rotary) = &rotary {
-                rotary.apply(&mut q, heads, hd, first);
-                rotary.apply(&mut k, kv_heads, hd, first);
+                let positions: Vec<[i32; 3]> = (first..first + len)
+                    .map(|s| plan.rope_position(i, s))
+                    .collect();
+                rotary.apply(&mut q, heads, hd, &positions);
+                rotary.apply(&mut k, kv_heads, hd, &positions);
             }
             caches[i].append_host(&k, &v, kv_heads, hd)?;
             queries.push((q, first));

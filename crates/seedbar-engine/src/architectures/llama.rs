@@ -50,5 +50,6 @@ fn llama3_rope(c: &ModelConfig) -> Rope {
         scale: 1.0,
         freqs: Some(Array::from_slice(&periods, &[dims / 2])),
         input_scale: None,
+        sections: None,
     }
 }

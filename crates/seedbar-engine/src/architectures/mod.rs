@@ -10,6 +10,7 @@ mod mixtral;
 mod moe;
 mod phi3;
 mod qwen2;
+pub(crate) mod qwen2_vl;
 mod qwen3;
 mod qwen3_moe;
 pub(crate) mod siglip;

@@ -68,6 +68,7 @@ pub fn build(config: ModelConfig, weights: &mut WeightMap, dtype: Dtype) -> Resu
                 scale: 1.0,
                 freqs: Some(Array::from_slice(&periods, &[dims / 2])),
                 input_scale: Some(scales),
+                sections: None,
             };
         }
     }

@@ -38,6 +38,9 @@ pub trait AttentionMath {
     fn rotate(&self, x: Array, offset: i32) -> Result<Array>;
     /// RoPE with row `b` at `positions[b]` (`x` is `[B, H, 1, hd]`).
     fn rotate_at(&self, x: Array, positions: &Array) -> Result<Array>;
+    /// Multimodal RoPE: the token at `(b, l)` of `x` (`[B, H, L, hd]`) at the (time, row,
+    /// column) position `positions[b * L + l]`.
+    fn rotate_grid(&self, x: Array, positions: &[[i32; 3]]) -> Result<Array>;
     /// Scaled dot-product attention.
     fn attend(
         &self,
@@ -77,16 +80,32 @@ pub fn attend_groups(
         let members: Vec<usize> = plan.rows_of(g).collect();
         if plan.is_decode_group(g) {
             let width = plan.widths[g];
-            let mut positions = vec![0i32; width as usize];
+            let mut positions = vec![[0i32; 3]; width as usize];
             for &i in &members {
-                positions[plan.slots[i].offset as usize] = caches[i].len();
+                positions[plan.slots[i].offset as usize] =
+                    plan.rope_position(i, caches[i].len() as usize);
             }
-            let positions = decode_kv.uploads.get(&positions).clone();
             let heads = |x: &Array, part: Part| -> Result<Array> {
                 layer.split_heads(x.reshape(&[width, 1, -1])?, part)
             };
-            let q = layer.rotate_at(heads(&q_all[g], Part::Queries)?, &positions)?;
-            let k = layer.rotate_at(heads(&k_all[g], Part::Keys)?, &positions)?;
+            let at: Vec<i32> = positions.iter().map(|p| p[0]).collect();
+            let at = decode_kv.uploads.get(&at).clone();
+            // An image token among them (a one-token prefill chunk) rotates on its grid,
+            // picked into place: the text rows keep the bits they get in any group.
+            let on_grid: Vec<bool> = positions
+                .iter()
+                .map(|p| p[1] != p[0] || p[2] != p[0])
+                .collect();
+            let rotate = |x: Array| -> Result<Array> {
+                let text = layer.rotate_at(x.clone(), &at)?;
+                if !on_grid.contains(&true) {
+                    return Ok(text);
+                }
+                let mask = Array::from_slice(&on_grid, &[width, 1, 1, 1]);
+                Ok(ops::select(&mask, layer.rotate_grid(x, &positions)?, text)?)
+            };
+            let q = rotate(heads(&q_all[g], Part::Queries)?)?;
+            let k = rotate(heads(&k_all[g], Part::Keys)?)?;
             let v = heads(&v_all[g], Part::Values)?;
             if pooled {
                 groups[g] = Some((q, k, v));
@@ -102,9 +121,18 @@ pub fn attend_groups(
         for &i in &members {
             let slot = &plan.slots[i];
             let span = |a: &[Array]| a[g].index((.., slot.offset..slot.offset + slot.len, ..));
-            let offset = caches[i].len();
-            let q = layer.rotate(layer.split_heads(span(&q_all), Part::Queries)?, offset)?;
-            let k = layer.rotate(layer.split_heads(span(&k_all), Part::Keys)?, offset)?;
+            let start = caches[i].len() as usize;
+            let end = start + slot.len as usize;
+            let rotate = |x: Array| match plan.text_shift(i, start, end) {
+                Some(shift) => layer.rotate(x, start as i32 + shift),
+                None => {
+                    let grid: Vec<[i32; 3]> =
+                        (start..end).map(|s| plan.rope_position(i, s)).collect();
+                    layer.rotate_grid(x, &grid)
+                }
+            };
+            let q = rotate(layer.split_heads(span(&q_all), Part::Queries)?)?;
+            let k = rotate(layer.split_heads(span(&k_all), Part::Keys)?)?;
             let v = layer.split_heads(span(&v_all), Part::Values)?;
             rows[i] = Some((q, k, v));
         }

@@ -9,6 +9,7 @@ use super::{
     groups::{Embedded, Logits, StepTokens},
     kv_cache::{KvCache, KvPool},
     plan::{Layout, StepPlan},
+    positions::RowPositions,
 };
 use crate::{error::Result, row_trace::RowTrace};
 
@@ -41,6 +42,9 @@ pub struct StepInput<'a> {
     pub drawn: Option<(&'a Array, &'a [Option<i32>])>,
     /// Input positions that embed as given features (images' soft tokens).
     pub embedded: &'a [Embedded<'a>],
+    /// Each row's rotary positions, for a model with multimodal RoPE whose rows hold
+    /// images; empty: each token rotates by its sequence index.
+    pub positions: &'a [RowPositions],
 }
 
 impl<'a> StepInput<'a> {
@@ -51,6 +55,7 @@ impl<'a> StepInput<'a> {
             host: tokens,
             drawn: None,
             embedded: &[],
+            positions: &[],
         }
     }
 }
@@ -100,7 +105,7 @@ impl Batch {
         logits: Logits<'_>,
         mut trace: Option<&mut RowTrace>,
     ) -> Result<Array> {
-        let plan = StepPlan::new(&self.layout, input.lens);
+        let plan = StepPlan::new(&self.layout, input.lens).placed(input.positions);
         let tokens = StepTokens {
             host: input.host,
             drawn: input.drawn,

@@ -4,7 +4,8 @@
 //! chosen per backend for batch invariance), where their keys and values live
 //! (`kv_cache`: each row's own cache and the GPU decode pool), CUDA's row kernels for
 //! dense and quantized products (`row_products`), the rows' tokens in and positions out of
-//! the matmul groups (`groups`), and how they attend (`attention`). A model's decoder is
+//! the matmul groups (`groups`), where each token sits for RoPE (`positions`: a
+//! multimodal-RoPE model's image grids), and how they attend (`attention`). A model's decoder is
 //! math: each layer hands its queries, keys and values to `attention`.
 
 pub mod attention;
@@ -12,7 +13,9 @@ pub mod batch;
 pub mod groups;
 pub mod kv_cache;
 pub mod plan;
+pub mod positions;
 pub mod row_products;
 
 pub use batch::{Batch, Forward, StepInput};
 pub use groups::{Embedded, Logits, StepTokens};
+pub use positions::{ImageGrid, RowPositions};

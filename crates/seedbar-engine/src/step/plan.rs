@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use mlx_rs::Array;
 
-use super::row_products;
+use super::{positions::RowPositions, row_products};
 use crate::runtime::Backend;
 
 /// Prompts are prefilled in chunks that start at multiples of the layout's chunk
@@ -270,6 +270,9 @@ pub struct StepPlan {
     pub fused_masked_attention: bool,
     /// [`Layout::products`].
     pub products: Products,
+    /// Each row's rotary positions ([`StepPlan::placed`]); empty: every row's token at
+    /// sequence index `s` rotates by `s`.
+    pub positions: Vec<RowPositions>,
 }
 
 impl StepPlan {
@@ -283,6 +286,7 @@ impl StepPlan {
             attention: layout.attention,
             fused_masked_attention: layout.fused_masked_attention,
             products: layout.products,
+            positions: Vec::new(),
         };
         let Some(width) = layout.decode_width.map(|w| w as i32) else {
             let mut offset = 0;
@@ -330,6 +334,31 @@ impl StepPlan {
             }
         }
         plan
+    }
+
+    /// The plan with row `i`'s rotary positions `positions[i]` (one per row, or none).
+    pub fn placed(mut self, positions: &[RowPositions]) -> StepPlan {
+        if positions.iter().any(|p| !p.is_plain()) {
+            self.positions = positions.to_vec();
+        }
+        self
+    }
+
+    /// The (time, row, column) rotary position of row `row`'s token at sequence index `s`.
+    pub fn rope_position(&self, row: usize, s: usize) -> [i32; 3] {
+        match self.positions.get(row) {
+            Some(p) => p.at(s),
+            None => [s as i32; 3],
+        }
+    }
+
+    /// Where row `row`'s tokens at sequence indices `start..end` rotate as `index + shift`,
+    /// the shift; `None` where the span holds an image token of a multimodal-RoPE row.
+    pub fn text_shift(&self, row: usize, start: usize, end: usize) -> Option<i32> {
+        match self.positions.get(row) {
+            Some(p) => p.text_shift(start, end),
+            None => Some(0),
+        }
     }
 
     /// Whether group `g` holds only decode rows (one token each), which run as a whole.
