@@ -1,5 +1,5 @@
-"""Seeded replies about images on a GPU: for a Gemma 3 vision checkpoint, a seeded reply about a
-picture alone, then again among 1, 7, 15 and 31 other requests (text and other pictures, some
+"""Seeded replies about images on a GPU: for a vision checkpoint (Gemma 3, Qwen2.5-VL), a seeded
+reply about a picture alone, then again among 1, 7, 15 and 31 other requests (text and other pictures, some
 arriving late), over `seedbar serve`'s HTTP API; prints how many came out identical, and the
 time to the first token of a request whose picture is new (the tower's prefill).
 
@@ -47,14 +47,18 @@ def picture(seed: int, width=640, height=480) -> str:
 
 
 def random_weights(folder: Path, shapes: dict) -> None:
+    """Random weights of `shapes`; norm weights 1 where a norm multiplies by its weight (0 for
+    Gemma's decoder, whose norms multiply by 1 + w)."""
     import mlx.core as mx
 
+    offset_norms = json.loads((folder / "config.json").read_text())["model_type"] == "gemma3"
     mx.random.seed(0)
     weights = {}
     for name, shape in shapes.items():
         if len(shape) == 1:
-            norm = "norm" in name and name.endswith("weight")
-            weights[name] = (mx.ones(shape) if norm and "vision_tower" in name else mx.zeros(shape)).astype(mx.bfloat16)
+            norm = ("norm" in name or "ln_q" in name) and name.endswith("weight")
+            unit = norm and (not offset_norms or "vision_tower" in name)
+            weights[name] = (mx.ones(shape) if unit else mx.zeros(shape)).astype(mx.bfloat16)
         else:
             weights[name] = (mx.random.normal(shape) * 0.02).astype(mx.bfloat16)
     mx.save_safetensors(str(folder / "model.safetensors"), weights)
@@ -114,7 +118,9 @@ def main() -> None:
 
                 threads = [threading.Thread(target=run, args=("mine", *mine))]
                 for k in range(siblings):
-                    image = picture(100 + k) if k % 2 == 0 else None
+                    # Pictures of several sizes (a Qwen2.5-VL tower takes each at its own).
+                    size = (320 + 96 * (k % 4), 240 + 72 * (k % 3))
+                    image = picture(100 + k, *size) if k % 2 == 0 else None
                     late = 0.3 if k % 3 == 2 else 0.0
                     threads.append(threading.Thread(target=run, args=(k, image, f"Tell me about {k}.", 50 + k, late)))
                 for t in threads:

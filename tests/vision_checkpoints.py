@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
 from checkpoints import byte_tokenizer
@@ -224,8 +225,9 @@ def qwen_chat_ids(text_before: str, text_after: str, sizes: list) -> list:
     return ids
 
 
-def write_qwen_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
-    """A random-weight Qwen2.5-VL checkpoint in `directory`, loadable by mlx-vlm and Seedbar."""
+def write_qwen_vision_checkpoint(directory: Path, seed: int = 0, quantize_bits=None) -> Path:
+    """A random-weight Qwen2.5-VL checkpoint in `directory`, loadable by mlx-vlm and Seedbar;
+    with `quantize_bits`, its decoder's layers quantized (groups of 32), the tower not."""
     from mlx_vlm.models import qwen2_5_vl
 
     text = qwen2_5_vl.TextConfig.from_dict(QWEN_TEXT)
@@ -245,10 +247,14 @@ def write_qwen_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
     model.update(tree_map_with_path(widen, model.parameters()))
     embed = model.language_model.model.embed_tokens
     embed.weight = embed.weight / 3.0
+    config = dict(QWEN_CONFIG)
+    if quantize_bits:
+        nn.quantize(model.language_model, group_size=32, bits=quantize_bits)
+        config["quantization"] = {"group_size": 32, "bits": quantize_bits}
     weights = dict(tree_flatten(model.parameters()))
     directory.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(directory / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (directory / "config.json").write_text(json.dumps(QWEN_CONFIG, indent=2))
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
     (directory / "preprocessor_config.json").write_text(json.dumps(QWEN_PREPROCESSOR, indent=2))
     tokenizer = byte_tokenizer()
     tokenizer.add_special_tokens(QWEN_MARKERS)
