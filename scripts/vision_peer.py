@@ -218,8 +218,7 @@ def qwen_mlx_vlm_times(directory: Path) -> list:
             out = processor(load_image(str(path)), return_tensors="np")
             pixels, grid = mx.array(out["pixel_values"]), mx.array(out["image_grid_thw"])
             embeds = model.get_input_embeddings(ids, pixels, image_grid_thw=grid).inputs_embeds
-            cache = model.language_model.make_cache()
-            logits = model.language_model(ids, inputs_embeds=embeds, cache=cache, pixel_values=pixels, image_grid_thw=grid).logits[:, -1]
+            logits = model.language_model(ids, inputs_embeds=embeds, pixel_values=pixels, image_grid_thw=grid).logits[:, -1]
             mx.eval(logits)
             print(f"  mlx-vlm run {run}: {time.perf_counter() - started:.2f} s", flush=True)
             if run:
