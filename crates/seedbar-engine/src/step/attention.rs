@@ -81,21 +81,20 @@ pub fn attend_groups(
         if plan.is_decode_group(g) {
             let width = plan.widths[g];
             let mut positions = vec![[0i32; 3]; width as usize];
+            // Which rows run an image token (a one-token prefill chunk over an image).
+            let mut on_grid = vec![false; width as usize];
             for &i in &members {
-                positions[plan.slots[i].offset as usize] =
-                    plan.rope_position(i, caches[i].len() as usize);
+                let (at, s) = (plan.slots[i].offset as usize, caches[i].len() as usize);
+                positions[at] = plan.rope_position(i, s);
+                on_grid[at] = plan.text_shift(i, s, s + 1).is_none();
             }
             let heads = |x: &Array, part: Part| -> Result<Array> {
                 layer.split_heads(x.reshape(&[width, 1, -1])?, part)
             };
             let at: Vec<i32> = positions.iter().map(|p| p[0]).collect();
             let at = decode_kv.uploads.get(&at).clone();
-            // An image token among them (a one-token prefill chunk) rotates on its grid,
-            // picked into place: the text rows keep the bits they get in any group.
-            let on_grid: Vec<bool> = positions
-                .iter()
-                .map(|p| p[1] != p[0] || p[2] != p[0])
-                .collect();
+            // An image token rotates on its grid, as in any chunk over it, picked into place:
+            // the text rows keep the bits they get in any group.
             let rotate = |x: Array| -> Result<Array> {
                 let text = layer.rotate_at(x.clone(), &at)?;
                 if !on_grid.contains(&true) {
