@@ -105,6 +105,9 @@ def write_images(folder: Path) -> dict[str, Path]:
         "gray.png": lambda path: image.convert("L").save(path),
         "tiny.png": lambda path: Image.fromarray(photo(7, 5, seed=2)).save(path),
         "wide.webp": lambda path: Image.fromarray(photo(1000, 300, seed=3)).save(path),
+        # Widened and shortened at once to 896x896 (and shortened most to 336 and 224): Pillow
+        # 13 runs such a resize's vertical pass first.
+        "tall.png": lambda path: Image.fromarray(photo(300, 1200, seed=5)).save(path),
         "palette.gif": transparent_gif,
     }
     paths = {}
@@ -191,16 +194,18 @@ IMAGES = [
     "gray.png",
     "tiny.png",
     "wide.webp",
+    "tall.png",
     "palette.gif",
 ]
 
 
-# Resizes where Pillow 13 runs its two passes in the other order than seedbar-images (which
-# runs horizontal then vertical, as Pillow's C code long did): measured on 413 random sizes,
-# Pillow 13 mostly runs the vertical pass first when its kernel is the wider one, not always
-# (its rule is not found yet). The 8-bit rounding and clipping between the passes then part at
-# edges; the palette picture's 160x120 -> 168x112 is such a resize.
-PASS_ORDER = {("palette.gif", "qwen2-vl"): (16, 1.0)}
+# Pillow 13 runs a resize's vertical pass first where it reduces the height more than the width
+# (Pillow's PR "If height is scaled down significantly more than width, resize vertically
+# first"); seedbar-images does where the vertical kernel is the wider, which agrees on 392 of
+# 413 random resizes where the order matters. Not on this one (300x1200 to 196x868: equal
+# kernels, vertical first): the 8-bit rounding between the passes parts, within these levels
+# (at most, on average).
+PASS_ORDER = {("tall.png", "qwen2-vl"): (8, 0.5)}
 
 
 @pytest.mark.parametrize("processor_name", PROCESSORS)
@@ -212,7 +217,7 @@ def test_pixels_are_bit_identical(preprocess, images, processor_name, image_name
     if (image_name, processor_name) in PASS_ORDER:
         most, mean = PASS_ORDER[image_name, processor_name]
         levels = np.abs(got - expected) * np.array(processor.image_std).reshape(3, 1, 1) / processor.rescale_factor
-        assert got.shape == expected.shape and levels.max() <= most and levels.mean() <= mean
+        assert got.shape == expected.shape and levels.max() <= most and levels.mean() <= mean, levels.max()
         return
     assert_same_pixels(got, expected, processor, images[image_name])
 
