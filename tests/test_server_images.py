@@ -339,3 +339,56 @@ def test_a_seeded_qwen_image_reply_is_identical_alone_batched_and_after_a_prefix
         if layout is None:
             assert again.usage.prompt_tokens_details.cached_tokens >= 256, "the prefix cache held it"
         assert again.choices[0].message.content == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# `http(s)` image URLs, fetched where the server allows it (`--fetch-image-urls`), from a real
+# HTTP server on this machine.
+
+
+@pytest.fixture(scope="module")
+def picture_host(tmp_path_factory):
+    """A local HTTP server of a picture and a text file; its base URL."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path_factory.mktemp("pictures")
+    (root / "picture.png").write_bytes(PICTURES[0])
+    (root / "notes.txt").write_text("not a picture")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    host = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{host.server_address[1]}"
+    host.shutdown()
+
+
+def test_image_urls_are_fetched_where_the_server_allows_it(store, picture_host):
+    url = f"{picture_host}/picture.png"
+    with serving(store, *NO_DISK, "--fetch-image-urls", model=SEER) as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+        expected = image_chat(client, PICTURES[0]).choices[0].message.content
+        content = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": url}}]
+        chat = client.chat.completions.create(model=SEER, messages=[{"role": "user", "content": content}], **SAMPLING)
+        assert chat.choices[0].message.content == expected, "the fetched picture is the same picture"
+        responses = client.responses.create(
+            model=SEER,
+            input=[{"role": "user", "content": [{"type": "input_text", "text": QUESTION}, {"type": "input_image", "image_url": url}]}],
+            max_output_tokens=SAMPLING["max_tokens"],
+            temperature=SAMPLING["temperature"],
+            extra_body={"seed": SAMPLING["seed"]},
+        )
+        assert responses.output_text == expected
+        messages = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0).messages.create(
+            model=SEER,
+            max_tokens=SAMPLING["max_tokens"],
+            messages=[{"role": "user", "content": [{"type": "text", "text": QUESTION}, {"type": "image", "source": {"type": "url", "url": url}}]}],
+            extra_body={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"]},
+        )
+        assert messages.content[0].text == expected
+        with httpx.Client(base_url=srv.base_url, timeout=60) as http:
+            for path, message in [("missing.png", "answered 404"), ("notes.txt", "is not a PNG, JPEG, WebP or GIF image")]:
+                part = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": f"{picture_host}/{path}"}}]
+                status, error = chat_error(http, part)
+                assert status == 400 and message in error["message"], error
+                assert error["param"] == "messages[0].content[1].image_url.url", error

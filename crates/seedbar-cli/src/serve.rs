@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// as base64).
     #[arg(long, default_value_t = 32 << 20)]
     max_body_bytes: usize,
+    /// Fetch image parts given by http(s) URLs (20 MiB and 30 s at most each); without it
+    /// they are refused, and images come as data URLs, base64 or local paths.
+    #[arg(long, env = "SEEDBAR_FETCH_IMAGE_URLS")]
+    fetch_image_urls: bool,
     /// The built chat UI to serve at / (default: ui/dist in the current directory, else ui/
     /// next to the executable, when there).
     #[arg(long, env = "SEEDBAR_UI_DIR")]
@@ -79,6 +83,7 @@ pub fn run(args: ServeArgs) -> u8 {
         allowed_hosts: args.allowed_hosts,
         allowed_origins: args.allowed_origins,
         max_body_bytes: args.max_body_bytes,
+        fetch_image_urls: args.fetch_image_urls,
         model: args.model,
         ui_dir,
         keep_alive: args.keep_alive,

@@ -4,7 +4,9 @@
 //! kept ([`Remotes`], [`keys`]), what an upstream says about itself when one is added
 //! ([`probe`]), and the exchange with it ([`Upstream`]): a neutral [`Ask`] sent in the
 //! upstream's protocol (OpenAI-compatible or Ollama), its reply streamed back as [`Piece`]s,
-//! with timeouts, a retry only while nothing has streamed, and errors that name the upstream.
+//! with timeouts, a retry only while nothing has streamed, and errors that name the upstream;
+//! and, through the same client, one URL's bytes within limits ([`fetch`]: an image part's
+//! `http(s)` URL, where the server allows fetching).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), seedbar_remote::UpstreamError> {
@@ -20,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod fetch;
 pub mod keys;
 pub mod probe;
 mod registry;

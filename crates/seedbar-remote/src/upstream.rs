@@ -67,7 +67,7 @@ pub struct Upstream {
 }
 
 /// The process's client: one connection pool, TLS by rustls with ring.
-fn client() -> &'static reqwest::Client {
+pub(crate) fn client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
         // Another part of the process may have installed one already: either serves.

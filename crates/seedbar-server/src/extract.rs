@@ -1,5 +1,6 @@
 //! The JSON body extractor every POST route uses: size-limited, and its errors say which
-//! field is wrong (`param`) instead of axum's plain-text rejections; [`TextOr`], the
+//! field is wrong (`param`) instead of axum's plain-text rejections (and, where the server
+//! fetches image URLs, its remote images put in before it is read); [`TextOr`], the
 //! "a string or a list of typed parts" field whose errors keep saying which part is wrong;
 //! and [`null_as_default`] / [`null_as_true`] for fields clients send as `null`.
 
@@ -13,7 +14,10 @@ use serde::{
     Deserialize, Deserializer, Serialize,
 };
 
-use crate::error::{AnthropicError, ApiError, OllamaError};
+use crate::{
+    error::{AnthropicError, ApiError, OllamaError},
+    images,
+};
 
 /// A JSON body parsed as `T`.
 pub struct ApiJson<T>(pub T);
@@ -46,6 +50,22 @@ pub struct JsonBody(Bytes);
 impl JsonBody {
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         parse(&self.0)
+    }
+
+    /// The body with its image parts' `http(s)` URLs fetched into data URLs
+    /// ([`images::inline_remote_images`]) where `fetch` allows it; as it is otherwise (the
+    /// parts are then refused as they are read) or where it is not JSON (its parse says so).
+    pub async fn with_remote_images(self, fetch: bool) -> Result<JsonBody, ApiError> {
+        let mentions_http = self.0.windows(4).any(|w| w.eq_ignore_ascii_case(b"http"));
+        if !fetch || !mentions_http {
+            return Ok(self);
+        }
+        let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&self.0) else {
+            return Ok(self);
+        };
+        images::inline_remote_images(&mut value).await?;
+        let bytes = serde_json::to_vec(&value).map_err(ApiError::internal)?;
+        Ok(JsonBody(bytes.into()))
     }
 }
 

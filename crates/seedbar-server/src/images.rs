@@ -1,16 +1,19 @@
 //! Images a request sends, from each protocol's shape to what the engine takes: data URLs
 //! (OpenAI, Responses), base64 with a media type (Anthropic, Ollama) and local files
-//! (`file://` URLs and paths: the app runs on the user's machine). Images are never fetched
-//! from the network. Each is checked (size, format, the declared media type) and decoded
-//! here; [`for_prompt`] turns a prompt's images into the model's pixels.
+//! (`file://` URLs and paths: the app runs on the user's machine). `http(s)` URLs are
+//! refused unless the server allows fetching them (`seedbar serve --fetch-image-urls`): then
+//! [`inline_remote_images`] fetches them into data URLs before a body is read. Each image is
+//! checked (size, format, the declared media type) and decoded here; [`for_prompt`] turns a
+//! prompt's images into the model's pixels.
 
-use std::{io::Read, sync::Arc};
+use std::{io::Read, sync::Arc, time::Duration};
 
 use base64::Engine as _;
 use seedbar_chats::Image;
 use seedbar_engine::ImagePrompt;
 use seedbar_images::{Limits, Rgb8};
 use seedbar_scheduler::PromptImage;
+use serde_json::Value;
 
 use crate::error::ApiError;
 
@@ -78,7 +81,7 @@ impl InImage {
         if lower.starts_with("http://") || lower.starts_with("https://") {
             return Err(ApiError::bad_param(
                 param,
-                "images are not fetched from the network: send the image as a data URL (data:image/png;base64,...) or a local file path",
+                "images are not fetched from the network: send the image as a data URL (data:image/png;base64,...) or a local file path (or start the server with --fetch-image-urls)",
             ));
         }
         let path = url.strip_prefix("file://").unwrap_or(url);
@@ -110,6 +113,95 @@ impl InImage {
         }
         Self::decode(&bytes, None, param)
     }
+}
+
+/// How long fetching one image may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `body` with each image part given by an `http(s)` URL fetched and put in as a data URL:
+/// OpenAI chat's `image_url` (an object's `url` or the string), the Responses API's
+/// `input_image` and Anthropic's `url` source, found by their shape anywhere in the body.
+/// A URL that cannot be fetched, or whose bytes are not an image, is a 400 naming the part.
+pub async fn inline_remote_images(body: &mut Value) -> Result<(), ApiError> {
+    let mut found = Vec::new();
+    remote_image_urls(body, String::new(), &mut found);
+    let max = Limits::default().max_bytes;
+    for (pointer, url) in found {
+        let param = param_of(&pointer);
+        let fetched = seedbar_remote::fetch::fetch(&url, max, FETCH_TIMEOUT)
+            .await
+            .map_err(|e| {
+                ApiError::bad_param(&param, format!("cannot fetch the image at {url}: {e}"))
+            })?;
+        let Some(media_type) = seedbar_images::media_type(&fetched.bytes) else {
+            let declared = fetched.content_type.unwrap_or_else(|| "no type".into());
+            return Err(ApiError::bad_param(
+                &param,
+                format!("the file at {url} ({declared}) is not a PNG, JPEG, WebP or GIF image"),
+            ));
+        };
+        let data = base64::engine::general_purpose::STANDARD.encode(&fetched.bytes);
+        if let Some(slot) = body.pointer_mut(&pointer) {
+            *slot = Value::String(format!("data:{media_type};base64,{data}"));
+        }
+    }
+    Ok(())
+}
+
+/// The JSON pointers and URLs of `value`'s image parts given by `http(s)` URLs.
+fn remote_image_urls(value: &Value, at: String, found: &mut Vec<(String, String)>) {
+    fn remote(v: &Value) -> Option<&str> {
+        v.as_str().filter(|u| {
+            let lower = u.to_ascii_lowercase();
+            lower.starts_with("http://") || lower.starts_with("https://")
+        })
+    }
+    match value {
+        Value::Object(fields) => {
+            let url_at = match fields.get("type").and_then(Value::as_str) {
+                Some("image_url") => match &fields["image_url"] {
+                    Value::Object(_) => Some("/image_url/url"),
+                    _ => Some("/image_url"),
+                },
+                Some("input_image") => Some("/image_url"),
+                Some("image") if fields["source"]["type"] == "url" => Some("/source/url"),
+                _ => None,
+            };
+            if let Some(url) = url_at.and_then(|p| value.pointer(p)).and_then(remote) {
+                found.push((
+                    format!("{at}{}", url_at.unwrap_or_default()),
+                    url.to_string(),
+                ));
+            }
+            for (key, field) in fields {
+                let key = key.replace('~', "~0").replace('/', "~1");
+                remote_image_urls(field, format!("{at}/{key}"), found);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                remote_image_urls(item, format!("{at}/{i}"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A JSON pointer as a request parameter (`/messages/0/content/1/image_url/url` →
+/// `messages[0].content[1].image_url.url`).
+fn param_of(pointer: &str) -> String {
+    let mut param = String::new();
+    for part in pointer.split('/').skip(1) {
+        if part.chars().all(|c| c.is_ascii_digit()) {
+            param.push_str(&format!("[{part}]"));
+        } else {
+            if !param.is_empty() {
+                param.push('.');
+            }
+            param.push_str(&part.replace("~1", "/").replace("~0", "~"));
+        }
+    }
+    param
 }
 
 /// A `data:` URL's declared media type and its base64 data.
@@ -233,6 +325,37 @@ mod tests {
             .write_image_data(&[255, 0, 0, 0, 0, 255])
             .unwrap();
         bytes
+    }
+
+    #[test]
+    fn remote_image_parts_are_found_in_every_protocols_shape() {
+        let body = serde_json::json!({
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "http://not.an/image"},
+                {"type": "image_url", "image_url": {"url": "https://a.test/1.png"}},
+                {"type": "image_url", "image_url": "HTTP://a.test/2.png"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+                {"type": "image", "source": {"type": "url", "url": "https://a.test/3.png"}},
+            ]}],
+            "input": [{"content": [{"type": "input_image", "image_url": "http://a.test/4.png"}]}],
+        });
+        let mut found = Vec::new();
+        remote_image_urls(&body, String::new(), &mut found);
+        let pointers: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            pointers,
+            [
+                "/messages/0/content/1/image_url/url",
+                "/messages/0/content/2/image_url",
+                "/messages/0/content/4/source/url",
+                "/input/0/content/0/image_url",
+            ]
+        );
+        assert_eq!(
+            param_of(pointers[0]),
+            "messages[0].content[1].image_url.url"
+        );
+        assert_eq!(found[3].1, "http://a.test/4.png");
     }
 
     #[test]

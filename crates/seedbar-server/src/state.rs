@@ -41,6 +41,8 @@ pub struct ServerConfig {
     /// Origins allowed by CORS besides the app's own window.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
+    /// Whether image parts given by `http(s)` URLs are fetched (off: they are refused).
+    pub fetch_image_urls: bool,
     /// The model `App::bring_up` looks for first (a store name or a path); empty: none in
     /// particular.
     pub model: String,
@@ -64,6 +66,7 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             max_body_bytes: 32 << 20,
+            fetch_image_urls: false,
             model: seedbar_engine::store::DEFAULT_MODEL.to_string(),
             scheduler: SchedulerConfig::default(),
             ui_dir: None,
