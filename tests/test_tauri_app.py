@@ -281,7 +281,9 @@ def test_window_chats_with_the_real_model(app):
     api(f"{base}/app/conversations/{conversation}", "PATCH",
         {"settings": {"temperature": 0, "max_tokens": 24, "seed": 42}})
     d.js("location.reload()")
-    d.wait_js(f"return !!document.querySelector('{tid('composer-input')}')", 60, "the conversation again")
+    # The conversation itself open again (not a composer of another view), before typing.
+    d.wait_js(f"return !!document.querySelector('[data-testid=\"chat-view\"][data-conversation=\"{conversation}\"]')"
+              f" && !!document.querySelector('{tid('composer-input')}')", 60, "the conversation again")
     d.type(tid("composer-input"), QUESTION)
     d.click(tid("send"))
     reply = d.wait_js(
