@@ -140,26 +140,24 @@ pub fn resize(image: &Rgb8, width: u32, height: u32, filter: Filter) -> Rgb8 {
     let resize_rows = out_width != in_width;
     let resize_columns = out_height != in_height;
 
+    let horizontal = AxisWeights::new(in_width, out_width, filter);
     let vertical = AxisWeights::new(in_height, out_height, filter);
     // Pillow 13 runs the vertical pass first when it reduces the height more than the width
     // (its PR "If height is scaled down significantly more than width, resize vertically
     // first"): here, when the vertical kernel is the wider, which agrees with Pillow 13 on
     // 392 of 413 random resizes (the others reduce both sides) where the order matters.
-    if resize_rows && resize_columns {
-        let horizontal_capacity = AxisWeights::new(in_width, out_width, filter).window_capacity;
-        if vertical.window_capacity > horizontal_capacity {
-            let data = resample_columns(&image.data, in_width, 0, &vertical, out_height);
-            let shortened = Rgb8 {
-                width: image.width,
-                height,
-                data,
-            };
-            return Rgb8 {
-                width,
-                height,
-                data: resample_rows(&shortened, 0..out_height, out_width, filter),
-            };
-        }
+    if resize_rows && resize_columns && vertical.window_capacity > horizontal.window_capacity {
+        let data = resample_columns(&image.data, in_width, 0, &vertical, out_height);
+        let shortened = Rgb8 {
+            width: image.width,
+            height,
+            data,
+        };
+        return Rgb8 {
+            width,
+            height,
+            data: resample_rows(&shortened, 0..out_height, out_width, &horizontal),
+        };
     }
     // The horizontal pass resamples only the source rows the vertical pass reads.
     let first_row = vertical.windows[0].0;
@@ -174,7 +172,7 @@ pub fn resize(image: &Rgb8, width: u32, height: u32, filter: Filter) -> Rgb8 {
     let mut source = &image.data[..];
     let mut row_offset = 0;
     if resize_rows {
-        horizontal_output = resample_rows(image, rows.clone(), out_width, filter);
+        horizontal_output = resample_rows(image, rows.clone(), out_width, &horizontal);
         source = &horizontal_output;
         row_offset = rows.start;
     }
@@ -190,15 +188,14 @@ pub fn resize(image: &Rgb8, width: u32, height: u32, filter: Filter) -> Rgb8 {
     }
 }
 
-/// The horizontal pass over `rows` of `image`.
+/// The horizontal pass over `rows` of `image`, by `weights` (its columns to `out_width`).
 fn resample_rows(
     image: &Rgb8,
     rows: std::ops::Range<usize>,
     out_width: usize,
-    filter: Filter,
+    weights: &AxisWeights,
 ) -> Vec<u8> {
     let in_stride = image.width as usize * 3;
-    let weights = AxisWeights::new(image.width as usize, out_width, filter);
     let mut output = Vec::with_capacity(rows.len() * out_width * 3);
     for row in rows {
         let source = &image.data[row * in_stride..(row + 1) * in_stride];

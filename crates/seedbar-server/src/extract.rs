@@ -56,8 +56,7 @@ impl JsonBody {
     /// ([`images::inline_remote_images`]) where `fetch` allows it; as it is otherwise (the
     /// parts are then refused as they are read) or where it is not JSON (its parse says so).
     pub async fn with_remote_images(self, fetch: bool) -> Result<JsonBody, ApiError> {
-        let mentions_http = self.0.windows(4).any(|w| w.eq_ignore_ascii_case(b"http"));
-        if !fetch || !mentions_http {
+        if !fetch || !self.0.windows(4).any(|w| w.eq_ignore_ascii_case(b"http")) {
             return Ok(self);
         }
         let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&self.0) else {

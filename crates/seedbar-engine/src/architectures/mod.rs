@@ -46,3 +46,17 @@ pub fn build(
         Architecture::SmolLm3 => smollm3::build(config, weights, dtype),
     }
 }
+
+/// A 4×4 picture for the towers' patch-order tests: each value is `channel · 100 + row · 10 +
+/// column`, so a patch row shows where each of its values came from.
+#[cfg(test)]
+fn numbered_pixels() -> seedbar_images::Pixels {
+    let data = (0..3)
+        .flat_map(|c| (0..4).flat_map(move |y| (0..4).map(move |x| (c * 100 + y * 10 + x) as f32)))
+        .collect();
+    seedbar_images::Pixels {
+        height: 4,
+        width: 4,
+        data,
+    }
+}

@@ -244,13 +244,10 @@ impl Qwen2VlTower {
         let mut h = take_blocks(&h, &order)?;
         let (cos, sin) = self.rotation(cols, &order)?;
         let window_lens: Vec<usize> = windows.iter().map(|w| w * (m * m)).collect();
+        let whole = [n];
         for block in &self.blocks {
-            let spans = if block.full {
-                vec![n]
-            } else {
-                window_lens.clone()
-            };
-            let attended = self.attend(block, &block.norm1.forward(&h)?, &cos, &sin, &spans)?;
+            let spans: &[usize] = if block.full { &whole } else { &window_lens };
+            let attended = self.attend(block, &block.norm1.forward(&h)?, &cos, &sin, spans)?;
             h = h.add(attended)?;
             let x = block.norm2.forward(&h)?;
             let gate = block.gate.forward(&x, Products::Matmul)?;
@@ -435,18 +432,8 @@ mod tests {
 
     #[test]
     fn patch_rows_follow_the_processors_block_order() {
-        // A 4x4 image, patches of 1, blocks of 2x2, two time steps: value = channel * 100 +
-        // row * 10 + column.
-        let data: Vec<f32> = (0..3)
-            .flat_map(|c| {
-                (0..4).flat_map(move |y| (0..4).map(move |x| (c * 100 + y * 10 + x) as f32))
-            })
-            .collect();
-        let pixels = Pixels {
-            height: 4,
-            width: 4,
-            data,
-        };
+        // A 4x4 image, patches of 1, blocks of 2x2, two time steps.
+        let pixels = crate::architectures::numbered_pixels();
         let rows = patch_rows(&pixels, 1, 2, 2);
         assert_eq!(rows.len(), 16 * 2 * 3);
         let patch = |k: usize| &rows[k * 6..k * 6 + 3];

@@ -251,17 +251,8 @@ mod tests {
 
     #[test]
     fn patch_rows_are_the_convolutions_windows() {
-        // A 4x4 image of 2x2 patches: value = channel * 100 + row * 10 + column.
-        let data: Vec<f32> = (0..3)
-            .flat_map(|c| {
-                (0..4).flat_map(move |y| (0..4).map(move |x| (c * 100 + y * 10 + x) as f32))
-            })
-            .collect();
-        let pixels = Pixels {
-            height: 4,
-            width: 4,
-            data,
-        };
+        // A 4x4 image of 2x2 patches.
+        let pixels = crate::architectures::numbered_pixels();
         let rows = patch_rows(&pixels, 2);
         assert_eq!(rows.len(), 48);
         // The second patch (top right): rows 0-1, columns 2-3, channels interleaved.

@@ -122,13 +122,15 @@ pub fn attend_groups(
             let span = |a: &[Array]| a[g].index((.., slot.offset..slot.offset + slot.len, ..));
             let start = caches[i].len() as usize;
             let end = start + slot.len as usize;
-            let rotate = |x: Array| match plan.text_shift(i, start, end) {
+            let shift = plan.text_shift(i, start, end);
+            // Over an image: each position on its grid, worked out once for q and k.
+            let grid: Vec<[i32; 3]> = match shift {
+                Some(_) => Vec::new(),
+                None => (start..end).map(|s| plan.rope_position(i, s)).collect(),
+            };
+            let rotate = |x: Array| match shift {
                 Some(shift) => layer.rotate(x, start as i32 + shift),
-                None => {
-                    let grid: Vec<[i32; 3]> =
-                        (start..end).map(|s| plan.rope_position(i, s)).collect();
-                    layer.rotate_grid(x, &grid)
-                }
+                None => layer.rotate_grid(x, &grid),
             };
             let q = rotate(layer.split_heads(span(&q_all), Part::Queries)?)?;
             let k = rotate(layer.split_heads(span(&k_all), Part::Keys)?)?;
