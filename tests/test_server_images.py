@@ -88,6 +88,48 @@ def text_chat(client, text, seed, model=SEER):
     )
 
 
+def responses_reply(client, image_url, model=SEER):
+    """The Responses API's seeded reply to QUESTION about the image at `image_url`."""
+    return client.responses.create(
+        model=model,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": QUESTION}, {"type": "input_image", "image_url": image_url}]}],
+        max_output_tokens=SAMPLING["max_tokens"],
+        temperature=SAMPLING["temperature"],
+        extra_body={"seed": SAMPLING["seed"]},
+    ).output_text
+
+
+def anthropic_reply(server, source, model=SEER):
+    """The `anthropic` SDK's seeded reply to QUESTION about the image `source` (a source block)."""
+    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0).messages.create(
+        model=model,
+        max_tokens=SAMPLING["max_tokens"],
+        messages=[{"role": "user", "content": [{"type": "text", "text": QUESTION}, {"type": "image", "source": source}]}],
+        extra_body={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"]},
+    ).content[0].text
+
+
+def png_source(image):
+    return {"type": "base64", "media_type": "image/png", "data": base64.b64encode(image).decode()}
+
+
+def image_first_replies(server, client, image, model=SEER):
+    """The `ollama` client's seeded reply (Ollama puts a message's images before its text) and
+    the `openai` SDK's to the same image-then-question message."""
+    ollama_reply = ollama.Client(host=server.url, timeout=120).chat(
+        model=model,
+        messages=[{"role": "user", "content": QUESTION, "images": [image]}],
+        # Ollama's own defaults (top_k 40, top_p 0.9) off, as OpenAI's are.
+        options={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"], "num_predict": SAMPLING["max_tokens"], "top_k": 0, "top_p": 1.0},
+    )
+    openai_reply = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(image)}}, {"type": "text", "text": QUESTION}]}],
+        **SAMPLING,
+    )
+    return ollama_reply.message.content, openai_reply.choices[0].message.content
+
+
 def test_every_client_sends_an_image_and_gets_the_same_seeded_reply(server, client):
     chat = image_chat(client, PICTURES[0])
     reply = chat.choices[0].message.content
@@ -95,66 +137,10 @@ def test_every_client_sends_an_image_and_gets_the_same_seeded_reply(server, clie
     # The question's bytes, the template's, and the image: its markers and soft tokens.
     assert chat.usage.prompt_tokens > TOKENS_PER_IMAGE + len(QUESTION)
 
-    responses = client.responses.create(
-        model=SEER,
-        input=[
-            {
-                "role": "user",
-                "content": [
-                    {"type": "input_text", "text": QUESTION},
-                    {"type": "input_image", "image_url": data_url(PICTURES[0])},
-                ],
-            }
-        ],
-        max_output_tokens=SAMPLING["max_tokens"],
-        temperature=SAMPLING["temperature"],
-        extra_body={"seed": SAMPLING["seed"]},
-    )
-    assert responses.output_text == reply
-
-    messages = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0).messages.create(
-        model=SEER,
-        max_tokens=SAMPLING["max_tokens"],
-        messages=[
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": QUESTION},
-                    {
-                        "type": "image",
-                        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PICTURES[0]).decode()},
-                    },
-                ],
-            }
-        ],
-        extra_body={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"]},
-    )
-    assert messages.content[0].text == reply
-
-    # Ollama puts a message's images before its text.
-    first = ollama.Client(host=server.url, timeout=120).chat(
-        model=SEER,
-        messages=[{"role": "user", "content": QUESTION, "images": [PICTURES[0]]}],
-        # Ollama's own defaults (top_k 40, top_p 0.9) off, as OpenAI's are.
-        options={
-            "seed": SAMPLING["seed"],
-            "temperature": SAMPLING["temperature"],
-            "num_predict": SAMPLING["max_tokens"],
-            "top_k": 0,
-            "top_p": 1.0,
-        },
-    )
-    image_first = client.chat.completions.create(
-        model=SEER,
-        messages=[
-            {
-                "role": "user",
-                "content": [{"type": "image_url", "image_url": {"url": data_url(PICTURES[0])}}, {"type": "text", "text": QUESTION}],
-            }
-        ],
-        **SAMPLING,
-    )
-    assert first.message.content == image_first.choices[0].message.content
+    assert responses_reply(client, data_url(PICTURES[0])) == reply
+    assert anthropic_reply(server, png_source(PICTURES[0])) == reply
+    ollama_reply, openai_reply = image_first_replies(server, client, PICTURES[0])
+    assert ollama_reply == openai_reply
 
 
 def test_the_picture_reaches_the_reply(client):
@@ -279,32 +265,10 @@ def test_qwen_clients_send_pictures_of_any_size_and_get_the_same_seeded_reply(st
         # The same text around 54 and 16 soft tokens.
         assert sizes[0] - sizes[2] == rows * cols - 16 and sizes[0] == sizes[1]
         reply = image_chat(client, QWEN_PICTURES[0], model=QWEN).choices[0].message.content
-        messages = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0).messages.create(
-            model=QWEN,
-            max_tokens=SAMPLING["max_tokens"],
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "text", "text": QUESTION},
-                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(QWEN_PICTURES[0]).decode()}},
-                    ],
-                }
-            ],
-            extra_body={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"]},
-        )
-        assert messages.content[0].text == reply
-        first = ollama.Client(host=srv.url, timeout=120).chat(
-            model=QWEN,
-            messages=[{"role": "user", "content": QUESTION, "images": [QWEN_PICTURES[1]]}],
-            options={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"], "num_predict": SAMPLING["max_tokens"], "top_k": 0, "top_p": 1.0},
-        )
-        image_first = client.chat.completions.create(
-            model=QWEN,
-            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(QWEN_PICTURES[1])}}, {"type": "text", "text": QUESTION}]}],
-            **SAMPLING,
-        )
-        assert first.message.content == image_first.choices[0].message.content
+        assert responses_reply(client, data_url(QWEN_PICTURES[0]), model=QWEN) == reply
+        assert anthropic_reply(srv, png_source(QWEN_PICTURES[0]), model=QWEN) == reply
+        ollama_reply, openai_reply = image_first_replies(srv, client, QWEN_PICTURES[1], model=QWEN)
+        assert ollama_reply == openai_reply
         # A sliver is refused by the processor's rule, with the protocol's error.
         status, error = chat_error(httpx.Client(base_url=srv.base_url, timeout=60), [{"type": "image_url", "image_url": {"url": data_url(picture(0, size=(2100, 10)))}}], model=QWEN)
         assert status == 400 and "times as wide" in error["message"], error
@@ -371,21 +335,8 @@ def test_image_urls_are_fetched_where_the_server_allows_it(store, picture_host):
         content = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": url}}]
         chat = client.chat.completions.create(model=SEER, messages=[{"role": "user", "content": content}], **SAMPLING)
         assert chat.choices[0].message.content == expected, "the fetched picture is the same picture"
-        responses = client.responses.create(
-            model=SEER,
-            input=[{"role": "user", "content": [{"type": "input_text", "text": QUESTION}, {"type": "input_image", "image_url": url}]}],
-            max_output_tokens=SAMPLING["max_tokens"],
-            temperature=SAMPLING["temperature"],
-            extra_body={"seed": SAMPLING["seed"]},
-        )
-        assert responses.output_text == expected
-        messages = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0).messages.create(
-            model=SEER,
-            max_tokens=SAMPLING["max_tokens"],
-            messages=[{"role": "user", "content": [{"type": "text", "text": QUESTION}, {"type": "image", "source": {"type": "url", "url": url}}]}],
-            extra_body={"seed": SAMPLING["seed"], "temperature": SAMPLING["temperature"]},
-        )
-        assert messages.content[0].text == expected
+        assert responses_reply(client, url) == expected
+        assert anthropic_reply(srv, {"type": "url", "url": url}) == expected
         with httpx.Client(base_url=srv.base_url, timeout=60) as http:
             for path, message in [("missing.png", "answered 404"), ("notes.txt", "is not a PNG, JPEG, WebP or GIF image")]:
                 part = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": f"{picture_host}/{path}"}}]

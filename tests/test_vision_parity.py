@@ -80,6 +80,23 @@ def mlx_vlm_reference(path, ids, pixels, generate=32):
     return np.array(features), np.array(logits), tokens
 
 
+def probe_with_images(seedbar, path, ids, files, tmp_path):
+    """`seedbar probe` over `ids` with the pictures `files` (float32, as the tolerances are):
+    its JSON (the 32-token greedy continuation), each picture's pixels and features, and the
+    logits at every position."""
+    logits_file, features_file = tmp_path / "logits.safetensors", tmp_path / "features.safetensors"
+    result = seedbar.probe(
+        str(path),
+        ids=ids,
+        generate=32,
+        images=",".join(map(str, files)),
+        logits_out=str(logits_file),
+        features_out=str(features_file),
+    )
+    assert result["backend"]["compute_dtype"] == "float32", result["backend"]
+    return result, mx.load(str(features_file)), np.array(mx.load(str(logits_file))["logits"])
+
+
 def within(actual, expected, what, tolerance=TOLERANCE):
     scale = max(1.0, float(np.abs(expected).max()))
     diff = float(np.abs(actual - expected).max())
@@ -92,18 +109,7 @@ def test_image_features_logits_and_greedy_match_mlx_vlm(seedbar, tmp_path, image
     files = [photo(tmp_path / f"img{k}.png", seed=k, size=(400 + 37 * k, 300)) for k in range(images)]
     ids = chat_ids("Compare", "Which is brighter?", images=images) if images > 1 else chat_ids("What is in", "this picture?")
     assert ids.count(SOFT) == images * TOKENS_PER_IMAGE
-    logits_file, features_file = tmp_path / "logits.safetensors", tmp_path / "features.safetensors"
-    result = seedbar.probe(
-        str(path),
-        ids=ids,
-        generate=32,
-        images=",".join(map(str, files)),
-        logits_out=str(logits_file),
-        features_out=str(features_file),
-    )
-    assert result["backend"]["compute_dtype"] == "float32", result["backend"]
-    ours = mx.load(str(features_file))
-    logits = np.array(mx.load(str(logits_file))["logits"])
+    result, ours, logits = probe_with_images(seedbar, path, ids, files, tmp_path)
     reference_pixels = [hf_pixels(f) for f in files]
     for k, pixels in enumerate(reference_pixels):
         assert np.array_equal(np.array(ours[f"pixels{k}"]), pixels[0]), f"image {k}: pixels differ from Hugging Face's"
@@ -196,17 +202,7 @@ def test_qwen2_5_vl_tokens_logits_and_greedy_match_mlx_vlm(seedbar, tmp_path, si
     ids = qwen_chat_ids("Compare these:", "Which is brighter?", sizes)
     grids = [qwen_grid(*size) for size in sizes]
     assert ids.count(QWEN_PAD) == sum(r * c for r, c in grids)
-    logits_file, features_file = tmp_path / "logits.safetensors", tmp_path / "features.safetensors"
-    result = seedbar.probe(
-        str(path),
-        ids=ids,
-        generate=32,
-        images=",".join(map(str, files)),
-        logits_out=str(logits_file),
-        features_out=str(features_file),
-    )
-    assert result["backend"]["compute_dtype"] == "float32", result["backend"]
-    ours = mx.load(str(features_file))
+    result, ours, logits = probe_with_images(seedbar, path, ids, files, tmp_path)
     reference = [qwen_hf_pixels(f) for f in files]
     for k, (pixels, grid) in enumerate(reference):
         assert tuple(grid[0]) == (1, 2 * grids[k][0], 2 * grids[k][1])
@@ -218,7 +214,6 @@ def test_qwen2_5_vl_tokens_logits_and_greedy_match_mlx_vlm(seedbar, tmp_path, si
     for k, (rows, cols) in enumerate(grids):
         within(np.array(ours[f"features{k}"]), features[start : start + rows * cols], f"image {k} tokens")
         start += rows * cols
-    logits = np.array(mx.load(str(logits_file))["logits"])
     assert logits.shape == expected_logits.shape == (1, len(ids), QWEN_TEXT["vocab_size"])
     within(logits, expected_logits, "logits", tolerance=2e-3 if bits else TOLERANCE)
     assert result["generated"] == expected_tokens

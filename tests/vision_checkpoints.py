@@ -112,29 +112,41 @@ def write_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
     )
     mx.random.seed(seed)
     model = gemma3.Model(config)
-    # Wider weights than the default init so logits are well separated (greedy continuations
-    # do not hinge on ties); small norm weights and embeddings at their initial size, as the
-    # text checkpoints do for Gemma.
-    def widen(path, p):
+    # Small norm weights, as the text checkpoints do for Gemma, whose norms scale by 1 + w; the
+    # tower's LayerNorms scale by their weight.
+    widen(model, unit_norm=lambda path: "vision_tower" in path and "norm" in path and path.endswith("weight"))
+    return save(directory, model, CONFIG, PREPROCESSOR, IMAGE_MARKERS, TEMPLATE, bos_token="<s>")
+
+
+def widen(model, unit_norm) -> None:
+    """Wider weights than the default init so logits are well separated (greedy continuations
+    do not hinge on ties): matrices times 3, vectors small noise (around 1 where `unit_norm`
+    says the path is a norm that scales by its weight), embeddings at their initial size."""
+
+    def widened(path, p):
         if p.ndim >= 2:
             return p * 3.0
         noise = mx.random.normal(p.shape) * 0.1
-        # The tower's LayerNorms scale by their weight (Gemma's norms by 1 + w).
-        return 1.0 + noise if "vision_tower" in path and "norm" in path and path.endswith("weight") else noise
+        return 1.0 + noise if unit_norm(path) else noise
 
-    model.update(tree_map_with_path(widen, model.parameters()))
+    model.update(tree_map_with_path(widened, model.parameters()))
     embed = model.language_model.model.embed_tokens
     embed.weight = embed.weight / 3.0
-    weights = dict(tree_flatten(model.parameters()))
+
+
+def save(directory: Path, model, config, preprocessor, markers, template, bos_token) -> Path:
+    """`model`'s weights and the folder's files (config, processor, byte tokenizer with
+    `markers`, chat template) in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
+    weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(directory / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (directory / "config.json").write_text(json.dumps(CONFIG, indent=2))
-    (directory / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2))
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    (directory / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))
     tokenizer = byte_tokenizer()
-    tokenizer.add_special_tokens(IMAGE_MARKERS)
+    tokenizer.add_special_tokens(markers)
     tokenizer.save(str(directory / "tokenizer.json"))
     (directory / "tokenizer_config.json").write_text(
-        json.dumps({"chat_template": TEMPLATE, "bos_token": "<s>", "eos_token": "</s>"})
+        json.dumps({"chat_template": template, "bos_token": bos_token, "eos_token": "</s>"})
     )
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [BYTES - 1]}))
     return directory
@@ -236,31 +248,10 @@ def write_qwen_vision_checkpoint(directory: Path, seed: int = 0, quantize_bits=N
     config = qwen2_5_vl.ModelConfig(text_config=text, vision_config=vision, model_type="qwen2_5_vl", vocab_size=QWEN_VOCAB, **fields)
     mx.random.seed(seed)
     model = qwen2_5_vl.Model(config)
-
-    # Wider weights than the default init so logits are well separated; norms near 1.
-    def widen(path, p):
-        if p.ndim >= 2:
-            return p * 3.0
-        noise = mx.random.normal(p.shape) * 0.1
-        return 1.0 + noise if "norm" in path or "ln_q" in path else noise
-
-    model.update(tree_map_with_path(widen, model.parameters()))
-    embed = model.language_model.model.embed_tokens
-    embed.weight = embed.weight / 3.0
+    # Every norm scales by its weight.
+    widen(model, unit_norm=lambda path: "norm" in path or "ln_q" in path)
     config = dict(QWEN_CONFIG)
     if quantize_bits:
         nn.quantize(model.language_model, group_size=32, bits=quantize_bits)
         config["quantization"] = {"group_size": 32, "bits": quantize_bits}
-    weights = dict(tree_flatten(model.parameters()))
-    directory.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(directory / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-    (directory / "preprocessor_config.json").write_text(json.dumps(QWEN_PREPROCESSOR, indent=2))
-    tokenizer = byte_tokenizer()
-    tokenizer.add_special_tokens(QWEN_MARKERS)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps({"chat_template": QWEN_TEMPLATE, "bos_token": None, "eos_token": "</s>"})
-    )
-    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [BYTES - 1]}))
-    return directory
+    return save(directory, model, config, QWEN_PREPROCESSOR, QWEN_MARKERS, QWEN_TEMPLATE, bos_token=None)
