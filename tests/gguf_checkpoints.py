@@ -2,7 +2,9 @@
 of checkpoints.py, laid out as llama.cpp's converter lays them out (tensor names from the
 package's own name map, llama's q/k rows permuted for interleaved RoPE, Gemma's norms
 stored as 1 + w, experts stacked as `ffn_*_exps` with their counts in the metadata), with
-a byte-level BPE or a SentencePiece vocabulary."""
+a byte-level BPE or a SentencePiece vocabulary; and a vision checkpoint of
+vision_checkpoints.py as llama.cpp ships one: the decoder's GGUF beside its image tower and
+projector in an `mmproj` file (`write_vision_gguf`)."""
 
 import json
 from pathlib import Path
@@ -19,6 +21,7 @@ GGUF_ARCH = {
     "mixtral": gguf.MODEL_ARCH.LLAMA,
     "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE,
     "qwen2": gguf.MODEL_ARCH.QWEN2,
+    "qwen2_5_vl": gguf.MODEL_ARCH.QWEN2VL,
     "qwen3": gguf.MODEL_ARCH.QWEN3,
     "gemma2": gguf.MODEL_ARCH.GEMMA2,
     "gemma3_text": gguf.MODEL_ARCH.GEMMA3,
@@ -65,7 +68,7 @@ def _gguf_name(names, hf: str) -> str:
     return mapped
 
 
-def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int) -> None:
+def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int, markers=()) -> None:
     if kind == "gpt2":
         from checkpoints import byte_tokenizer
 
@@ -73,8 +76,8 @@ def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int) -> None:
         tokens = sorted(vocab, key=vocab.get)
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre("default")
-        writer.add_token_list(tokens)
-        writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+        writer.add_token_list(tokens + list(markers))
+        writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens) + [gguf.TokenType.CONTROL] * len(markers))
         writer.add_token_merges([])
         return
     assert vocab_size == SPM_VOCAB, "SentencePiece checkpoints need vocab_size=SPM_VOCAB"
@@ -91,12 +94,17 @@ def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int) -> None:
     writer.add_unk_token_id(0)
 
 
-def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, extra=None, file_type=None) -> Path:
+def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, extra=None, file_type=None, decoder=None) -> Path:
     """The checkpoint's f32 weights as a GGUF file at `out`, with a `tokenizer` vocabulary
     (`gpt2`, or SentencePiece `llama` / `gemma`). `raw` maps checkpoint names to
     `(blocks, qtype)` stored instead of their weights, `extra` GGUF names to more such
-    tensors; `file_type` is written as `general.file_type`."""
-    config = json.loads((checkpoint / "config.json").read_text())
+    tensors; `file_type` is written as `general.file_type`. `decoder` is a vision
+    checkpoint's `(config, weights, markers, chat template)` in place of the folder's."""
+    if decoder is None:
+        config = json.loads((checkpoint / "config.json").read_text())
+        weights, markers, template = mx.load(str(checkpoint / "model.safetensors")), (), None
+    else:
+        config, weights, markers, template = decoder
     arch = GGUF_ARCH[config["model_type"]]
     name = gguf.MODEL_ARCH_NAMES[arch]
     layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
@@ -133,10 +141,16 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, e
         writer.add_expert_used_count(config["num_experts_per_tok"])
     if "moe_intermediate_size" in config:
         writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
-    _vocabulary(writer, tokenizer, config["vocab_size"])
+    if arch == gguf.MODEL_ARCH.QWEN2VL:
+        sections = config["rope_scaling"]["mrope_section"]
+        writer.add_rope_dimension_sections(sections + [0] * (4 - len(sections)))
+    _vocabulary(writer, tokenizer, config["vocab_size"], markers)
+    if template is not None:
+        writer.add_chat_template(template)
+        writer.add_eos_token_id(config["eos_token_id"][0])
 
     names = gguf.get_tensor_name_map(arch, layers)
-    for hf, value in mx.load(str(checkpoint / "model.safetensors")).items():
+    for hf, value in weights.items():
         w = np.array(value.astype(mx.float32))
         if arch == gguf.MODEL_ARCH.LLAMA and hf.endswith(("q_proj.weight", "k_proj.weight")):
             w = _permute(w, heads if "q_proj" in hf else kv_heads)
@@ -155,3 +169,113 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, e
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def _decoder(config: dict, weights: dict, markers, template):
+    """A vision checkpoint's decoder as `write_gguf` takes it: its text config and its weights
+    under a text model's names."""
+    text = dict(config.get("text_config") or config)
+    text.pop("vision_config", None)
+    text.setdefault("eos_token_id", config["eos_token_id"])
+    text.setdefault("vocab_size", config["vocab_size"])
+    # A tied head is the embeddings (mlx-vlm's Gemma 3 keeps an unused `lm_head` beside them).
+    tied = text.get("tie_word_embeddings", text["model_type"] == "gemma3_text")
+    renamed = {}
+    for name, value in weights.items():
+        if name.startswith("language_model.") and not (tied and "lm_head" in name):
+            renamed[name[len("language_model."):]] = value
+    return text, renamed, markers, template
+
+
+def write_mmproj(checkpoint: Path, out: Path) -> Path:
+    """The image tower and projector of vision checkpoint `checkpoint` as llama.cpp's converter
+    writes an `mmproj` file (float32): the `clip` architecture, the tower's sizes and the
+    processor's mean and deviation under `clip.vision.*`, tensors under the package's mmproj
+    names from their Hugging Face names and layouts (Gemma's projector norm as 1 + w; Qwen's
+    qkv split into q, k, v and its patch kernel into its two frames)."""
+    config = json.loads((checkpoint / "config.json").read_text())
+    processor = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    vision = config["vision_config"]
+    qwen = config["model_type"] == "qwen2_5_vl"
+    blocks = vision["depth"] if qwen else vision["num_hidden_layers"]
+    writer = gguf.GGUFWriter(str(out), "clip")
+    writer.add_type(gguf.GGUFType.MMPROJ)
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_vision_projection_dim((config.get("text_config") or config)["hidden_size"])
+    writer.add_vision_patch_size(vision["patch_size"])
+    writer.add_vision_embedding_length(vision["hidden_size"])
+    writer.add_vision_feed_forward_length(vision["intermediate_size"])
+    writer.add_vision_block_count(blocks)
+    writer.add_vision_head_count(vision["num_heads"] if qwen else vision["num_attention_heads"])
+    writer.add_vision_image_mean(processor["image_mean"])
+    writer.add_vision_image_std(processor["image_std"])
+    if qwen:
+        writer.add_clip_projector_type(gguf.VisionProjectorType.QWEN25VL)
+        writer.add_vision_image_size(vision.get("image_size", 560))
+        writer.add_vision_use_silu(True)
+        writer.add_vision_n_wa_pattern(vision["fullatt_block_indexes"][0] + 1)
+        writer.add_vision_window_size(vision["window_size"])
+        writer.add_vision_min_pixels(processor["min_pixels"])
+        writer.add_vision_max_pixels(processor["max_pixels"])
+        writer.add_vision_attention_layernorm_eps(config.get("rms_norm_eps", 1e-6))
+    else:
+        writer.add_clip_projector_type(gguf.VisionProjectorType.GEMMA3)
+        writer.add_vision_image_size(vision["image_size"])
+        writer.add_vision_use_gelu(True)
+        writer.add_vision_attention_layernorm_eps(vision.get("layer_norm_eps", 1e-6))
+        per_side = int(config["mm_tokens_per_image"] ** 0.5)
+        scale = vision["image_size"] // vision["patch_size"] // per_side
+        if scale != 4:
+            writer.add_vision_projector_scale_factor(scale)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, blocks)
+
+    def add(hf, w):
+        stem, suffix = hf.rsplit(".", 1)
+        mapped = names.get_name(stem)
+        assert mapped, f"no mmproj name for {hf}"
+        writer.add_tensor(f"{mapped}.{suffix}", np.ascontiguousarray(w))
+
+    for name, value in mx.load(str(checkpoint / "model.safetensors")).items():
+        if not name.startswith(("vision_tower.", "multi_modal_projector.")):
+            continue
+        w = np.array(value.astype(mx.float32))
+        if qwen:
+            hf = "visual." + name[len("vision_tower."):]
+            if hf.endswith("patch_embed.proj.weight"):
+                # MLX's [D, t, p, p, 3] as PyTorch's [D, 3, t, p, p], one kernel a frame.
+                w = w.transpose(0, 4, 1, 2, 3)
+                writer.add_tensor("v.patch_embd.weight", np.ascontiguousarray(w[:, :, 0]))
+                writer.add_tensor("v.patch_embd.weight.1", np.ascontiguousarray(w[:, :, 1]))
+            elif ".qkv." in hf:
+                for part, rows in zip("qkv", np.split(w, 3, axis=0)):
+                    add(hf.replace(".qkv.", f".{part}."), rows)
+            else:
+                add(hf, w)
+            continue
+        hf = name.replace("_weight", ".weight")
+        if hf.endswith("patch_embedding.weight"):
+            w = w.transpose(0, 3, 1, 2)  # MLX's [D, p, p, 3] as PyTorch's [D, 3, p, p]
+        if hf.endswith("soft_emb_norm.weight"):
+            w = w + 1.0
+        add(hf, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def write_vision_gguf(checkpoint: Path, folder: Path) -> Path:
+    """Vision checkpoint `checkpoint` as llama.cpp's files in `folder`: the decoder's
+    `model.gguf` (vocabulary with the image markers, the chat template) and beside it
+    `mmproj-model-f32.gguf`. Returns the model file's path."""
+    from vision_checkpoints import IMAGE_MARKERS, QWEN_MARKERS, QWEN_TEMPLATE, TEMPLATE
+
+    folder.mkdir(parents=True, exist_ok=True)
+    config = json.loads((checkpoint / "config.json").read_text())
+    qwen = config["model_type"] == "qwen2_5_vl"
+    markers, template = (QWEN_MARKERS, QWEN_TEMPLATE) if qwen else (IMAGE_MARKERS, TEMPLATE)
+    weights = mx.load(str(checkpoint / "model.safetensors"))
+    model = write_gguf(checkpoint, folder / "model.gguf", decoder=_decoder(config, weights, markers, template))
+    write_mmproj(checkpoint, folder / "mmproj-model-f32.gguf")
+    return model

@@ -100,13 +100,19 @@ def chat_ids(text_before: str, text_after: str, images: int = 1) -> list:
     return ids
 
 
-def write_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
+# What llama.cpp's GGUF reader assumes of a Gemma 3 decoder (it has no keys for these): a
+# query scale of 1/sqrt(head_dim) and every sixth layer global.
+GGUF_TEXT = dict(TEXT, num_hidden_layers=6, query_pre_attn_scalar=TEXT["head_dim"], sliding_window_pattern=6)
+
+
+def write_vision_checkpoint(directory: Path, seed: int = 0, text=None) -> Path:
     """A random-weight Gemma 3 vision checkpoint in `directory`, loadable by mlx-vlm and
-    Seedbar."""
+    Seedbar; `text` replaces the decoder's settings (TEXT)."""
     from mlx_vlm.models import gemma3
 
+    text = text or TEXT
     config = gemma3.ModelConfig(
-        text_config=gemma3.TextConfig(**{k: v for k, v in TEXT.items() if k != "rope_theta"}),
+        text_config=gemma3.TextConfig(**{k: v for k, v in text.items() if k != "rope_theta"}),
         vision_config=gemma3.VisionConfig(**VISION),
         **{k: v for k, v in CONFIG.items() if k not in ("text_config", "vision_config", "boi_token_index", "eoi_token_index", "mm_tokens_per_image")},
     )
@@ -115,7 +121,7 @@ def write_vision_checkpoint(directory: Path, seed: int = 0) -> Path:
     # Small norm weights, as the text checkpoints do for Gemma, whose norms scale by 1 + w; the
     # tower's LayerNorms scale by their weight.
     widen(model, unit_norm=lambda path: "vision_tower" in path and "norm" in path and path.endswith("weight"))
-    return save(directory, model, CONFIG, PREPROCESSOR, IMAGE_MARKERS, TEMPLATE, bos_token="<s>")
+    return save(directory, model, dict(CONFIG, text_config=text), PREPROCESSOR, IMAGE_MARKERS, TEMPLATE, bos_token="<s>")
 
 
 def widen(model, unit_norm) -> None:

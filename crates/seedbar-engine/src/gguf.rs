@@ -1,5 +1,6 @@
-//! GGUF files (llama.cpp's llama, qwen2, qwen3, qwen3moe, gemma2, gemma3 and phi3
-//! architectures; Mistral's GGUFs are llama, and so are Mixtral's, with experts): tensors
+//! GGUF files (llama.cpp's llama, qwen2, qwen2vl, qwen3, qwen3moe, gemma2, gemma3 and phi3
+//! architectures; Mistral's GGUFs are llama, and so are Mixtral's, with experts; Qwen2.5-VL's
+//! decoder is qwen2vl, a qwen2 with multimodal RoPE's sections): tensors
 //! renamed to Hugging Face names (llama's q/k rows un-permuted
 //! back from llama.cpp's interleaved-RoPE layout, Gemma's `1 + w` norms back to `w`),
 //! hyper-parameters and the tokenizer read from the metadata, with llama.cpp's fixed
@@ -7,9 +8,11 @@
 //! base, Gemma 2's soft-caps when absent). Seedbar reads the container itself ([`file`]) and decodes the tensor types
 //! ([`quants`]): Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and the K-quants Q4_K/Q5_K become MLX
 //! affine-quantized triplets (`weight`, `scales`, `biases`); Q6_K too, in groups of 16, for
-//! the CPU kernels (dequantized for MLX); Q2_K and Q3_K are dequantized.
+//! the CPU kernels (dequantized for MLX); Q2_K and Q3_K are dequantized. A vision model's
+//! tower and projector come in a file of their own ([`mmproj`]).
 
 pub(crate) mod file;
+pub mod mmproj;
 pub(crate) mod quants;
 
 use std::{collections::HashMap, path::Path};
@@ -26,12 +29,13 @@ use crate::{
 
 /// Each `general.architecture` Seedbar loads, with the `model_type` it runs as (a llama
 /// with experts runs as Mixtral).
-const ARCHITECTURES: [(&str, &str); 7] = [
+const ARCHITECTURES: [(&str, &str); 8] = [
     ("gemma2", "gemma2"),
     ("gemma3", "gemma3_text"),
     ("llama", "llama"),
     ("phi3", "phi3"),
     ("qwen2", "qwen2"),
+    ("qwen2vl", "qwen2"),
     ("qwen3", "qwen3"),
     ("qwen3moe", "qwen3_moe"),
 ];
@@ -62,8 +66,20 @@ pub fn architecture(path: &Path) -> Option<String> {
         .flatten()
 }
 
+/// The projector file ([`mmproj`]) that gives the GGUF model at `path` its image input,
+/// where one lies beside it.
+pub fn projector_beside(path: &Path) -> Option<std::path::PathBuf> {
+    let file = GgufFile::open(path).ok()?;
+    let meta = Metadata { file: &file, path };
+    let arch = meta.string("general.architecture").ok()??;
+    let hidden = meta.number(&format!("{arch}.embedding_length")).ok()??;
+    mmproj::for_model(path, &arch, hidden as i32)
+}
+
 /// What a GGUF file holds, in the form the rest of the engine uses.
 pub struct GgufContents {
+    /// `general.architecture`.
+    pub architecture: String,
     pub config: ModelConfig,
     pub tensors: HashMap<String, Array>,
     pub tokenizer: Tokenizer,
@@ -265,6 +281,15 @@ pub fn read(path: &Path, dtype: Dtype, small_groups: bool) -> Result<GgufContent
                 }
             }
         }
+        "qwen2vl" => {
+            // Four counts (the fourth, 0, for models with a fourth axis): pairs turned by
+            // time, row and column.
+            let sections = meta.numbers(&key("rope.dimension_sections"))?;
+            if !sections.is_empty() {
+                let sections: Vec<i64> = sections.iter().take(3).map(|&n| n as i64).collect();
+                config.extra.insert("mrope_section".into(), json!(sections));
+            }
+        }
         "phi3" => {
             let head_dim = hidden / heads;
             let rotary = meta
@@ -326,6 +351,7 @@ pub fn read(path: &Path, dtype: Dtype, small_groups: bool) -> Result<GgufContent
         tokens,
     })?;
     Ok(GgufContents {
+        architecture: arch,
         config,
         tensors,
         tokenizer,

@@ -73,7 +73,32 @@ impl Model {
         };
         // On the CPU, Q6_K stays quantized for the packed kernels (groups of 16).
         let contents = gguf::read(path, options.compute_dtype, options.dequantize)?;
-        let mut weights = WeightMap::new(contents.tensors, options);
+        let hidden = contents.config.hidden_size;
+        // The image tower and projector, where a projector file lies beside the model.
+        let mut tensors = contents.tensors;
+        let projector = match gguf::mmproj::for_model(path, &contents.architecture, hidden) {
+            Some(file) => {
+                let (dtype, small_groups) = (options.compute_dtype, options.dequantize);
+                let parts = gguf::mmproj::read(&file, &contents.tokenizer, dtype, small_groups)?;
+                tensors.extend(parts.tensors);
+                Some((file, parts.config, parts.preprocessor))
+            }
+            None => None,
+        };
+        let mut weights = WeightMap::new(tensors, options);
+        let vision = projector
+            .map(|(file, config, preprocessor)| {
+                let tokenizer = &contents.tokenizer;
+                Vision::load(
+                    &config,
+                    preprocessor,
+                    &file,
+                    tokenizer,
+                    &mut weights,
+                    hidden,
+                )
+            })
+            .transpose()?;
         let transformer = architectures::build(contents.config.clone(), &mut weights, options)?;
         let template = ChatTemplate::new(
             contents.chat_template.as_deref().unwrap_or(CHATML_TEMPLATE),
@@ -88,7 +113,7 @@ impl Model {
         );
         Ok(Model {
             transformer,
-            vision: None,
+            vision,
             tokenizer: contents.tokenizer,
             template,
             eos_ids,
@@ -115,7 +140,18 @@ impl Model {
         }
         let mut weights = WeightMap::new(tensors, options);
         let vision = multimodal
-            .map(|raw| Vision::load(&raw, dir, &tokenizer, &mut weights, config.hidden_size))
+            .map(|raw| {
+                let preprocessor = Vision::read_preprocessor(dir)?;
+                let width = config.hidden_size;
+                Vision::load(
+                    &raw,
+                    preprocessor,
+                    &config_path,
+                    &tokenizer,
+                    &mut weights,
+                    width,
+                )
+            })
             .transpose()?;
         let transformer = architectures::build(config.clone(), &mut weights, options)?;
         let special = |key: &str| -> String {

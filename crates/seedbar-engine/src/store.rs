@@ -218,21 +218,24 @@ impl ModelStore {
         let (repo_id, gguf) = check_pull_id(repo_id)?;
         let hub = Hub::new(endpoint)?;
         let (revision, files) = hub.files(repo_id)?;
+        let projector = gguf.and_then(|_| projector_file(&files));
         let mut files: Vec<RemoteFile> = files
             .into_iter()
             .filter(|f| match gguf {
-                Some(gguf) => f.name == gguf,
+                Some(gguf) => f.name == gguf || Some(&f.name) == projector.as_ref(),
                 None => wanted(&f.name),
             })
             .collect();
         match gguf {
-            // One file, renamed into place whole: listed once it is all there.
-            Some(gguf) if files.is_empty() => {
+            // One file (and its projector), renamed into place whole: listed once it is
+            // all there.
+            Some(gguf) if !files.iter().any(|f| f.name == gguf) => {
                 return Err(EngineError::Download(format!(
                     "{repo_id} has no file {gguf}"
                 )))
             }
-            Some(_) => {}
+            // The projector first: the folder lists as a model once the model file is in.
+            Some(gguf) => files.sort_by_key(|f| f.name == gguf),
             None if !files.iter().any(|f| f.name == "config.json") => {
                 return Err(EngineError::Download(format!(
                     "{repo_id} has no config.json: not a model Seedbar can run"
@@ -305,6 +308,29 @@ pub fn check_pull_id(id: &str) -> Result<(&str, Option<&str>)> {
         )));
     }
     Ok((repo, Some(file)))
+}
+
+/// The image projector a GGUF pull takes along from its repository: of the top-level
+/// `*mmproj*.gguf` files, a 16-bit one before an 8-bit one before the rest, then by name.
+fn projector_file(files: &[RemoteFile]) -> Option<String> {
+    let rank = |name: &str| {
+        let lower = name.to_ascii_lowercase();
+        if lower.contains("bf16") {
+            1
+        } else if lower.contains("f16") {
+            0
+        } else if lower.contains("q8") {
+            2
+        } else {
+            3
+        }
+    };
+    files
+        .iter()
+        .map(|f| f.name.as_str())
+        .filter(|n| !n.contains('/') && crate::gguf::mmproj::is_named_mmproj(Path::new(n)))
+        .min_by_key(|n| (rank(n), n.to_string()))
+        .map(str::to_string)
 }
 
 /// The name a pull (`org/name` or `org/name:file.gguf`) gives its model in the library.
@@ -381,10 +407,19 @@ fn importable_files(path: &Path) -> Result<Vec<(PathBuf, String)>> {
                 "{shown} is not a GGUF model file (import {IMPORTABLE})"
             )));
         }
-        let file = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-            EngineError::InvalidRequest(format!("{shown}: the file name is not UTF-8"))
-        })?;
-        return Ok(vec![(path.to_path_buf(), file.to_string())]);
+        let name = |path: &Path| {
+            let file = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+                EngineError::InvalidRequest(format!("{shown}: the file name is not UTF-8"))
+            })?;
+            Ok::<_, EngineError>((path.to_path_buf(), file.to_string()))
+        };
+        // A vision model's projector beside it comes along, placed first.
+        let projector = crate::gguf::projector_beside(path);
+        return projector
+            .iter()
+            .map(|p| name(p))
+            .chain([name(path)])
+            .collect();
     }
     let mut files = Vec::new();
     for entry in read_dir(path)? {
@@ -489,10 +524,10 @@ fn describe(dir: &Path) -> Option<StoredModel> {
         .filter_map(|f| f.metadata().ok())
         .map(|m| m.len())
         .sum();
-    if let Some(gguf) = files
-        .iter()
-        .find(|f| f.extension().is_some_and(|x| x == "gguf"))
-    {
+    // The model file, not the image projector that may lie beside it.
+    if let Some(gguf) = files.iter().find(|f| {
+        f.extension().is_some_and(|x| x == "gguf") && !crate::gguf::mmproj::is_named_mmproj(f)
+    }) {
         return Some(StoredModel {
             name,
             quantization: gguf_type(gguf),
@@ -608,15 +643,8 @@ mod tests {
 
     const CONFIG: &[u8] = br#"{"model_type": "llama", "torch_dtype": "bfloat16"}"#;
 
-    /// A hub holding `org/tiny`: a config, 1 MB of weights, a tokenizer and a README.
-    fn tiny_repo() -> (String, u64) {
-        let weights = vec![7u8; 1 << 20];
-        let files: [(&str, &[u8]); 4] = [
-            ("config.json", CONFIG),
-            ("model.safetensors", &weights),
-            ("tokenizer.json", b"{}"),
-            ("README.md", b"# tiny"),
-        ];
+    /// A hub holding repository `repo` (`org/name`) with `files`.
+    fn fake_repo(repo: &str, files: &[(&str, &[u8])]) -> String {
         let siblings: Vec<String> = files
             .iter()
             .map(|(name, body)| format!(r#"{{"rfilename": "{name}", "size": {}}}"#, body.len()))
@@ -627,14 +655,60 @@ mod tests {
         );
         let mut routes = HashMap::new();
         routes.insert(
-            "/api/models/org/tiny/revision/main?blobs=true".to_string(),
+            format!("/api/models/{repo}/revision/main?blobs=true"),
             info.into_bytes(),
         );
         for (name, body) in files {
-            routes.insert(format!("/org/tiny/resolve/abc123/{name}"), body.to_vec());
+            routes.insert(format!("/{repo}/resolve/abc123/{name}"), body.to_vec());
         }
+        fake_hub(routes)
+    }
+
+    /// A hub holding `org/tiny`: a config, 1 MB of weights, a tokenizer and a README.
+    fn tiny_repo() -> (String, u64) {
+        let weights = vec![7u8; 1 << 20];
+        let files: [(&str, &[u8]); 4] = [
+            ("config.json", CONFIG),
+            ("model.safetensors", &weights),
+            ("tokenizer.json", b"{}"),
+            ("README.md", b"# tiny"),
+        ];
         let wanted = (CONFIG.len() + weights.len() + 2) as u64;
-        (fake_hub(routes), wanted)
+        (fake_repo("org/tiny", &files), wanted)
+    }
+
+    #[test]
+    fn a_gguf_pull_takes_the_repositorys_image_projector_along() {
+        let endpoint = fake_repo(
+            "org/vis",
+            &[
+                ("vis-Q4_0.gguf", b"GGUF model"),
+                ("mmproj-vis-Q8_0.gguf", b"GGUF q8 projector"),
+                ("mmproj-vis-F16.gguf", b"GGUF f16 projector"),
+                ("other-Q8_0.gguf", b"GGUF another model"),
+            ],
+        );
+        let store = TempStore::new("pull-projector");
+        let no = AtomicBool::new(false);
+        let dir = store
+            .0
+            .pull_from(&endpoint, "org/vis:vis-Q4_0.gguf", &mut (), &no)
+            .unwrap();
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        assert_eq!(files, ["mmproj-vis-F16.gguf", "vis-Q4_0.gguf"]);
+        // Listed once, as the model file (not the projector beside it).
+        let models = store.0.list().unwrap();
+        assert_eq!(models.len(), 1);
+        assert_eq!(models[0].path, dir.join("vis-Q4_0.gguf"));
+        // A file the repository lacks is still an error, projector or not.
+        assert!(store
+            .0
+            .pull_from(&endpoint, "org/vis:missing.gguf", &mut (), &no)
+            .is_err());
     }
 
     /// Records progress; sets `cancel` at the first bytes when asked to.

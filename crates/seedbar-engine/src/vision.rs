@@ -273,9 +273,12 @@ pub(crate) fn rename_weights(tensors: HashMap<String, Array>) -> HashMap<String,
 
 impl Vision {
     /// Whether the model at `path` takes images: a folder whose `config.json` is a
-    /// multimodal family Seedbar reads, with the processor's `preprocessor_config.json`
-    /// (read without loading the model).
+    /// multimodal family Seedbar reads, with the processor's `preprocessor_config.json`, or
+    /// a GGUF file with its projector beside it (read without loading the model).
     pub fn seen_at(path: &Path) -> bool {
+        if path.is_file() {
+            return crate::gguf::projector_beside(path).is_some();
+        }
         let config = path.join("config.json");
         let raw = std::fs::read_to_string(config)
             .ok()
@@ -284,19 +287,24 @@ impl Vision {
             && path.join("preprocessor_config.json").is_file()
     }
 
-    /// The tower, projector and prompt of the multimodal checkpoint in `dir` (`config` its
-    /// whole `config.json`), whose decoder is `text_width` wide.
+    /// The processor of the checkpoint folder `dir` (its `preprocessor_config.json`).
+    pub(crate) fn read_preprocessor(dir: &Path) -> Result<Preprocessor> {
+        let path = dir.join("preprocessor_config.json");
+        Preprocessor::read(&path).map_err(|e| EngineError::bad_file(&path, e.to_string()))
+    }
+
+    /// The tower, projector and prompt of a multimodal checkpoint: `config` its whole
+    /// `config.json` (or what a projector file says in its place, `source` the file either
+    /// way), its weights in `weights`, its decoder `text_width` wide.
     pub(crate) fn load(
         config: &Value,
-        dir: &Path,
+        preprocessor: Preprocessor,
+        source: &Path,
         tokenizer: &Tokenizer,
         weights: &mut WeightMap,
         text_width: i32,
     ) -> Result<Self> {
-        let bad = |message: String| EngineError::bad_file(dir.join("config.json"), message);
-        let preprocessor_path = dir.join("preprocessor_config.json");
-        let preprocessor = Preprocessor::read(&preprocessor_path)
-            .map_err(|e| EngineError::bad_file(&preprocessor_path, e.to_string()))?;
+        let bad = |message: String| EngineError::bad_file(source, message);
         let id = |keys: &[&str], default: u32| {
             keys.iter()
                 .find_map(|key| config[*key].as_u64())
@@ -316,10 +324,7 @@ impl Vision {
             let budget =
                 matches!(preprocessor.resize, Resize::Budget(b) if b.factor as usize == side);
             if !budget {
-                return Err(EngineError::bad_file(
-                    &preprocessor_path,
-                    format!("Qwen2.5-VL's processor must size images in multiples of {side} pixels within a pixel budget"),
-                ));
+                return Err(bad(format!("Qwen2.5-VL's processor must size images in multiples of {side} pixels within a pixel budget")));
             }
             let image_token = id(&["image_token_id", "image_token_index"], 151655);
             let soft = text_of(image_token)?;
