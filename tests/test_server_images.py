@@ -343,3 +343,23 @@ def test_image_urls_are_fetched_where_the_server_allows_it(store, picture_host):
                 status, error = chat_error(http, part)
                 assert status == 400 and message in error["message"], error
                 assert error["param"] == "messages[0].content[1].image_url.url", error
+
+
+def test_the_app_setting_turns_image_urls_on_and_off_while_serving(store, picture_host):
+    """No flag at start: the settings' switch (the app's "Fetch images from web addresses")
+    allows fetching from the next request on, and turning it off refuses them again."""
+    url_part = [{"type": "text", "text": QUESTION}, {"type": "image_url", "image_url": {"url": f"{picture_host}/picture.png"}}]
+    with serving(store, *NO_DISK, model=SEER) as srv, httpx.Client(base_url=srv.url, timeout=120) as app:
+        http = httpx.Client(base_url=srv.base_url, timeout=120)
+        status, error = chat_error(http, url_part)
+        assert status == 400 and "not fetched from the network" in error["message"], error
+        settings = app.get("/app/settings").json()
+        assert settings["fetch_image_urls"] is False
+        assert app.put("/app/settings", json={**settings, "fetch_image_urls": True}).status_code == 200
+        client = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=120)
+        expected = image_chat(client, PICTURES[0]).choices[0].message.content
+        chat = client.chat.completions.create(model=SEER, messages=[{"role": "user", "content": url_part}], **SAMPLING)
+        assert chat.choices[0].message.content == expected
+        assert app.put("/app/settings", json={**settings, "fetch_image_urls": False}).status_code == 200
+        status, error = chat_error(http, url_part)
+        assert status == 400 and "not fetched from the network" in error["message"], error

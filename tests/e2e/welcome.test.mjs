@@ -125,7 +125,7 @@ describe('first-run welcome', { skip: missing() || (MOCK && 'needs real servers 
     await page.close();
   });
 
-  it('the settings switch the default model back and keep the menu-bar icon and start choices', async () => {
+  it('the settings switch the default model back and keep the menu-bar icon, start and image-fetching choices', async () => {
     const page = await browser.newPage();
     await page.goto(`${online.url}/#/settings`);
     const select = tid('settings-default-model');
@@ -140,16 +140,21 @@ describe('first-run welcome', { skip: missing() || (MOCK && 'needs real servers 
     await page.selectOption(select, MODEL);
     await page.uncheck(tid('settings-menu-bar-icon'));
     await page.check(tid('settings-start-minimized'));
+    await page.check(tid('settings-fetch-image-urls'));
     await page.click(tid('settings-save'));
     await page.waitForSelector(tid('settings-saved'));
     const settings = await json(`${online.url}/app/settings`);
-    assert.deepEqual([settings.default_model, settings.show_menu_bar_icon, settings.start_minimized, settings.welcomed], [MODEL, false, true, true]);
+    assert.deepEqual(
+      [settings.default_model, settings.show_menu_bar_icon, settings.start_minimized, settings.welcomed, settings.fetch_image_urls],
+      [MODEL, false, true, true, true],
+    );
     await page.waitForSelector(`${tid('server-status')}.ready:has-text("${MODEL}")`, { timeout: 60_000 });
     await page.reload();
     await page.waitForSelector(select);
     assert.equal(await page.inputValue(select), MODEL);
     assert.equal(await page.isChecked(tid('settings-menu-bar-icon')), false);
     assert.equal(await page.isChecked(tid('settings-start-minimized')), true);
+    assert.equal(await page.isChecked(tid('settings-fetch-image-urls')), true);
     await page.close();
   });
 

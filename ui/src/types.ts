@@ -177,6 +177,8 @@ export type AppSettings = {
   start_minimized: boolean;
   /** Whether the first-run welcome was completed or skipped. */
   welcomed: boolean;
+  /** Whether image parts given by http(s) addresses are fetched (off: refused). */
+  fetch_image_urls: boolean;
 };
 
 export type Backend = 'cpu' | 'cuda' | 'metal';

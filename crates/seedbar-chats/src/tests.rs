@@ -57,6 +57,7 @@ fn app_settings() -> AppSettings {
         show_menu_bar_icon: false,
         start_minimized: true,
         welcomed: true,
+        fetch_image_urls: true,
     }
 }
 

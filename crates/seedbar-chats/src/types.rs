@@ -292,6 +292,10 @@ pub struct AppSettings {
     /// skipped.
     #[serde(default)]
     pub welcomed: bool,
+    /// Whether image parts given by `http(s)` addresses are fetched (off: refused, and only
+    /// data URLs and local files are read).
+    #[serde(default)]
+    pub fetch_image_urls: bool,
 }
 
 fn yes() -> bool {

@@ -683,7 +683,7 @@ pub async fn messages(
     State(app): State<Arc<App>>,
     AnthropicBody(body): AnthropicBody,
 ) -> Result<Response, AnthropicError> {
-    let body = body.with_remote_images(app.config.fetch_image_urls).await?;
+    let body = body.with_remote_images(app.fetches_image_urls()).await?;
     let (common, fields, conversation): (CommonFields, MessagesFields, Conversation) =
         (body.parse()?, body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;

@@ -1,8 +1,9 @@
 //! Images a request sends, from each protocol's shape to what the engine takes: data URLs
 //! (OpenAI, Responses), base64 with a media type (Anthropic, Ollama) and local files
 //! (`file://` URLs and paths: the app runs on the user's machine). `http(s)` URLs are
-//! refused unless the server allows fetching them (`seedbar serve --fetch-image-urls`): then
-//! [`inline_remote_images`] fetches them into data URLs before a body is read. Each image is
+//! refused unless the server allows fetching them (`seedbar serve --fetch-image-urls`, or the
+//! app setting): then [`inline_remote_images`] fetches them into data URLs before a body is
+//! read. Each image is
 //! checked (size, format, the declared media type) and decoded here; [`for_prompt`] turns a
 //! prompt's images into the model's pixels.
 
@@ -81,7 +82,7 @@ impl InImage {
         if lower.starts_with("http://") || lower.starts_with("https://") {
             return Err(ApiError::bad_param(
                 param,
-                "images are not fetched from the network: send the image as a data URL (data:image/png;base64,...) or a local file path (or start the server with --fetch-image-urls)",
+                "images are not fetched from the network: send the image as a data URL (data:image/png;base64,...) or a local file path (or allow fetching them: the setting \"Fetch images from web addresses\", or `seedbar serve --fetch-image-urls`)",
             ));
         }
         let path = url.strip_prefix("file://").unwrap_or(url);

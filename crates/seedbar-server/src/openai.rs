@@ -204,7 +204,7 @@ pub async fn chat_completions(
     State(app): State<Arc<App>>,
     body: JsonBody,
 ) -> Result<Response, ApiError> {
-    let body = body.with_remote_images(app.config.fetch_image_urls).await?;
+    let body = body.with_remote_images(app.fetches_image_urls()).await?;
     let (common, req): (CommonFields, ChatRequest) = (body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;
     if req.messages.is_empty() {

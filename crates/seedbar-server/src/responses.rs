@@ -433,7 +433,7 @@ impl ResponseFrame {
 // ---- the route -------------------------------------------------------------------------
 
 pub async fn responses(State(app): State<Arc<App>>, body: JsonBody) -> Result<Response, ApiError> {
-    let body = body.with_remote_images(app.config.fetch_image_urls).await?;
+    let body = body.with_remote_images(app.fetches_image_urls()).await?;
     let (common, req): (CommonFields, ResponsesRequest) = (body.parse()?, body.parse()?);
     let model = ServedModel::find(&app, &common.model).await?;
     let mut settings = common.settings(req.max_output_tokens, None)?;

@@ -41,7 +41,8 @@ pub struct ServerConfig {
     /// Origins allowed by CORS besides the app's own window.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
-    /// Whether image parts given by `http(s)` URLs are fetched (off: they are refused).
+    /// Whether image parts given by `http(s)` URLs are fetched whatever the settings say
+    /// (off: as the settings say; see [`App::fetches_image_urls`]).
     pub fetch_image_urls: bool,
     /// The model `App::bring_up` looks for first (a store name or a path); empty: none in
     /// particular.
@@ -180,6 +181,7 @@ impl App {
                 show_menu_bar_icon: true,
                 start_minimized: false,
                 welcomed: false,
+                fetch_image_urls: config.fetch_image_urls,
             },
         };
         let idle_keep_alive = idle_keep_alive(&settings).unwrap_or(config.keep_alive);
@@ -254,6 +256,12 @@ impl App {
 
     pub fn is_paused(&self) -> bool {
         self.paused.load(Ordering::SeqCst)
+    }
+
+    /// Whether image parts given by `http(s)` addresses are fetched: where the server was
+    /// started to (`--fetch-image-urls`), or the settings say so now.
+    pub fn fetches_image_urls(&self) -> bool {
+        self.config.fetch_image_urls || self.settings.borrow().fetch_image_urls
     }
 
     /// The app's settings as last saved (before any save: the running configuration's).

@@ -212,6 +212,13 @@ export function SettingsView() {
             <small class="muted">Models other than the default one leave memory after this long without a request; 0 keeps them until their room is needed.</small>
             {idleError && <small class="field-error" role="alert">{idleError}</small>}
           </label>
+          <div class="field">
+            <label class="check">
+              <input type="checkbox" data-testid="settings-fetch-image-urls" checked={form.fetch_image_urls} onChange={(e) => set({ fetch_image_urls: e.currentTarget.checked })} />
+              <span>Fetch images from web addresses</span>
+            </label>
+            <small class="muted">Lets programs that call the API send an image as an http(s) address, which Seedbar then downloads. Off: images come as data or local files only, and Seedbar never reaches the network for one.</small>
+          </div>
         </fieldset>
         {saveError && <p class="error-box" role="alert" data-testid="settings-save-error">{saveError}</p>}
         {message && <p class="ok-box" role="status" data-testid="settings-saved">{message}</p>}
@@ -229,7 +236,7 @@ function toForm(s: AppSettings) {
     port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login,
     quick_chat_shortcut: s.quick_chat_shortcut, prompt_cache_disk_gb: String(s.prompt_cache_disk_gb),
     unload_idle_minutes: String(s.unload_idle_minutes), default_model: s.default_model, show_menu_bar_icon: s.show_menu_bar_icon,
-    start_minimized: s.start_minimized, welcomed: s.welcomed,
+    start_minimized: s.start_minimized, welcomed: s.welcomed, fetch_image_urls: s.fetch_image_urls,
   };
 }
 
@@ -238,7 +245,7 @@ function fromForm(f: ReturnType<typeof toForm>, origins: string[]): AppSettings 
     port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login,
     quick_chat_shortcut: f.quick_chat_shortcut.trim(), prompt_cache_disk_gb: Number(f.prompt_cache_disk_gb),
     unload_idle_minutes: Number(f.unload_idle_minutes), default_model: f.default_model, show_menu_bar_icon: f.show_menu_bar_icon,
-    start_minimized: f.start_minimized, welcomed: f.welcomed,
+    start_minimized: f.start_minimized, welcomed: f.welcomed, fetch_image_urls: f.fetch_image_urls,
   };
 }
 
