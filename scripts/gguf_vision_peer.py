@@ -3,15 +3,18 @@
 
 For each family (Gemma 3, Qwen2.5-VL) a random-weight checkpoint is written with mlx-vlm's
 classes and converted to llama.cpp's two files as its converter lays them out
-(tests/gguf_checkpoints.py, float32). The picture is one colour, so any resampler gives the
+(tests/gguf_checkpoints.py, float32; llama-server's copy has one BPE merge, which llama.cpp
+requires and no prompt here uses). The picture is one colour, so any resampler gives the
 same pixels (Seedbar resizes as the Hugging Face processor does, llama.cpp with its own code),
 at a size both sides keep (Gemma 3: the tower's; Qwen2.5-VL: a multiple of 28 within every
 budget). The same prompt goes to both: text, the picture between its markers, text.
 Seedbar: `seedbar probe` (the prompt's ids, the logits at every position, the greedy
 continuation). llama-server: `/completion` with the picture as multimodal data in place of its
-media marker, greedy, the top log-probabilities of each token. Printed: the prompt's token
-count on each side, the largest difference between the log-probabilities llama-server reports
-for the first reply token and Seedbar's, and how many of the 16 greedy tokens agree.
+media marker, greedy, float32 KV and no flash attention (its CPU kernel rounds through
+float16), and the first reply token's top log-probabilities. Printed: the prompt's token count
+on each side, the largest difference between the log-probabilities llama-server reports for
+the first reply token and Seedbar's (llama-server reports none for a token that ends mid-way
+through a UTF-8 character), and how many of the 16 greedy tokens agree.
 
 Known difference, by design: llama.cpp lets a Gemma 3 image's tokens attend to each other both
 ways (as Hugging Face's Gemma 3 does in prefill); Seedbar attends causally, as mlx-vlm does.
@@ -21,7 +24,6 @@ Usage: `~/.cache/seedbar-dev/venv/bin/python scripts/gguf_vision_peer.py [SEEDBA
 with `scripts/setup.sh --bench`)."""
 
 import base64
-import io
 import json
 import subprocess
 import sys
@@ -74,8 +76,10 @@ def llama_side(server: str, model: Path, prompt: str, picture_bytes: bytes, work
     log = open(work / "llama-server.log", "w")
     port = 18000 + (hash(str(model)) % 1000)
     proc = subprocess.Popen(
+        # float32 KV (its default is float16) and no flash attention (its CPU kernel rounds
+        # through float16), as Seedbar computes float32 weights.
         [server, "-m", str(model), "--mmproj", str(projector), "--port", str(port), "-c", "2048", "-np", "1",
-         "-t", "2", "--no-warmup"],
+         "-t", "2", "--no-warmup", "-ctk", "f32", "-ctv", "f32", "-fa", "off"],
         stdout=log, stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
@@ -87,21 +91,33 @@ def llama_side(server: str, model: Path, prompt: str, picture_bytes: bytes, work
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None:
-                raise SystemExit(f"llama-server exited; see {work / 'llama-server.log'}")
+                raise SystemExit("llama-server exited:\n" + (work / "llama-server.log").read_text()[-3000:])
             time.sleep(0.5)
+        # The server's media marker (it may be its own for each process).
+        marker = httpx.get(f"{base}/props", timeout=10).json().get("media_marker", MEDIA)
         body = {
-            "prompt": {"prompt_string": prompt, "multimodal_data": [base64.b64encode(picture_bytes).decode()]},
+            "prompt": {
+                "prompt_string": prompt.replace(MEDIA, marker),
+                "multimodal_data": [base64.b64encode(picture_bytes).decode()],
+            },
             "n_predict": GENERATE, "temperature": 0, "n_probs": TOP, "cache_prompt": False,
-            "samplers": ["top_k"], "top_k": 1,
+            "samplers": ["top_k"], "top_k": 1, "return_tokens": True, "ignore_eos": True,
         }
         reply = httpx.post(f"{base}/completion", json=body, timeout=600).json()
+        # The first token's probabilities alone: llama-server groups the entries of tokens
+        # that end mid-way through a UTF-8 character (random weights write such bytes).
+        first_reply = httpx.post(f"{base}/completion", json={**body, "n_predict": 1}, timeout=600).json()
     finally:
         proc.terminate()
         proc.wait()
-    probs = reply["completion_probabilities"]
-    tokens = [p["id"] for p in probs]
-    first = {t["id"]: t["logprob"] for t in probs[0]["top_logprobs"]}
-    return reply["tokens_evaluated"], tokens, first
+    if "completion_probabilities" not in reply:
+        log_tail = (work / "llama-server.log").read_text()[-2000:]
+        raise SystemExit(f"llama-server answered {json.dumps(reply)[:2000]}\n{log_tail}")
+    # None where that token ends mid-way through a character: llama-server gives no
+    # probabilities for it then.
+    probs = first_reply.get("completion_probabilities")
+    first = {t["id"]: t["logprob"] for t in probs[0]["top_logprobs"]} if probs else None
+    return reply["tokens_evaluated"], reply["tokens"], first
 
 
 def family(name: str, seedbar: str, server: str, work: Path):
@@ -117,14 +133,21 @@ def family(name: str, seedbar: str, server: str, work: Path):
         ids = qwen_chat_ids("Compare ", " with this.", [size])
         prompt = f"<|im_start|>user\nCompare {MEDIA} with this.<|im_end|>\n<|im_start|>assistant\n"
     model = write_vision_gguf(folder, work / "gguf")
+    # llama.cpp refuses a BPE vocabulary without merges: its copy of the same weights gets one
+    # that no prompt here uses (Seedbar takes the prompt's ids, so it reads the files without).
+    llama_model = write_vision_gguf(folder, work / "gguf-llama", merges=["ÿ ÿ"])
     picture = work / "flat.png"
     picture_bytes = flat_picture(picture, size)
     ours, logprobs = seedbar_side(seedbar, model, ids, picture, work)
-    evaluated, theirs, first = llama_side(server, model, prompt, picture_bytes, work)
-    gap = max(abs(logprobs[i] - lp) for i, lp in first.items())
+    evaluated, theirs, first = llama_side(server, llama_model, prompt, picture_bytes, work)
     agree = next((k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
-    print(f"{name}: prompt tokens Seedbar {len(ids)}, llama-server {evaluated}; first reply token's top-{TOP} "
-          f"log-probabilities differ by at most {gap:.2e}; greedy tokens agree for {agree} of {GENERATE}")
+    gap = (
+        f"differ by at most {max(abs(logprobs[i] - lp) for i, lp in first.items()):.2e}"
+        if first
+        else "not reported by llama-server (the token is part of a UTF-8 character)"
+    )
+    print(f"{name}: prompt tokens Seedbar {len(ids)}, llama-server {evaluated}; the first reply token's "
+          f"top-{TOP} log-probabilities {gap}; greedy tokens agree for {agree} of {GENERATE}")
     print(f"  Seedbar      {ours}\n  llama-server {theirs}")
 
 

@@ -68,7 +68,7 @@ def _gguf_name(names, hf: str) -> str:
     return mapped
 
 
-def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int, markers=()) -> None:
+def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int, markers=(), merges=()) -> None:
     if kind == "gpt2":
         from checkpoints import byte_tokenizer
 
@@ -78,7 +78,7 @@ def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int, markers=())
         writer.add_tokenizer_pre("default")
         writer.add_token_list(tokens + list(markers))
         writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens) + [gguf.TokenType.CONTROL] * len(markers))
-        writer.add_token_merges([])
+        writer.add_token_merges(list(merges))
         return
     assert vocab_size == SPM_VOCAB, "SentencePiece checkpoints need vocab_size=SPM_VOCAB"
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
@@ -94,12 +94,13 @@ def _vocabulary(writer: gguf.GGUFWriter, kind: str, vocab_size: int, markers=())
     writer.add_unk_token_id(0)
 
 
-def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, extra=None, file_type=None, decoder=None) -> Path:
+def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, extra=None, file_type=None, decoder=None, merges=()) -> Path:
     """The checkpoint's f32 weights as a GGUF file at `out`, with a `tokenizer` vocabulary
     (`gpt2`, or SentencePiece `llama` / `gemma`). `raw` maps checkpoint names to
     `(blocks, qtype)` stored instead of their weights, `extra` GGUF names to more such
     tensors; `file_type` is written as `general.file_type`. `decoder` is a vision
-    checkpoint's `(config, weights, markers, chat template)` in place of the folder's."""
+    checkpoint's `(config, weights, markers, chat template)` in place of the folder's;
+    `merges` the byte vocabulary's BPE merges (none by default)."""
     if decoder is None:
         config = json.loads((checkpoint / "config.json").read_text())
         weights, markers, template = mx.load(str(checkpoint / "model.safetensors")), (), None
@@ -144,7 +145,7 @@ def write_gguf(checkpoint: Path, out: Path, tokenizer: str = "gpt2", raw=None, e
     if arch == gguf.MODEL_ARCH.QWEN2VL:
         sections = config["rope_scaling"]["mrope_section"]
         writer.add_rope_dimension_sections(sections + [0] * (4 - len(sections)))
-    _vocabulary(writer, tokenizer, config["vocab_size"], markers)
+    _vocabulary(writer, tokenizer, config["vocab_size"], markers, merges)
     if template is not None:
         writer.add_chat_template(template)
         writer.add_eos_token_id(config["eos_token_id"][0])
@@ -265,10 +266,10 @@ def write_mmproj(checkpoint: Path, out: Path) -> Path:
     return out
 
 
-def write_vision_gguf(checkpoint: Path, folder: Path) -> Path:
+def write_vision_gguf(checkpoint: Path, folder: Path, merges=()) -> Path:
     """Vision checkpoint `checkpoint` as llama.cpp's files in `folder`: the decoder's
-    `model.gguf` (vocabulary with the image markers, the chat template) and beside it
-    `mmproj-model-f32.gguf`. Returns the model file's path."""
+    `model.gguf` (vocabulary with the image markers and `merges`, the chat template) and
+    beside it `mmproj-model-f32.gguf`. Returns the model file's path."""
     from vision_checkpoints import IMAGE_MARKERS, QWEN_MARKERS, QWEN_TEMPLATE, TEMPLATE
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -276,6 +277,7 @@ def write_vision_gguf(checkpoint: Path, folder: Path) -> Path:
     qwen = config["model_type"] == "qwen2_5_vl"
     markers, template = (QWEN_MARKERS, QWEN_TEMPLATE) if qwen else (IMAGE_MARKERS, TEMPLATE)
     weights = mx.load(str(checkpoint / "model.safetensors"))
-    model = write_gguf(checkpoint, folder / "model.gguf", decoder=_decoder(config, weights, markers, template))
+    decoder = _decoder(config, weights, markers, template)
+    model = write_gguf(checkpoint, folder / "model.gguf", decoder=decoder, merges=merges)
     write_mmproj(checkpoint, folder / "mmproj-model-f32.gguf")
     return model
