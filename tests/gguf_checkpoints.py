@@ -281,3 +281,40 @@ def write_vision_gguf(checkpoint: Path, folder: Path, merges=()) -> Path:
     model = write_gguf(checkpoint, folder / "model.gguf", decoder=decoder, merges=merges)
     write_mmproj(checkpoint, folder / "mmproj-model-f32.gguf")
     return model
+
+
+def write_deeper_gguf(source: Path, out: Path, extra_layers: int) -> Path:
+    """GGUF `source` with `extra_layers` more blocks after its own, each a copy of its last
+    block whose output products (`attn_output`, `ffn_down`) are zero: every block adds
+    exactly nothing to the residual stream, so the model's logits are `source`'s bit for bit
+    while a step costs as many blocks more. A target that agrees with its draft model
+    (`source`) as a well-matched pair does, at a multiple of its cost (tests and benches of
+    draft models, which have no larger model of the same vocabulary at hand)."""
+    reader = gguf.GGUFReader(str(source))
+    arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    blocks_key = f"{arch}.block_count"
+    blocks = int(reader.fields[blocks_key].contents())
+    writer = gguf.GGUFWriter(str(out), arch)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        value = blocks + extra_layers if field.name == blocks_key else field.contents()
+        writer.add_key_value(field.name, value, kind, sub_type=sub_type)
+    last = f"blk.{blocks - 1}."
+    tensors = [(t.name, t.data, t.tensor_type) for t in reader.tensors]
+    for k in range(extra_layers):
+        for name, data, kind in list(tensors):
+            if name.startswith(last):
+                silent = name.endswith(("attn_output.weight", "ffn_down.weight"))
+                tensors.append((f"blk.{blocks + k}." + name[len(last):], np.zeros_like(data) if silent else data, kind))
+    for name, data, kind in tensors:
+        writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for _, data, _ in tensors:
+        writer.write_tensor_data(data)
+    writer.close()
+    return out

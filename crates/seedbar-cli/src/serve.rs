@@ -35,11 +35,16 @@ pub struct ServeArgs {
     /// extrapolated and replies degrade: long-prompt benchmarks, experiments).
     #[arg(long)]
     past_trained_context: bool,
-    /// Turn speculative decoding (prompt lookup, on the CPU's packed path) off for every
-    /// request; replies are the same either way, a request may also turn it off with
-    /// `"speculative": false`.
+    /// Turn speculative decoding (prompt lookup and the draft model, on the CPU's packed
+    /// path) off for every request; replies are the same either way, a request may also turn
+    /// it off with `"speculative": false`.
     #[arg(long, env = "SEEDBAR_NO_SPECULATIVE")]
     no_speculative: bool,
+    /// A smaller model of the same vocabulary (a store name or a path) that drafts tokens
+    /// for --model where prompt lookup finds none; its guesses are verified, so replies are
+    /// the same with it or without it.
+    #[arg(long, env = "SEEDBAR_DRAFT_MODEL")]
+    draft_model: Option<String>,
     /// Largest request body accepted (images arrive in it: 32 MiB holds a 20 MiB image
     /// as base64).
     #[arg(long, default_value_t = 32 << 20)]
@@ -85,6 +90,7 @@ pub fn run(args: ServeArgs) -> u8 {
         max_body_bytes: args.max_body_bytes,
         fetch_image_urls: args.fetch_image_urls,
         model: args.model,
+        draft_model: args.draft_model,
         ui_dir,
         keep_alive: args.keep_alive,
         prompt_cache_disk_bytes: args

@@ -212,6 +212,14 @@ impl Tokenizer {
             .collect()
     }
 
+    /// Whether `other` has this vocabulary: the same tokens at the same ids (a draft model
+    /// for speculative decoding must).
+    pub fn same_vocabulary(&self, other: &Tokenizer) -> bool {
+        let size = self.inner.get_vocab_size(true);
+        size == other.inner.get_vocab_size(true)
+            && (0..size as u32).all(|id| self.inner.id_to_token(id) == other.inner.id_to_token(id))
+    }
+
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }

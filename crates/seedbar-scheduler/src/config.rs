@@ -42,7 +42,8 @@ pub struct SchedulerConfig {
     /// where every row's sampling allows it (`Worker::step`): a GPU's default, so the host
     /// builds, reads and streams while the device runs. The tokens are the host draw's.
     pub pipelined: bool,
-    /// Decoding rows draft tokens by prompt lookup and verify them in the step
+    /// Decoding rows draft tokens by prompt lookup (and a draft model, where the scheduler
+    /// was started with one: `Scheduler::start_drafting`) and verify them in the step
     /// (`speculation.rs`), where the layout verifies drafts exactly and steps are not
     /// pipelined: the CPU's packed path. Replies are the same with it on or off.
     pub speculative: bool,

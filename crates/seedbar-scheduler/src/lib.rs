@@ -10,6 +10,7 @@
 
 mod config;
 mod disk_cache;
+mod draft_model;
 mod draw;
 #[cfg(debug_assertions)]
 mod fault;
@@ -28,6 +29,7 @@ mod worker;
 
 pub use config::{draw_seed, SchedulerConfig};
 pub use disk_cache::{DiskCache, DiskCacheStats, DiskTier};
+pub use draft_model::DraftModel;
 pub use request::{Event, PromptImage, Request, RequestStream, SubmitError, TokenLogprob, Usage};
 pub use scheduler::Scheduler;
 pub use stats::{SchedulerStats, TraceRecord};

@@ -11,6 +11,7 @@ use seedbar_grammar::TokenMask;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::{
+    draft_model::RowDraft,
     request::{Event, Request, TokenLogprob, Usage},
     speculation::Speculation,
     stop::{Released, StopMatcher},
@@ -32,6 +33,8 @@ pub(crate) struct Row {
     pub(crate) finished: bool,
     /// How many tokens it drafts next (where the scheduler speculates).
     pub(crate) speculation: Speculation,
+    /// What the draft model has read of it, once the draft model drafted for it.
+    pub(crate) draft: Option<RowDraft>,
     /// Where its tokens sit for RoPE (on its images' grids for a multimodal-RoPE model).
     pub(crate) positions: RowPositions,
 }

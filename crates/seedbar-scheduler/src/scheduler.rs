@@ -24,6 +24,7 @@ use tokio::sync::mpsc::unbounded_channel;
 
 use crate::{
     config::{draw_seed, SchedulerConfig},
+    draft_model::DraftModel,
     images::{self, ImageSlots},
     request::{Request, RequestStream, SubmitError},
     stats::SchedulerStats,
@@ -43,7 +44,17 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn start(model: Model, mut config: SchedulerConfig) -> Scheduler {
+    pub fn start(model: Model, config: SchedulerConfig) -> Scheduler {
+        Self::start_drafting(model, None, config)
+    }
+
+    /// A scheduler whose rows may draft with `drafter` too (where `config.speculative`):
+    /// replies are the same, only faster where its guesses are kept.
+    pub fn start_drafting(
+        model: Model,
+        drafter: Option<DraftModel>,
+        mut config: SchedulerConfig,
+    ) -> Scheduler {
         if let Some(trained) = model.config().max_position_embeddings.map(|m| m as usize) {
             if !config.past_trained_context {
                 config.max_context = config.max_context.min(trained);
@@ -68,7 +79,14 @@ impl Scheduler {
         } else {
             Layout::REFERENCE
         };
-        let worker = Worker::new(model, layout, config.clone(), stats.clone(), receiver);
+        let worker = Worker::new(
+            model,
+            drafter,
+            layout,
+            config.clone(),
+            stats.clone(),
+            receiver,
+        );
         let worker = thread::Builder::new()
             .name("seedbar-engine".into())
             .spawn(move || worker.run())

@@ -1,7 +1,9 @@
-//! Speculative decoding by prompt lookup. A decoding row drafts the tokens that followed the
-//! last place its latest few tokens appeared in its prompt or reply, runs its last token and
-//! the drafts as one chunk, and keeps each draft while it equals the token the row's own
-//! draw picks from the logits before it; at the first difference it takes the draw's token.
+//! Speculative decoding. A decoding row drafts the tokens that followed the last place its
+//! latest few tokens appeared in its prompt or reply (prompt lookup), or where that finds
+//! nothing, the tokens a draft model guesses (`draft_model.rs`, where one is loaded); it runs
+//! its last token and the drafts as one chunk, and keeps each draft while it equals the
+//! token the row's own draw picks from the logits before it; at the first difference it
+//! takes the draw's token.
 //!
 //! A kept draft is exactly the token plain decoding would have drawn: a draw is a function
 //! of the position's logits, the row's history (penalties, output format) and
@@ -9,8 +11,9 @@
 //! ([`Layout::verifies_drafts`](seedbar_engine::step::plan::Layout::verifies_drafts)) a
 //! chunk's position gets a decode step's logits. So a reply does not depend on whether, how
 //! many or which tokens were drafted; only its speed does. How many tokens a row drafts
-//! follows how often its lookups guess right, drafted or not, and how many rows share the
-//! step: a row whose guesses do not pay drafts nothing.
+//! follows how often each drafter guesses right for it (a lookup's guesses are scored drafted
+//! or not; the draft model's when it drafts, and now and then while it does not pay) and how
+//! many rows share the step: a row whose guesses do not pay drafts nothing.
 
 use seedbar_engine::Model;
 
@@ -30,14 +33,37 @@ const NGRAMS: [usize; 3] = [4, 3, 2];
 const FIXED_COST_IN_ROWS: f32 = 2.3;
 /// How fast a row's hit rate follows its lookups.
 const HIT_RATE_WEIGHT: f32 = 0.15;
+/// The most tokens a draft model drafts for a row in one step: each is a step of the draft
+/// model, run before the target's.
+pub(crate) const MAX_MODEL_DRAFT: usize = 6;
+/// Where the draft model's drafts do not pay for a row (at its hit rate: a draft model too
+/// slow to pay at any is not tried), it still drafts one token now and then, to notice when
+/// they would again: after this many steps, twice as many after each probe that did not
+/// bring the drafts back, at most [`MODEL_PROBE_MAX`].
+const MODEL_PROBE_FIRST: u32 = 32;
+const MODEL_PROBE_MAX: u32 = 1024;
+
+/// Who drafted a row's tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drafter {
+    Lookup,
+    Model,
+}
 
 /// One row's drafting: how often its lookups guess the next token, learnt from every step,
-/// drafted or not.
+/// drafted or not, and how often the draft model's do, learnt from its drafts.
 #[derive(Debug, Clone)]
 pub(crate) struct Speculation {
     hit_rate: f32,
     /// The lookup's next token where the row did not draft, scored against the draw.
     guess: Option<u32>,
+    model_hit_rate: f32,
+    /// Steps since the draft model last drafted for the row.
+    model_idle: u32,
+    /// Steps between probes while the draft model's drafts do not pay.
+    model_probe_every: u32,
+    /// Who drafted the tokens verified this step.
+    drafter: Drafter,
 }
 
 impl Default for Speculation {
@@ -45,6 +71,11 @@ impl Default for Speculation {
         Speculation {
             hit_rate: 0.5,
             guess: None,
+            // A draft model is chosen to agree with its target: trusted until it does not.
+            model_hit_rate: 0.6,
+            model_idle: 0,
+            model_probe_every: MODEL_PROBE_FIRST,
+            drafter: Drafter::Lookup,
         }
     }
 }
@@ -62,6 +93,21 @@ fn draft_len(p: f32, rows: usize) -> usize {
         MAX_DRAFT
     } else {
         ((worth.ln() / p.ln()) as usize).min(MAX_DRAFT)
+    }
+}
+
+/// How many tokens a draft model drafts with a hit rate of `p`, a drafted token costing
+/// `cost` of a decode step (the draft model's share of a round and the target's for
+/// verifying it, as measured): the `j`-th is kept with chance `p^j`, and a kept one saves a
+/// step, so it pays while `p^j > cost`.
+fn model_len(p: f32, cost: f32) -> usize {
+    let worth = cost;
+    if worth >= 1.0 || p <= worth {
+        0
+    } else if p >= 1.0 {
+        MAX_MODEL_DRAFT
+    } else {
+        ((worth.ln() / p.ln()) as usize).min(MAX_MODEL_DRAFT)
     }
 }
 
@@ -84,6 +130,7 @@ impl Speculation {
             drafts.truncate(key);
         }
         self.guess = None;
+        self.drafter = Drafter::Lookup;
         if len == 0 {
             self.guess = drafts.first().copied();
             drafts.clear();
@@ -91,26 +138,52 @@ impl Speculation {
         drafts
     }
 
+    /// How many tokens the draft model drafts for the row (at most `limit`), a drafted
+    /// token costing `cost` of a decode step; it drafts them unless that is none.
+    pub(crate) fn model_draft_len(&mut self, limit: usize, cost: f32) -> usize {
+        let mut len = model_len(self.model_hit_rate, cost);
+        self.model_idle += 1;
+        // Drafts that would not pay even if every one were kept are not worth a probe.
+        let could_pay = model_len(1.0, cost) > 0;
+        if len > 0 {
+            self.model_probe_every = MODEL_PROBE_FIRST;
+        } else if could_pay && self.model_idle >= self.model_probe_every {
+            len = 1;
+            self.model_probe_every = (self.model_probe_every * 2).min(MODEL_PROBE_MAX);
+        }
+        let len = len.min(limit);
+        if len > 0 {
+            self.model_idle = 0;
+            self.drafter = Drafter::Model;
+        }
+        len
+    }
+
     /// The token drawn in a step where the row did not draft: scores its guess.
     pub(crate) fn observe(&mut self, token: u32) {
         if let Some(guess) = self.guess.take() {
-            self.score(guess == token);
+            self.score(Drafter::Lookup, guess == token);
         }
     }
 
-    /// Learn from a verification that kept `kept` of `drafted` tokens.
+    /// Learn from a verification that kept `kept` of `drafted` tokens (of this step's
+    /// drafter).
     pub(crate) fn learn(&mut self, drafted: usize, kept: usize) {
         for _ in 0..kept {
-            self.score(true);
+            self.score(self.drafter, true);
         }
         if kept < drafted {
-            self.score(false);
+            self.score(self.drafter, false);
         }
     }
 
-    fn score(&mut self, hit: bool) {
+    fn score(&mut self, drafter: Drafter, hit: bool) {
         let hit = if hit { 1.0 } else { 0.0 };
-        self.hit_rate += HIT_RATE_WEIGHT * (hit - self.hit_rate);
+        let rate = match drafter {
+            Drafter::Lookup => &mut self.hit_rate,
+            Drafter::Model => &mut self.model_hit_rate,
+        };
+        *rate += HIT_RATE_WEIGHT * (hit - *rate);
     }
 }
 

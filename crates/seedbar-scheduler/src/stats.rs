@@ -19,9 +19,12 @@ pub struct SchedulerStats {
     pub queued: AtomicUsize,
     pub steps: AtomicU64,
     pub generated_tokens: AtomicU64,
-    /// Tokens rows drafted by prompt lookup, and of those the ones verification kept.
+    /// Tokens rows drafted (by prompt lookup or the draft model), and of those the ones
+    /// verification kept.
     pub drafted_tokens: AtomicU64,
     pub accepted_tokens: AtomicU64,
+    /// Of the drafted tokens, the draft model's.
+    pub model_drafted_tokens: AtomicU64,
     /// Set once the engine thread has ended (shut down, or failed).
     pub stopped: AtomicBool,
     /// Where the steps' time went.

@@ -6,7 +6,7 @@
 
 use std::{
     any::Any,
-    collections::VecDeque,
+    collections::{HashMap, VecDeque},
     panic::{self, AssertUnwindSafe},
     sync::{atomic::Ordering, mpsc, Arc},
     thread,
@@ -32,6 +32,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::{
     config::SchedulerConfig,
     disk_cache::{DiskCache, Found},
+    draft_model::{follow, DraftJob, DraftModel},
     draw::{
         draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
         Noise, NoiseJob,
@@ -93,6 +94,14 @@ pub(crate) struct Worker {
     noise_ahead: Option<thread::JoinHandle<Vec<NoiseJob>>>,
     /// Images' features, encoded when a prefill chunk first covers them.
     images: ImageFeatures,
+    /// The draft model, where one drafts for this model (`draft_model.rs`).
+    drafter: Option<DraftModel>,
+    /// Seconds a step of decode tokens alone (no prefill, no drafts) takes after its rows
+    /// are chosen, on average (0 until one ran): what a kept draft saves, and what a draft
+    /// model's tokens are weighed against.
+    step_seconds: f32,
+    /// Seconds a drafted token adds to a step that verifies it, on average.
+    verify_token_seconds: f32,
 }
 
 /// A request whose prefix the disk tier is reading.
@@ -143,6 +152,7 @@ impl Input {
 impl Worker {
     pub(crate) fn new(
         model: Model,
+        drafter: Option<DraftModel>,
         layout: Layout,
         config: SchedulerConfig,
         stats: Arc<SchedulerStats>,
@@ -167,6 +177,9 @@ impl Worker {
             in_flight: None,
             noise_ahead: None,
             images: ImageFeatures::default(),
+            drafter,
+            step_seconds: 0.0,
+            verify_token_seconds: 0.0,
         }
     }
 
@@ -377,6 +390,7 @@ impl Worker {
             stop,
             finished: false,
             speculation: Speculation::default(),
+            draft: None,
             positions,
         });
     }
@@ -396,10 +410,11 @@ impl Worker {
         if !on_device {
             self.land()?;
         }
-        let chosen = self.choose();
+        let chosen = self.choose()?;
         if chosen.is_empty() {
             return self.land();
         }
+        let chosen_at = Instant::now();
         // Rows drawn this step: decode rows, and prefill rows whose chunk ends the prompt.
         let drawn_rows: Vec<usize> = chosen
             .iter()
@@ -619,13 +634,22 @@ impl Worker {
                 .fetch_add(emitted as u64, Ordering::Relaxed);
         }
         times.lap(Phase::Emit, drawn);
+        let took = chosen_at.elapsed().as_secs_f32();
+        let drafted: usize = tails.iter().map(|&n| n as usize - 1).sum();
+        if lens.iter().all(|&n| n == 1) {
+            self.step_seconds = follow(self.step_seconds, took);
+        } else if drafted > 0 && lens.iter().zip(&tails).all(|(l, t)| l == t) {
+            // Decode rows and verifying rows alone: what the drafts added.
+            let per_draft = (took - self.step_seconds).max(0.0) / drafted as f32;
+            self.verify_token_seconds = follow(self.verify_token_seconds, per_draft);
+        }
         Ok(())
     }
 
     /// The rows that run this step, with their inputs: every decode row, and prefill rows
     /// while the chunk budget lasts (a chunk as the layout cuts it: `Layout::chunk_end`). A
     /// row whose token is in flight feeds it back, unless it is the row's last.
-    fn choose(&mut self) -> Vec<(usize, Input)> {
+    fn choose(&mut self) -> seedbar_engine::Result<Vec<(usize, Input)>> {
         let budget = self.config.prefill_tokens_per_step;
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
@@ -645,24 +669,31 @@ impl Worker {
             }
             chosen.push((i, Input::Host(input)));
         }
-        self.draft(&mut chosen, budget.saturating_sub(prefill_tokens));
-        chosen
+        self.draft(&mut chosen, budget.saturating_sub(prefill_tokens))?;
+        Ok(chosen)
     }
 
     /// Where the scheduler speculates, decoding rows draft tokens after their last one
-    /// (`speculation.rs`) with the step's token budget that prefill chunks left (`left`).
-    fn draft(&mut self, chosen: &mut [(usize, Input)], mut left: usize) {
+    /// (`speculation.rs`) with the step's token budget that prefill chunks left (`left`): by
+    /// prompt lookup, else (a row of text alone) by the draft model where one is loaded.
+    fn draft(
+        &mut self,
+        chosen: &mut [(usize, Input)],
+        mut left: usize,
+    ) -> seedbar_engine::Result<()> {
         if !self.config.speculative
             || self.config.pipelined
             || !self.batch.layout().verifies_drafts()
         {
-            return;
+            return Ok(());
         }
         let decoding = chosen
             .iter()
             .filter(|(i, _)| !self.rows[*i].prefilling())
             .count();
-        for (i, input) in chosen {
+        // (index into `chosen`, tokens wanted) of the rows the draft model drafts for.
+        let mut for_model = Vec::new();
+        for (n, (i, input)) in chosen.iter_mut().enumerate() {
             let row = &mut self.rows[*i];
             let Input::Host(tokens) = input else {
                 continue;
@@ -682,6 +713,15 @@ impl Worker {
                 decoding,
             );
             if drafts.is_empty() {
+                if let (Some(drafter), true) = (&self.drafter, row.request.images.is_empty()) {
+                    let spent = drafter.token_seconds() + self.verify_token_seconds;
+                    let cost = spent / self.step_seconds.max(f32::EPSILON);
+                    let count = row.speculation.model_draft_len(left.min(room), cost);
+                    if count > 0 {
+                        left -= count;
+                        for_model.push((n, count));
+                    }
+                }
                 continue;
             }
             left -= drafts.len();
@@ -689,6 +729,41 @@ impl Worker {
             verify.extend(drafts);
             *input = Input::Verify(verify);
         }
+        if let (Some(drafter), false) = (self.drafter.as_mut(), for_model.is_empty()) {
+            let vocab = self.model.config().vocab_size as usize;
+            // Row index -> (its place in `chosen`, tokens wanted).
+            let wanted: HashMap<usize, (usize, usize)> = for_model
+                .iter()
+                .map(|&(n, count)| (chosen[n].0, (n, count)))
+                .collect();
+            let mut slots = Vec::new();
+            let mut jobs = Vec::new();
+            for (i, row) in self.rows.iter_mut().enumerate() {
+                let Some(&(n, count)) = wanted.get(&i) else {
+                    continue;
+                };
+                let history = row.request.prompt.iter().chain(&row.generated);
+                slots.push(n);
+                jobs.push(DraftJob {
+                    history: history.copied().collect(),
+                    state: row.draft.get_or_insert_with(|| drafter.row()),
+                    count,
+                });
+            }
+            let drafted = drafter.draft(&mut jobs, vocab)?;
+            let count: usize = drafted.iter().map(Vec::len).sum();
+            self.stats
+                .model_drafted_tokens
+                .fetch_add(count as u64, Ordering::Relaxed);
+            for (n, drafts) in slots.into_iter().zip(drafted) {
+                if let (Input::Host(tokens), false) = (&mut chosen[n].1, drafts.is_empty()) {
+                    let mut verify = std::mem::take(tokens);
+                    verify.extend(drafts);
+                    chosen[n].1 = Input::Verify(verify);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Where the row's token is among the tokens in flight, if it is.

@@ -135,6 +135,7 @@ async fn metrics(State(app): State<Arc<App>>) -> String {
         engine_steps: activity.steps,
         drafted_tokens: activity.drafted_tokens,
         accepted_tokens: activity.accepted_tokens,
+        model_drafted_tokens: activity.model_drafted_tokens,
         disk_cache: app.models.disk_cache().map(|disk| disk.stats().into()),
     };
     app.metrics.render(&gauges)

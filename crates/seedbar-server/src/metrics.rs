@@ -69,6 +69,7 @@ pub struct Gauges {
     pub engine_steps: u64,
     pub drafted_tokens: u64,
     pub accepted_tokens: u64,
+    pub model_drafted_tokens: u64,
     /// The prompt cache's disk tier (`None` when off).
     pub disk_cache: Option<DiskCacheGauges>,
 }
@@ -134,8 +135,13 @@ impl Metrics {
             ),
             (
                 "seedbar_drafted_tokens_total",
-                "Tokens drafted by speculative decoding (prompt lookup).",
+                "Tokens drafted by speculative decoding (prompt lookup or a draft model).",
                 gauges.drafted_tokens,
+            ),
+            (
+                "seedbar_model_drafted_tokens_total",
+                "Of the drafted tokens, those a draft model drafted.",
+                gauges.model_drafted_tokens,
             ),
             (
                 "seedbar_accepted_draft_tokens_total",

@@ -24,7 +24,7 @@ use seedbar_engine::{
 };
 use seedbar_grammar::{GrammarError, Vocabulary};
 use seedbar_remote::{Remote, Remotes};
-use seedbar_scheduler::{DiskCache, DiskTier, Scheduler, SchedulerConfig, SubmitError};
+use seedbar_scheduler::{DiskCache, DiskTier, DraftModel, Scheduler, SchedulerConfig, SubmitError};
 
 use crate::{
     error::ApiError,
@@ -280,6 +280,8 @@ pub struct ModelHost {
     remotes: Remotes,
     /// Each remote as last served, by name, with its key read once.
     remote_models: Mutex<HashMap<String, Arc<RemoteModel>>>,
+    /// The served model's draft model as given (a store name or a path), if any.
+    draft_model: Option<String>,
 }
 
 /// What a model does, in Ollama's names: `completion` (and `tools` where its template reads
@@ -320,6 +322,32 @@ impl ModelHost {
             disk_cache,
             capabilities: Mutex::new(HashMap::new()),
             digests,
+            draft_model: None,
+        }
+    }
+
+    /// The host with `draft` (a store name or a path) drafting for the model it was made to
+    /// serve.
+    pub fn drafting_with(self, draft: Option<String>) -> Self {
+        ModelHost {
+            draft_model: draft,
+            ..self
+        }
+    }
+
+    /// The draft model's file for the model `key`, where it has one: the served model's
+    /// (as started), if it was given one that resolves.
+    fn draft_for(&self, key: &str) -> Option<PathBuf> {
+        let draft = self.draft_model.as_ref()?;
+        if *self.served.lock().unwrap_or_else(|e| e.into_inner()) != key {
+            return None;
+        }
+        match self.store.resolve(draft) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                tracing::error!(draft, "no draft model: {e}");
+                None
+            }
         }
     }
 
@@ -502,7 +530,8 @@ impl ModelHost {
             model: String::new(),
         });
         let digests = self.digests.clone();
-        let loaded = tokio::task::spawn_blocking(move || load(card, config, &digests))
+        let draft = self.draft_for(&key);
+        let loaded = tokio::task::spawn_blocking(move || load(card, draft, config, &digests))
             .await
             .map_err(ApiError::internal)??;
         let loaded = Arc::new(loaded);
@@ -753,6 +782,7 @@ fn retire(models: Vec<Entry>) {
 
 fn load(
     card: ModelCard,
+    draft: Option<PathBuf>,
     mut config: SchedulerConfig,
     digests: &Digests,
 ) -> Result<LoadedModel, ApiError> {
@@ -762,6 +792,16 @@ fn load(
             format!("cannot load {}: {e}", card.name),
         )
     })?;
+    // A draft model that cannot load or draft for it leaves the model without one (said
+    // in the log whatever its level: it was asked for).
+    let drafter = draft.and_then(|path| {
+        let drafter = Model::load(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|draft| DraftModel::new(draft, &model));
+        drafter
+            .inspect_err(|e| tracing::error!(model = card.name, "no draft model: {e}"))
+            .ok()
+    });
     let provenance = Provenance::of(&card, digests).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -781,7 +821,7 @@ fn load(
     Ok(LoadedModel {
         eos_ids,
         vocabulary: OnceLock::new(),
-        scheduler: Scheduler::start(model, config),
+        scheduler: Scheduler::start_drafting(model, drafter, config),
         card,
         tokenizer,
         template,

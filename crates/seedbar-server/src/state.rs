@@ -47,6 +47,9 @@ pub struct ServerConfig {
     /// The model `App::bring_up` looks for first (a store name or a path); empty: none in
     /// particular.
     pub model: String,
+    /// A smaller model of the same vocabulary that drafts for `model` (speculative
+    /// decoding; a store name or a path).
+    pub draft_model: Option<String>,
     pub scheduler: SchedulerConfig,
     /// The built chat UI, served at `/` (static files need no API key).
     pub ui_dir: Option<PathBuf>,
@@ -69,6 +72,7 @@ impl Default for ServerConfig {
             max_body_bytes: 32 << 20,
             fetch_image_urls: false,
             model: seedbar_engine::store::DEFAULT_MODEL.to_string(),
+            draft_model: None,
             scheduler: SchedulerConfig::default(),
             ui_dir: None,
             keep_alive: KeepAlive::Forever,
@@ -150,6 +154,8 @@ pub struct Activity {
     pub steps: u64,
     pub drafted_tokens: u64,
     pub accepted_tokens: u64,
+    /// Of the drafted tokens, the draft models'.
+    pub model_drafted_tokens: u64,
 }
 
 impl App {
@@ -198,7 +204,8 @@ impl App {
                 outside,
                 idle_keep_alive,
                 disk_cache,
-            ),
+            )
+            .drafting_with(config.draft_model.clone()),
             encoders: Encoders::default(),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),
@@ -234,6 +241,7 @@ impl App {
                     stats.steps.load(Ordering::Relaxed),
                     stats.drafted_tokens.load(Ordering::Relaxed),
                     stats.accepted_tokens.load(Ordering::Relaxed),
+                    stats.model_drafted_tokens.load(Ordering::Relaxed),
                 ]
             })
             .collect();
@@ -245,6 +253,7 @@ impl App {
             steps: sum(2),
             drafted_tokens: sum(3),
             accepted_tokens: sum(4),
+            model_drafted_tokens: sum(5),
         }
     }
 
