@@ -95,6 +95,8 @@ def main() -> None:
         print()
         cpu_peer.speculative(SEEDBAR, llama, gguf, PROMPTS)
         print()
+        cpu_peer.draft_model(SEEDBAR, llama, gguf, PROMPTS)
+        print()
         remote_peer.compare(SEEDBAR, llama, gguf)
     else:
         print("llama-server is not built: `make bench` builds it (scripts/setup.sh --bench)")

@@ -9,6 +9,11 @@ and without it (the request's `speculative: false`), llama-server plain and with
 speculation (`--spec-type ngram-simple`, and `ngram-mod`), on an editor's request (a file sent
 back with a small change; scripts/bench-editor.txt) and a plain chat.
 
+`draft_model` does the same for draft models: Seedbar with prompt lookup alone and with the
+GGUF itself drafting (`--draft-model`) for a target of 6 times its blocks (the ones added
+silent, so the same logits at 6 times the cost: a matched pair without a larger model of the
+family at hand), llama-server plain and with the same draft (`-md`).
+
 `make bench` builds llama-server (scripts/setup.sh --bench) and runs this from scripts/bench.py,
 on the default Q4_1 GGUF and on a Q4_K_M file of the same weights (`q4_k_m`)."""
 
@@ -16,6 +21,7 @@ import os
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -246,3 +252,62 @@ def speculative(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -
         print(f"{name:<16}{r['tokens']:>7}{r['seedbar']:>9.1f}{r['seedbar_plain']:>9.1f}{r['plain']:>8.1f}"
               f"{r['ngram-simple']:>13.1f}{r['ngram-mod']:>10.1f}{r['seedbar'] / r['seedbar_plain']:>10.2f}x"
               f"{r['seedbar'] / peer_best:>13.2f}x{r['seedbar_plain'] / r['plain']:>14.2f}x{str(r['identical']):>11}")
+
+
+# A target for draft models: the GGUF with this many times its blocks, the ones added silent
+# (tests/gguf_checkpoints.py's `write_deeper_gguf`: the same logits at that many times the
+# cost), which the GGUF itself then drafts for as a small model of the family would.
+DRAFT_TARGET_DEPTH = 6
+DRAFT_TOKENS = 256
+
+
+def draft_model(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> None:
+    """One chat per workload (greedy and sampled plain chats, where prompt lookup has little to
+    draft), best of REPEAT decode rates: Seedbar with prompt lookup alone and with the draft
+    model too (`--draft-model`), llama-server plain and with the same draft model (`-md`), on
+    the same two GGUF files; whether Seedbar's replies with and without the draft model were
+    the same."""
+    import gguf as gguf_package
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from gguf_checkpoints import write_deeper_gguf
+
+    cores = str(os.cpu_count() or 2)
+    repack = repack_flags(llama_bin, gguf, cores)
+    workloads = [("chat, greedy", prompts[1], {"temperature": 0.0}), ("chat, t0.8", prompts[2], {})]
+
+    def best(url, model, prompt, fields):
+        runs = [chat(url, model, prompt, 2, DRAFT_TOKENS, **fields) for _ in range(REPEAT)]
+        return max((r[3] - 1) / max(r[1] - r[0], 1e-9) for r in runs), runs[0][4]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "deeper.gguf"
+        reader = gguf_package.GGUFReader(str(gguf))
+        arch = str(reader.fields["general.architecture"].contents())
+        depth = int(reader.fields[f"{arch}.block_count"].contents())
+        write_deeper_gguf(gguf, target, depth * (DRAFT_TARGET_DEPTH - 1))
+        print(f"Draft models, one chat, target {target.name} ({DRAFT_TARGET_DEPTH}x the blocks of {gguf.name}, the same "
+              f"logits), draft {gguf.name}, up to {DRAFT_TOKENS} tokens, decode tok/s (best of {REPEAT})")
+        rates, replies = {}, {}
+        for side, extra in [("seedbar", []), ("seedbar+draft", ["--draft-model", str(gguf)])]:
+            port = free_port()
+            with running([str(seedbar_bin), "serve", "--model", str(target), "--port", str(port), *extra], port) as url:
+                model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+                for name, prompt, fields in workloads:
+                    best(url, model, prompt, fields)  # warm-up
+                    rates[side, name], replies[side, name] = best(url, model, prompt, fields)
+        for side, extra in [("llama", []), ("llama+draft", ["-md", str(gguf)])]:
+            port = free_port()
+            argv = [str(llama_bin), "-m", str(target), "--port", str(port), "-np", "1", "-t", cores, "-c", "4096", *repack, *extra]
+            with running(argv, port) as url:
+                for name, prompt, fields in workloads:
+                    best(url, model, prompt, fields)
+                    rates[side, name] = best(url, model, prompt, fields)[0]
+    print(f"{'workload':<14}{'seedbar':>9}{'+draft':>8}{'llama':>8}{'+draft':>8}{'draft gain':>11}{'llama gain':>11}"
+          f"{'vs llama+draft':>15}{'same reply':>11}")
+    for name, _, _ in workloads:
+        r = {side: rates[side, name] for side in ("seedbar", "seedbar+draft", "llama", "llama+draft")}
+        same = replies["seedbar", name] == replies["seedbar+draft", name]
+        print(f"{name:<14}{r['seedbar']:>9.1f}{r['seedbar+draft']:>8.1f}{r['llama']:>8.1f}{r['llama+draft']:>8.1f}"
+              f"{r['seedbar+draft'] / r['seedbar']:>10.2f}x{r['llama+draft'] / r['llama']:>10.2f}x"
+              f"{r['seedbar+draft'] / r['llama+draft']:>14.2f}x{str(same):>11}")

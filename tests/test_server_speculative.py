@@ -153,3 +153,26 @@ def test_a_draft_model_of_another_vocabulary_is_refused_and_the_model_serves_wit
         assert client.chat.completions.create(model=DEEP, messages=CHAT, max_tokens=8, seed=1).choices[0].message.content
         assert srv.metrics()["seedbar_model_drafted_tokens_total"] == 0
         assert "cannot draft for" in srv.stderr() and "vocabularies differ" in srv.stderr()
+
+
+def test_the_settings_choose_a_models_draft_model(drafting):
+    """`draft_models` in the app settings (the library's choice): checked when saved, used
+    from the model's next request on, and dropped again."""
+    import httpx
+
+    store, _ = drafting
+    with serving(store, "--prompt-cache-disk-gb", "0", model=DEEP) as srv, httpx.Client(base_url=srv.url, timeout=300) as app:
+        client = OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0, timeout=300)
+        reply = lambda: client.chat.completions.create(model=DEEP, messages=CHAT, max_tokens=48, seed=4, temperature=0)
+        plain = reply().choices[0].message.content
+        assert srv.metrics()["seedbar_model_drafted_tokens_total"] == 0
+        settings = app.get("/app/settings").json()
+        assert settings["draft_models"] == {}
+        for pairs, param in [({DEEP: "no-such-model"}, f"draft_models.{DEEP}"), ({DEEP: DEEP}, f"draft_models.{DEEP}")]:
+            refused = app.put("/app/settings", json={**settings, "draft_models": pairs})
+            assert refused.status_code == 400 and refused.json()["error"]["param"] == param, refused.text
+        saved = app.put("/app/settings", json={**settings, "draft_models": {DEEP.lower(): DEFAULT_MODEL}})
+        assert saved.status_code == 200 and saved.json()["draft_models"] == {DEEP: DEFAULT_MODEL}, saved.text
+        assert reply().choices[0].message.content == plain
+        assert srv.metrics()["seedbar_model_drafted_tokens_total"] > 0, "drafted from the next request on"
+        assert app.put("/app/settings", json={**settings, "draft_models": {}}).status_code == 200

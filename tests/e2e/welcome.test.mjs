@@ -158,6 +158,36 @@ describe('first-run welcome', { skip: missing() || (MOCK && 'needs real servers 
     await page.close();
   });
 
+  it('the library chooses a draft model for a chat model, kept in the settings and used from its next reply', async () => {
+    const page = await browser.newPage();
+    await page.goto(`${online.url}/#/models`);
+    const draft = `${tid('model-row')}[data-name="${MODEL}"] ${tid('model-draft')}`;
+    const other = chosen.pick.format.model_name;
+    await page.waitForFunction(
+      ([sel, name]) => [...document.querySelectorAll(`${sel} option`)].some((o) => o.value === name),
+      [draft, other],
+    );
+    assert.equal(await page.inputValue(draft), '');
+    await page.selectOption(draft, other);
+    let settings;
+    for (let i = 0; i < 50 && !settings?.draft_models?.[MODEL]; i++) {
+      settings = await json(`${online.url}/app/settings`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.deepEqual(settings.draft_models, { [MODEL]: other });
+    await page.reload();
+    await page.waitForSelector(draft);
+    assert.equal(await page.inputValue(draft), other);
+    // The same weights under another name: a draft of the same vocabulary, which drafts.
+    await json(`${online.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Tell me about the sea.' }], max_tokens: 24, seed: 3 }),
+    });
+    const metrics = await (await fetch(`${online.url}/metrics`)).text();
+    assert.ok(Number(/seedbar_model_drafted_tokens_total (\d+)/.exec(metrics)?.[1]) > 0, 'the draft model drafted');
+    await page.close();
+  });
+
   it('offline: says the hub cannot be reached, offers an import, and Skip ends the welcome', async () => {
     const page = await browser.newPage();
     await page.goto(offline.url);

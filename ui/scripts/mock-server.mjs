@@ -37,6 +37,7 @@ const remotes = [];
 let appSettings = {
   port: 7337, api_key: '', allowed_origins: [], show_in_dock: false, launch_at_login: false, quick_chat_shortcut: 'CommandOrControl+Shift+Space',
   prompt_cache_disk_gb: 8, unload_idle_minutes: 0, default_model: '', show_menu_bar_icon: true, start_minimized: false, welcomed: false,
+  fetch_image_urls: false, draft_models: {},
 };
 /** The first run's catalogue as a 16 GB Mac sees it; a pull whose id holds "offline" fails. */
 const catalogueFormat = (format, pull, gb, recommended = false) => ({

@@ -497,6 +497,23 @@ export async function saveAppSettings(settings: AppSettings): Promise<AppSetting
   return saved;
 }
 
+/** Makes `draft` (an installed chat model; '' for none) draft for `model`: it loads with it
+ * from its next request on. */
+export async function setDraftModel(model: string, draft: string): Promise<boolean> {
+  try {
+    const { draft_models } = await client.getSettings();
+    const pairs = { ...draft_models };
+    if (draft) pairs[model] = draft;
+    else delete pairs[model];
+    await patchAppSettings({ draft_models: pairs });
+    toast(draft ? `${draft} drafts for ${model} from its next reply on.` : `${model} drafts with prompt lookup alone now.`, 'info');
+    return true;
+  } catch (error) {
+    report(error);
+    return false;
+  }
+}
+
 /** Changes some settings as the server has them now (another window may have saved others). */
 async function patchAppSettings(patch: Partial<AppSettings>): Promise<AppSettings> {
   return saveAppSettings({ ...(await client.getSettings()), ...patch });

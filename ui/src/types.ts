@@ -179,6 +179,8 @@ export type AppSettings = {
   welcomed: boolean;
   /** Whether image parts given by http(s) addresses are fetched (off: refused). */
   fetch_image_urls: boolean;
+  /** Each chat model's draft model for speculative decoding, by the model's name. */
+  draft_models: Record<string, string>;
 };
 
 export type Backend = 'cpu' | 'cuda' | 'metal';

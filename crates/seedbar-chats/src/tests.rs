@@ -58,6 +58,7 @@ fn app_settings() -> AppSettings {
         start_minimized: true,
         welcomed: true,
         fetch_image_urls: true,
+        draft_models: [("Qwen3-4B".to_string(), "Qwen3-0.6B".to_string())].into(),
     }
 }
 

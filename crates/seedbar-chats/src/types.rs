@@ -296,6 +296,10 @@ pub struct AppSettings {
     /// data URLs and local files are read).
     #[serde(default)]
     pub fetch_image_urls: bool,
+    /// Each chat model's draft model for speculative decoding (a smaller installed model of
+    /// the same vocabulary), by the model's name.
+    #[serde(default)]
+    pub draft_models: std::collections::BTreeMap<String, String>,
 }
 
 fn yes() -> bool {

@@ -5,7 +5,7 @@
 //! models of the library (`RemoteModel`: a model another engine serves).
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, BTreeSet, HashMap},
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -280,8 +280,10 @@ pub struct ModelHost {
     remotes: Remotes,
     /// Each remote as last served, by name, with its key read once.
     remote_models: Mutex<HashMap<String, Arc<RemoteModel>>>,
-    /// The served model's draft model as given (a store name or a path), if any.
+    /// The served model's draft model as given at start (a store name or a path), if any.
     draft_model: Option<String>,
+    /// Each model's draft model as the settings choose it, by the model's key.
+    draft_models: Mutex<HashMap<String, String>>,
 }
 
 /// What a model does, in Ollama's names: `completion` (and `tools` where its template reads
@@ -323,26 +325,48 @@ impl ModelHost {
             capabilities: Mutex::new(HashMap::new()),
             digests,
             draft_model: None,
+            draft_models: Mutex::new(HashMap::new()),
         }
     }
 
     /// The host with `draft` (a store name or a path) drafting for the model it was made to
-    /// serve.
-    pub fn drafting_with(self, draft: Option<String>) -> Self {
+    /// serve, and the settings' draft models (`pairs`, by model name).
+    pub fn drafting_with(self, draft: Option<String>, pairs: BTreeMap<String, String>) -> Self {
+        self.set_draft_models(&pairs);
         ModelHost {
             draft_model: draft,
             ..self
         }
     }
 
-    /// The draft model's file for the model `key`, where it has one: the served model's
-    /// (as started), if it was given one that resolves.
+    /// Take the settings' draft models (by model name); the models whose draft model
+    /// changed.
+    pub fn set_draft_models(&self, pairs: &BTreeMap<String, String>) -> Vec<String> {
+        let pairs: HashMap<String, String> =
+            pairs.iter().map(|(m, d)| (key(m), d.clone())).collect();
+        let mut current = self.draft_models.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = current
+            .keys()
+            .chain(pairs.keys())
+            .filter(|m| current.get(*m) != pairs.get(*m))
+            .cloned()
+            .collect::<BTreeSet<String>>();
+        *current = pairs;
+        changed.into_iter().collect()
+    }
+
+    /// The draft model's file for the model `key`, where it has one: the settings' choice,
+    /// else the served model's as started, if it resolves.
     fn draft_for(&self, key: &str) -> Option<PathBuf> {
-        let draft = self.draft_model.as_ref()?;
-        if *self.served.lock().unwrap_or_else(|e| e.into_inner()) != key {
-            return None;
-        }
-        match self.store.resolve(draft) {
+        let chosen = self
+            .draft_models
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        let served = *self.served.lock().unwrap_or_else(|e| e.into_inner()) == key;
+        let draft = chosen.or_else(|| self.draft_model.clone().filter(|_| served))?;
+        match self.store.resolve(&draft) {
             Ok(path) => Some(path),
             Err(e) => {
                 tracing::error!(draft, "no draft model: {e}");

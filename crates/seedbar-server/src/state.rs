@@ -3,6 +3,7 @@
 //! the default model's readiness) and how it opens.
 
 use std::{
+    collections::BTreeMap,
     net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
     sync::{
@@ -188,6 +189,7 @@ impl App {
                 start_minimized: false,
                 welcomed: false,
                 fetch_image_urls: config.fetch_image_urls,
+                draft_models: Default::default(),
             },
         };
         let idle_keep_alive = idle_keep_alive(&settings).unwrap_or(config.keep_alive);
@@ -205,7 +207,7 @@ impl App {
                 idle_keep_alive,
                 disk_cache,
             )
-            .drafting_with(config.draft_model.clone()),
+            .drafting_with(config.draft_model.clone(), settings.draft_models.clone()),
             encoders: Encoders::default(),
             metrics: Arc::new(Metrics::default()),
             paused: AtomicBool::new(false),
@@ -285,12 +287,15 @@ impl App {
         self: &Arc<Self>,
         mut settings: AppSettings,
     ) -> Result<AppSettings, ApiError> {
-        let before = self.app_settings().default_model;
+        let before = self.app_settings();
         let switch = !settings.default_model.is_empty()
-            && !settings.default_model.eq_ignore_ascii_case(&before);
+            && !settings
+                .default_model
+                .eq_ignore_ascii_case(&before.default_model);
         if switch {
-            settings.default_model = self.chat_model(&settings.default_model)?;
+            settings.default_model = self.chat_model(&settings.default_model, "default_model")?;
         }
+        settings.draft_models = self.draft_pairs(&settings.draft_models, &before.draft_models)?;
         let (chats, saved) = (self.chats.clone(), settings.clone());
         tokio::task::spawn_blocking(move || chats.set_app_settings(&saved))
             .await
@@ -301,6 +306,11 @@ impl App {
         }
         let idle = idle_keep_alive(&settings).unwrap_or(self.config.keep_alive);
         self.models.set_idle_keep_alive(idle);
+        // A model whose draft model changed loads again with it at its next request (what
+        // it runs now goes on until it ends).
+        for model in self.models.set_draft_models(&settings.draft_models) {
+            self.models.unload(&model);
+        }
         self.settings.send_replace(settings.clone());
         if switch {
             self.serve_default(&settings.default_model);
@@ -342,18 +352,51 @@ impl App {
         }
     }
 
-    /// The installed chat model called `name`, spelled as installed; a 400 naming
-    /// `default_model` for none.
-    fn chat_model(&self, name: &str) -> Result<String, ApiError> {
+    /// The installed chat model called `name`, spelled as installed; a 400 naming `param`
+    /// for none.
+    fn chat_model(&self, name: &str, param: &str) -> Result<String, ApiError> {
         let chat = self.chat_models()?;
         chat.iter()
             .find(|m| m.eq_ignore_ascii_case(name))
             .cloned()
             .ok_or_else(|| ApiError {
                 status: axum::http::StatusCode::BAD_REQUEST,
-                param: Some("default_model".into()),
+                param: Some(param.into()),
                 ..ApiError::unknown_model(name, &chat)
             })
+    }
+
+    /// Draft model pairs as settings keep them: a pair new since `saved` names two installed
+    /// chat models (spelled as installed), a model not its own draft; a 400 naming the pair
+    /// otherwise. Pairs kept from `saved` stay as they were (a model deleted since is left
+    /// without its draft when it loads).
+    fn draft_pairs(
+        &self,
+        pairs: &BTreeMap<String, String>,
+        saved: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, ApiError> {
+        pairs
+            .iter()
+            .map(|(model, draft)| {
+                if saved.get(model) == Some(draft) {
+                    return Ok((model.clone(), draft.clone()));
+                }
+                let param = format!("draft_models.{model}");
+                let (model, draft) = (
+                    self.chat_model(model, &param)?,
+                    self.chat_model(draft, &param)?,
+                );
+                if model == draft {
+                    return Err(ApiError::bad_param(
+                        &param,
+                        format!(
+                            "{model} cannot draft for itself: choose a smaller model of its family"
+                        ),
+                    ));
+                }
+                Ok((model, draft))
+            })
+            .collect()
     }
 
     /// Bring `name` up as the default model in the background, unless it already is.

@@ -1,6 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import {
-  addRemote, cancelPull, deleteModel, importModel, loadModels, loadRemotes, pullModel, removeRemote, report, watchPulls,
+  addRemote, cancelPull, deleteModel, importModel, loadAppSettings, loadModels, loadRemotes, pullModel, removeRemote, report,
+  setDraftModel, watchPulls,
 } from '../actions';
 import { hasNativePicker, pickModelPath } from '../picker';
 import { checkRepoId, formatBytes } from '../format';
@@ -20,14 +21,18 @@ const CAPABILITIES: Record<string, [string, string]> = {
 };
 
 export function ModelLibrary() {
-  const { models, pulls, status } = useAppState();
+  const { models, pulls, status, settings } = useAppState();
   const [repo, setRepo] = useState('');
   const [repoError, setRepoError] = useState<string | null>(null);
   const [pulling, setPulling] = useState(false);
 
   useEffect(() => {
     void watchPulls();
+    if (!settings) void loadAppSettings();
   }, []);
+  const drafts = settings?.draft_models ?? {};
+  // Models that may draft for another: installed chat models Seedbar runs.
+  const chatModels = (models ?? []).filter((m) => m.supported && !m.capabilities.some((c) => c === 'embedding' || c === 'rerank'));
 
   const submit = async () => {
     const error = checkRepoId(repo);
@@ -80,7 +85,9 @@ export function ModelLibrary() {
       ) : (
         <table class="models" data-testid="models-table">
           <thead>
-            <tr><th scope="col">Name</th><th scope="col">Architecture</th><th scope="col">Format</th><th scope="col">Quantization</th><th scope="col" class="num">Size</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr>
+            <tr><th scope="col">Name</th><th scope="col">Architecture</th><th scope="col">Format</th><th scope="col">Quantization</th><th scope="col" class="num">Size</th>
+              <th scope="col" title="A smaller model of the same family that drafts tokens for it: replies are the same, faster where its guesses are kept">Draft model</th>
+              <th scope="col"><span class="visually-hidden">Actions</span></th></tr>
           </thead>
           <tbody>
             {models.map((m) => (
@@ -103,6 +110,15 @@ export function ModelLibrary() {
                   {formatBytes(m.bytes)}
                   {!m.fits && <span class="badge warning" data-testid="model-too-large"
                     title={`Loading it takes about ${formatBytes(m.memory_needed)}, more than is free now`}>too large</span>}
+                </td>
+                <td>
+                  {chatModels.some((c) => c.name === m.name) && (
+                    <select data-testid="model-draft" aria-label={`Draft model for ${m.name}`} value={drafts[m.name] ?? ''}
+                      onChange={(e) => void setDraftModel(m.name, e.currentTarget.value)}>
+                      <option value="">none</option>
+                      {chatModels.filter((c) => c.name !== m.name).map((c) => <option key={c.name} value={c.name}>{c.name}</option>)}
+                    </select>
+                  )}
                 </td>
                 <td class="actions">
                   <button type="button" class="icon-button small" data-testid="model-delete" aria-label={`Delete ${m.name}`} title="Delete"

@@ -236,7 +236,7 @@ function toForm(s: AppSettings) {
     port: String(s.port), api_key: s.api_key, origins: s.allowed_origins.join('\n'), show_in_dock: s.show_in_dock, launch_at_login: s.launch_at_login,
     quick_chat_shortcut: s.quick_chat_shortcut, prompt_cache_disk_gb: String(s.prompt_cache_disk_gb),
     unload_idle_minutes: String(s.unload_idle_minutes), default_model: s.default_model, show_menu_bar_icon: s.show_menu_bar_icon,
-    start_minimized: s.start_minimized, welcomed: s.welcomed, fetch_image_urls: s.fetch_image_urls,
+    start_minimized: s.start_minimized, welcomed: s.welcomed, fetch_image_urls: s.fetch_image_urls, draft_models: s.draft_models,
   };
 }
 
@@ -245,7 +245,7 @@ function fromForm(f: ReturnType<typeof toForm>, origins: string[]): AppSettings 
     port: Number(f.port), api_key: f.api_key, allowed_origins: origins, show_in_dock: f.show_in_dock, launch_at_login: f.launch_at_login,
     quick_chat_shortcut: f.quick_chat_shortcut.trim(), prompt_cache_disk_gb: Number(f.prompt_cache_disk_gb),
     unload_idle_minutes: Number(f.unload_idle_minutes), default_model: f.default_model, show_menu_bar_icon: f.show_menu_bar_icon,
-    start_minimized: f.start_minimized, welcomed: f.welcomed, fetch_image_urls: f.fetch_image_urls,
+    start_minimized: f.start_minimized, welcomed: f.welcomed, fetch_image_urls: f.fetch_image_urls, draft_models: f.draft_models,
   };
 }
 
