@@ -6,7 +6,7 @@
 
 use std::{
     any::Any,
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     panic::{self, AssertUnwindSafe},
     sync::{atomic::Ordering, mpsc, Arc},
     thread,
@@ -32,7 +32,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::{
     config::SchedulerConfig,
     disk_cache::{DiskCache, Found},
-    draft_model::{follow, DraftJob, DraftModel},
+    draft_model::{follow, DraftModel},
     draw::{
         draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
         Noise, NoiseJob,
@@ -46,6 +46,8 @@ use crate::{
     step_timing::Phase,
     stop::StopMatcher,
 };
+
+mod drafting;
 
 /// What the handle sends the engine thread.
 pub(crate) enum Command {
@@ -671,99 +673,6 @@ impl Worker {
         }
         self.draft(&mut chosen, budget.saturating_sub(prefill_tokens))?;
         Ok(chosen)
-    }
-
-    /// Where the scheduler speculates, decoding rows draft tokens after their last one
-    /// (`speculation.rs`) with the step's token budget that prefill chunks left (`left`): by
-    /// prompt lookup, else (a row of text alone) by the draft model where one is loaded.
-    fn draft(
-        &mut self,
-        chosen: &mut [(usize, Input)],
-        mut left: usize,
-    ) -> seedbar_engine::Result<()> {
-        if !self.config.speculative
-            || self.config.pipelined
-            || !self.batch.layout().verifies_drafts()
-        {
-            return Ok(());
-        }
-        let decoding = chosen
-            .iter()
-            .filter(|(i, _)| !self.rows[*i].prefilling())
-            .count();
-        // (index into `chosen`, tokens wanted) of the rows the draft model drafts for.
-        let mut for_model = Vec::new();
-        for (n, (i, input)) in chosen.iter_mut().enumerate() {
-            let row = &mut self.rows[*i];
-            let Input::Host(tokens) = input else {
-                continue;
-            };
-            if row.prefilling() || !row.request.speculative || left == 0 {
-                continue;
-            }
-            // Tokens the reply may still take after the one this step draws.
-            let room = row
-                .request
-                .max_tokens
-                .saturating_sub(row.generated.len() + 1);
-            let drafts = row.speculation.draft(
-                &row.request.prompt,
-                &row.generated,
-                left.min(room),
-                decoding,
-            );
-            if drafts.is_empty() {
-                if let (Some(drafter), true) = (&self.drafter, row.request.images.is_empty()) {
-                    let spent = drafter.token_seconds() + self.verify_token_seconds;
-                    let cost = spent / self.step_seconds.max(f32::EPSILON);
-                    let count = row.speculation.model_draft_len(left.min(room), cost);
-                    if count > 0 {
-                        left -= count;
-                        for_model.push((n, count));
-                    }
-                }
-                continue;
-            }
-            left -= drafts.len();
-            let mut verify = std::mem::take(tokens);
-            verify.extend(drafts);
-            *input = Input::Verify(verify);
-        }
-        if let (Some(drafter), false) = (self.drafter.as_mut(), for_model.is_empty()) {
-            let vocab = self.model.config().vocab_size as usize;
-            // Row index -> (its place in `chosen`, tokens wanted).
-            let wanted: HashMap<usize, (usize, usize)> = for_model
-                .iter()
-                .map(|&(n, count)| (chosen[n].0, (n, count)))
-                .collect();
-            let mut slots = Vec::new();
-            let mut jobs = Vec::new();
-            for (i, row) in self.rows.iter_mut().enumerate() {
-                let Some(&(n, count)) = wanted.get(&i) else {
-                    continue;
-                };
-                let history = row.request.prompt.iter().chain(&row.generated);
-                slots.push(n);
-                jobs.push(DraftJob {
-                    history: history.copied().collect(),
-                    state: row.draft.get_or_insert_with(|| drafter.row()),
-                    count,
-                });
-            }
-            let drafted = drafter.draft(&mut jobs, vocab)?;
-            let count: usize = drafted.iter().map(Vec::len).sum();
-            self.stats
-                .model_drafted_tokens
-                .fetch_add(count as u64, Ordering::Relaxed);
-            for (n, drafts) in slots.into_iter().zip(drafted) {
-                if let (Input::Host(tokens), false) = (&mut chosen[n].1, drafts.is_empty()) {
-                    let mut verify = std::mem::take(tokens);
-                    verify.extend(drafts);
-                    chosen[n].1 = Input::Verify(verify);
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Where the row's token is among the tokens in flight, if it is.
