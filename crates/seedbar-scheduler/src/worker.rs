@@ -412,7 +412,7 @@ impl Worker {
         if !on_device {
             self.land()?;
         }
-        let chosen = self.choose()?;
+        let chosen = self.choose();
         if chosen.is_empty() {
             return self.land();
         }
@@ -651,7 +651,7 @@ impl Worker {
     /// The rows that run this step, with their inputs: every decode row, and prefill rows
     /// while the chunk budget lasts (a chunk as the layout cuts it: `Layout::chunk_end`). A
     /// row whose token is in flight feeds it back, unless it is the row's last.
-    fn choose(&mut self) -> seedbar_engine::Result<Vec<(usize, Input)>> {
+    fn choose(&mut self) -> Vec<(usize, Input)> {
         let budget = self.config.prefill_tokens_per_step;
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
@@ -671,8 +671,8 @@ impl Worker {
             }
             chosen.push((i, Input::Host(input)));
         }
-        self.draft(&mut chosen, budget.saturating_sub(prefill_tokens))?;
-        Ok(chosen)
+        self.draft(&mut chosen, budget.saturating_sub(prefill_tokens));
+        chosen
     }
 
     /// Where the row's token is among the tokens in flight, if it is.

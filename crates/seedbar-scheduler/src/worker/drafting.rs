@@ -10,16 +10,12 @@ impl Worker {
     /// Where the scheduler speculates, decoding rows draft tokens after their last one
     /// (`speculation.rs`) with the step's token budget that prefill chunks left (`left`): by
     /// prompt lookup, else (a row of text alone) by the draft model where one is loaded.
-    pub(super) fn draft(
-        &mut self,
-        chosen: &mut [(usize, Input)],
-        mut left: usize,
-    ) -> seedbar_engine::Result<()> {
+    pub(super) fn draft(&mut self, chosen: &mut [(usize, Input)], mut left: usize) {
         if !self.config.speculative
             || self.config.pipelined
             || !self.batch.layout().verifies_drafts()
         {
-            return Ok(());
+            return;
         }
         let decoding = chosen
             .iter()
@@ -84,7 +80,16 @@ impl Worker {
                     count,
                 });
             }
-            let drafted = drafter.draft(&mut jobs, vocab)?;
+            let drafted = match drafter.draft(&mut jobs, vocab) {
+                Ok(drafted) => drafted,
+                Err(e) => {
+                    // A draft model that fails leaves the model without one; its rows go on.
+                    tracing::error!("the draft model failed; drafting without it from now on: {e}");
+                    self.drafter = None;
+                    self.rows.iter_mut().for_each(|row| row.draft = None);
+                    return;
+                }
+            };
             let count: usize = drafted.iter().map(Vec::len).sum();
             self.stats
                 .model_drafted_tokens
@@ -97,6 +102,5 @@ impl Worker {
                 }
             }
         }
-        Ok(())
     }
 }
