@@ -300,4 +300,38 @@ mod tests {
         }
         assert_eq!(s.draft(&history, &[], 4, 1), [1, 2]);
     }
+
+    #[test]
+    fn a_draft_model_drafts_where_its_kept_rate_pays_for_its_cost() {
+        // Kept 9 times in 10 and a token costing a fifth of a step: several tokens.
+        assert_eq!(model_len(0.9, 0.2), MAX_MODEL_DRAFT);
+        assert_eq!(model_len(0.6, 0.2), 2);
+        assert_eq!(model_len(0.6, 0.5), 0, "0.6 < 1.25 x 0.5");
+        assert_eq!(model_len(1.0, 0.9), 0, "too slow to pay at any rate");
+        let mut s = Speculation::default();
+        assert_eq!(
+            s.model_draft_len(6, 0.1),
+            4,
+            "a fresh row trusts its draft model"
+        );
+        s.learn(4, 0);
+        s.learn(4, 0);
+        s.learn(4, 0);
+        let steps = |s: &mut Speculation, cost: f32, n: usize| -> Vec<usize> {
+            (0..n).map(|_| s.model_draft_len(6, cost)).collect()
+        };
+        // Missed: it stops, then probes one token after 32 steps, 64 after that, ...
+        let first = steps(&mut s, 0.3, 32);
+        assert_eq!(first.iter().filter(|&&n| n > 0).count(), 1);
+        assert_eq!(first[31], 1);
+        let next = steps(&mut s, 0.3, 64);
+        assert_eq!(next.iter().position(|&n| n > 0), Some(63));
+        // ... and never where even kept drafts would not pay.
+        assert!(steps(&mut s, 0.9, 2000).iter().all(|&n| n == 0));
+        // Kept probes bring it back.
+        for _ in 0..10 {
+            s.learn(1, 1);
+        }
+        assert!(s.model_draft_len(6, 0.3) > 0);
+    }
 }
