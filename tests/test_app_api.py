@@ -313,7 +313,7 @@ def test_a_killed_server_loses_nothing_shown_as_sent_or_completed(own_store):
     settings = {"port": 7555, "api_key": "", "allowed_origins": [], "show_in_dock": True, "launch_at_login": True,
                 "quick_chat_shortcut": "Alt+F9", "prompt_cache_disk_gb": 2, "unload_idle_minutes": 5,
                 "default_model": "", "show_menu_bar_icon": False, "start_minimized": True, "welcomed": True,
-                "fetch_image_urls": True}
+                "fetch_image_urls": True, "draft_models": {}}
     srv = start_server(own_store)
     try:
         with httpx.Client(base_url=srv.url, timeout=120) as api:
@@ -570,6 +570,7 @@ def test_settings_round_trip(api):
         "start_minimized": False,
         "welcomed": True,
         "fetch_image_urls": True,
+        "draft_models": {},
     }
     assert set(api.get("/app/settings").json()) == set(new)
     assert api.get("/app/settings").json()["quick_chat_shortcut"] == "CommandOrControl+Shift+Space"

@@ -91,11 +91,22 @@ class WebDriver:
         assert isinstance(found, dict) and ELEMENT in found, f"{css}: {found}"
         return found[ELEMENT]
 
+    def on_element(self, css, action, body):
+        """`action` on the element `css` finds, found again where the page re-rendered it
+        between finding and acting (WebDriver's stale element reference)."""
+        for attempt in range(5):
+            try:
+                return self.call("POST", f"/element/{self.find(css)}/{action}", body)
+            except AssertionError as e:
+                if "stale element reference" not in str(e) or attempt == 4:
+                    raise
+                time.sleep(0.2)
+
     def click(self, css):
-        self.call("POST", f"/element/{self.find(css)}/click", {})
+        self.on_element(css, "click", {})
 
     def type(self, css, text):
-        self.call("POST", f"/element/{self.find(css)}/value", {"text": text})
+        self.on_element(css, "value", {"text": text})
 
     def screenshot(self, path):
         Path(path).write_bytes(base64.b64decode(self.call("GET", "/screenshot")))
