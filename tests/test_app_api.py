@@ -581,6 +581,8 @@ def test_settings_round_trip(api):
     assert_error(api.put("/app/settings", json={**new, "allowed_origins": ["not an origin"]}), 400, "allowed_origins")
     assert_error(api.put("/app/settings", json={"port": 1}), 400)
     assert api.get("/app/settings").json() == new
+    # The shared server's later tests expect image URLs refused, as by default.
+    assert api.put("/app/settings", json={**new, "fetch_image_urls": False}).status_code == 200
 
 
 def test_status(api, server):
