@@ -212,6 +212,14 @@ SPECULATIVE_WORKLOADS = [
 SPECULATIVE_TOKENS = 512
 
 
+def best_decode(url, model, prompt, max_tokens, fields):
+    """The best of REPEAT one-chat decode rates (reply tokens after the first over the time
+    after it), with the first run's reply tokens and text."""
+    runs = [chat(url, model, prompt, 2, max_tokens, **fields) for _ in range(REPEAT)]
+    rate = max((r[3] - 1) / max(r[1] - r[0], 1e-9) for r in runs)
+    return rate, runs[0][3], runs[0][4]
+
+
 def speculative(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -> None:
     """One chat per workload, best of REPEAT decode rates (reply tokens after the first over the
     time after it): Seedbar with and without prompt lookup, llama-server plain and with each of
@@ -221,9 +229,7 @@ def speculative(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -
     repack = repack_flags(llama_bin, gguf, cores)
 
     def best(url, model, prompt, fields):
-        runs = [chat(url, model, prompt, 2, SPECULATIVE_TOKENS, **fields) for _ in range(REPEAT)]
-        rate = max((r[3] - 1) / max(r[1] - r[0], 1e-9) for r in runs)
-        return rate, runs[0][3], runs[0][4]
+        return best_decode(url, model, prompt, SPECULATIVE_TOKENS, fields)
 
     print(f"Speculative decoding, one chat, same GGUF, up to {SPECULATIVE_TOKENS} tokens, decode tok/s (best of {REPEAT})")
     rows = {name: {} for name, _, _ in SPECULATIVE_WORKLOADS}
@@ -267,8 +273,6 @@ def draft_model(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -
     model too (`--draft-model`), llama-server plain and with the same draft model (`-md`), on
     the same two GGUF files; whether Seedbar's replies with and without the draft model were
     the same."""
-    import gguf as gguf_package
-
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from gguf_checkpoints import write_deeper_gguf
 
@@ -277,15 +281,12 @@ def draft_model(seedbar_bin: Path, llama_bin: Path, gguf: Path, prompts: list) -
     workloads = [("chat, greedy", prompts[1], {"temperature": 0.0}), ("chat, t0.8", prompts[2], {})]
 
     def best(url, model, prompt, fields):
-        runs = [chat(url, model, prompt, 2, DRAFT_TOKENS, **fields) for _ in range(REPEAT)]
-        return max((r[3] - 1) / max(r[1] - r[0], 1e-9) for r in runs), runs[0][4]
+        rate, _, text = best_decode(url, model, prompt, DRAFT_TOKENS, fields)
+        return rate, text
 
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "deeper.gguf"
-        reader = gguf_package.GGUFReader(str(gguf))
-        arch = str(reader.fields["general.architecture"].contents())
-        depth = int(reader.fields[f"{arch}.block_count"].contents())
-        write_deeper_gguf(gguf, target, depth * (DRAFT_TARGET_DEPTH - 1))
+        write_deeper_gguf(gguf, target, DRAFT_TARGET_DEPTH)
         print(f"Draft models, one chat, target {target.name} ({DRAFT_TARGET_DEPTH}x the blocks of {gguf.name}, the same "
               f"logits), draft {gguf.name}, up to {DRAFT_TOKENS} tokens, decode tok/s (best of {REPEAT})")
         rates, replies = {}, {}

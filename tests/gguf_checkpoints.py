@@ -188,9 +188,10 @@ def _decoder(config: dict, weights: dict, markers, template):
     return text, renamed, markers, template
 
 
-def write_mmproj(checkpoint: Path, out: Path) -> Path:
-    """The image tower and projector of vision checkpoint `checkpoint` as llama.cpp's converter
-    writes an `mmproj` file (float32): the `clip` architecture, the tower's sizes and the
+def write_mmproj(checkpoint: Path, weights: dict, out: Path) -> Path:
+    """The image tower and projector of vision checkpoint `checkpoint` (its `weights`, loaded)
+    as llama.cpp's converter writes an `mmproj` file (float32): the `clip` architecture, the
+    tower's sizes and the
     processor's mean and deviation under `clip.vision.*`, tensors under the package's mmproj
     names from their Hugging Face names and layouts (Gemma's projector norm as 1 + w; Qwen's
     qkv split into q, k, v and its patch kernel into its two frames)."""
@@ -236,7 +237,7 @@ def write_mmproj(checkpoint: Path, out: Path) -> Path:
         assert mapped, f"no mmproj name for {hf}"
         writer.add_tensor(f"{mapped}.{suffix}", np.ascontiguousarray(w))
 
-    for name, value in mx.load(str(checkpoint / "model.safetensors")).items():
+    for name, value in weights.items():
         if not name.startswith(("vision_tower.", "multi_modal_projector.")):
             continue
         w = np.array(value.astype(mx.float32))
@@ -279,13 +280,13 @@ def write_vision_gguf(checkpoint: Path, folder: Path, merges=()) -> Path:
     weights = mx.load(str(checkpoint / "model.safetensors"))
     decoder = _decoder(config, weights, markers, template)
     model = write_gguf(checkpoint, folder / "model.gguf", decoder=decoder, merges=merges)
-    write_mmproj(checkpoint, folder / "mmproj-model-f32.gguf")
+    write_mmproj(checkpoint, weights, folder / "mmproj-model-f32.gguf")
     return model
 
 
-def write_deeper_gguf(source: Path, out: Path, extra_layers: int) -> Path:
-    """GGUF `source` with `extra_layers` more blocks after its own, each a copy of its last
-    block whose output products (`attn_output`, `ffn_down`) are zero: every block adds
+def write_deeper_gguf(source: Path, out: Path, times: int) -> Path:
+    """GGUF `source` with `times` as many blocks, the added ones after its own, each a copy
+    of its last block whose output products (`attn_output`, `ffn_down`) are zero: every block adds
     exactly nothing to the residual stream, so the model's logits are `source`'s bit for bit
     while a step costs as many blocks more. A target that agrees with its draft model
     (`source`) as a well-matched pair does, at a multiple of its cost (tests and benches of
@@ -294,6 +295,7 @@ def write_deeper_gguf(source: Path, out: Path, extra_layers: int) -> Path:
     arch = str(reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
     blocks_key = f"{arch}.block_count"
     blocks = int(reader.fields[blocks_key].contents())
+    extra_layers = blocks * (times - 1)
     writer = gguf.GGUFWriter(str(out), arch)
     for field in reader.fields.values():
         if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):

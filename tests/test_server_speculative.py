@@ -86,10 +86,10 @@ def test_the_server_setting_turns_it_off(seedbar, client):
 
 
 # ---------------------------------------------------------------------------------------------
-# A draft model (`seedbar serve --draft-model`): the target is SmolLM2 with 30 more blocks that
-# add nothing to its residual stream (tests/gguf_checkpoints.py's `write_deeper_gguf`): twice the
-# cost of a step, and the same logits, so SmolLM2 itself drafts for it as a well-matched small
-# model of the family would.
+# A draft model (`seedbar serve --draft-model`): the target is SmolLM2 with twice its blocks, the
+# added ones adding nothing to its residual stream (tests/gguf_checkpoints.py's
+# `write_deeper_gguf`): twice the cost of a step, and the same logits, so SmolLM2 itself drafts
+# for it as a well-matched small model of the family would.
 
 DEEP = "SmolLM2-deeper"
 CHAT = [{"role": "user", "content": "Tell me a story about a lighthouse keeper."}]
@@ -103,7 +103,7 @@ def drafting(tmp_path_factory):
     root = tmp_path_factory.mktemp("drafting")
     store = Seedbar(root / "home")
     store.run("models", "add", default_gguf(), "--name", DEFAULT_MODEL)
-    store.run("models", "add", write_deeper_gguf(Path(default_gguf()), root / f"{DEEP}.gguf", 30), "--name", DEEP)
+    store.run("models", "add", write_deeper_gguf(Path(default_gguf()), root / f"{DEEP}.gguf", 2), "--name", DEEP)
     with serving(store, "--draft-model", DEFAULT_MODEL, "--prompt-cache-disk-gb", "0", model=DEEP) as srv:
         yield store, srv
 

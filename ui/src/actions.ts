@@ -501,11 +501,12 @@ export async function saveAppSettings(settings: AppSettings): Promise<AppSetting
  * from its next request on. */
 export async function setDraftModel(model: string, draft: string): Promise<boolean> {
   try {
-    const { draft_models } = await client.getSettings();
-    const pairs = { ...draft_models };
+    // The settings as the server has them now (another window may have saved others).
+    const settings = await client.getSettings();
+    const pairs = { ...settings.draft_models };
     if (draft) pairs[model] = draft;
     else delete pairs[model];
-    await patchAppSettings({ draft_models: pairs });
+    await saveAppSettings({ ...settings, draft_models: pairs });
     toast(draft ? `${draft} drafts for ${model} from its next reply on.` : `${model} drafts with prompt lookup alone now.`, 'info');
     return true;
   } catch (error) {

@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use seedbar_engine::{
+    sampling::argmax,
     step::{kv_cache::KvCache, Batch, Logits, StepInput},
     Model,
 };
@@ -194,14 +195,4 @@ impl DraftModel {
         }
         Ok(drafts)
     }
-}
-
-fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in logits.iter().enumerate() {
-        if x > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
 }

@@ -48,7 +48,7 @@ const MODEL_PROBE_MAX: u32 = 1024;
 
 /// Who drafted a row's tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Drafter {
+enum Drafter {
     Lookup,
     Model,
 }
@@ -89,13 +89,22 @@ impl Default for Speculation {
 /// step's fixed cost shared among its rows. So the `j`-th pays while
 /// `p^j > rows / (rows + FIXED_COST_IN_ROWS)` (0.3 alone, 0.78 among 8).
 fn draft_len(p: f32, rows: usize) -> usize {
-    let worth = rows as f32 / (rows as f32 + FIXED_COST_IN_ROWS);
-    if p <= worth {
+    tokens_that_pay(
+        p,
+        rows as f32 / (rows as f32 + FIXED_COST_IN_ROWS),
+        MAX_DRAFT,
+    )
+}
+
+/// How many drafted tokens pay, at most `max`, where the `j`-th is kept with chance `p^j`
+/// and pays while `p^j > worth`.
+fn tokens_that_pay(p: f32, worth: f32, max: usize) -> usize {
+    if worth >= 1.0 || p <= worth {
         0
     } else if p >= 1.0 {
-        MAX_DRAFT
+        max
     } else {
-        ((worth.ln() / p.ln()) as usize).min(MAX_DRAFT)
+        ((worth.ln() / p.ln()) as usize).min(max)
     }
 }
 
@@ -105,14 +114,7 @@ fn draft_len(p: f32, rows: usize) -> usize {
 /// step, so it pays while `p^j > cost` (with [`MODEL_COST_MARGIN`] for what the measures
 /// leave out: a round's bookkeeping, the caches the draft model's steps take over).
 fn model_len(p: f32, cost: f32) -> usize {
-    let worth = cost * MODEL_COST_MARGIN;
-    if worth >= 1.0 || p <= worth {
-        0
-    } else if p >= 1.0 {
-        MAX_MODEL_DRAFT
-    } else {
-        ((worth.ln() / p.ln()) as usize).min(MAX_MODEL_DRAFT)
-    }
+    tokens_that_pay(p, cost * MODEL_COST_MARGIN, MAX_MODEL_DRAFT)
 }
 
 impl Speculation {

@@ -3,9 +3,8 @@
 //! (`file://` URLs and paths: the app runs on the user's machine). `http(s)` URLs are
 //! refused unless the server allows fetching them (`seedbar serve --fetch-image-urls`, or the
 //! app setting): then [`inline_remote_images`] fetches them into data URLs before a body is
-//! read. Each image is
-//! checked (size, format, the declared media type) and decoded here; [`for_prompt`] turns a
-//! prompt's images into the model's pixels.
+//! read. Each image is checked (size, format, the declared media type) and decoded here;
+//! [`for_prompt`] turns a prompt's images into the model's pixels.
 
 use std::{io::Read, sync::Arc, time::Duration};
 

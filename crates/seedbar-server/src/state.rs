@@ -96,6 +96,19 @@ impl ServerConfig {
     }
 }
 
+/// The chat model called `name` (any case) among the installed ones, `chat`, spelled as
+/// installed; a 400 naming `param` and listing them for none.
+fn chat_model_among(chat: &[String], name: &str, param: &str) -> Result<String, ApiError> {
+    chat.iter()
+        .find(|m| m.eq_ignore_ascii_case(name))
+        .cloned()
+        .ok_or_else(|| ApiError {
+            status: axum::http::StatusCode::BAD_REQUEST,
+            param: Some(param.into()),
+            ..ApiError::unknown_model(name, chat)
+        })
+}
+
 /// How long idle models stay as the settings say, where they say (`None`: as the server
 /// was started).
 pub(crate) fn idle_keep_alive(settings: &AppSettings) -> Option<KeepAlive> {
@@ -355,15 +368,7 @@ impl App {
     /// The installed chat model called `name`, spelled as installed; a 400 naming `param`
     /// for none.
     fn chat_model(&self, name: &str, param: &str) -> Result<String, ApiError> {
-        let chat = self.chat_models()?;
-        chat.iter()
-            .find(|m| m.eq_ignore_ascii_case(name))
-            .cloned()
-            .ok_or_else(|| ApiError {
-                status: axum::http::StatusCode::BAD_REQUEST,
-                param: Some(param.into()),
-                ..ApiError::unknown_model(name, &chat)
-            })
+        chat_model_among(&self.chat_models()?, name, param)
     }
 
     /// Draft model pairs as settings keep them: a pair new since `saved` names two installed
@@ -375,6 +380,15 @@ impl App {
         pairs: &BTreeMap<String, String>,
         saved: &BTreeMap<String, String>,
     ) -> Result<BTreeMap<String, String>, ApiError> {
+        // The installed chat models, listed once (and only where there is a pair to check).
+        let changed = pairs
+            .iter()
+            .any(|(model, draft)| saved.get(model) != Some(draft));
+        let chat = if changed {
+            self.chat_models()?
+        } else {
+            Vec::new()
+        };
         pairs
             .iter()
             .map(|(model, draft)| {
@@ -383,8 +397,8 @@ impl App {
                 }
                 let param = format!("draft_models.{model}");
                 let (model, draft) = (
-                    self.chat_model(model, &param)?,
-                    self.chat_model(draft, &param)?,
+                    chat_model_among(&chat, model, &param)?,
+                    chat_model_among(&chat, draft, &param)?,
                 );
                 if model == draft {
                     return Err(ApiError::bad_param(

@@ -25,9 +25,9 @@ impl Worker {
         let mut for_model = Vec::new();
         for (n, (i, input)) in chosen.iter_mut().enumerate() {
             let row = &mut self.rows[*i];
-            let Input::Host(tokens) = input else {
+            if !matches!(input, Input::Host(_)) {
                 continue;
-            };
+            }
             if row.prefilling() || !row.request.speculative || left == 0 {
                 continue;
             }
@@ -55,9 +55,7 @@ impl Worker {
                 continue;
             }
             left -= drafts.len();
-            let mut verify = std::mem::take(tokens);
-            verify.extend(drafts);
-            *input = Input::Verify(verify);
+            input.add_drafts(drafts);
         }
         if let (Some(drafter), false) = (self.drafter.as_mut(), for_model.is_empty()) {
             let vocab = self.model.config().vocab_size as usize;
@@ -95,12 +93,20 @@ impl Worker {
                 .model_drafted_tokens
                 .fetch_add(count as u64, Ordering::Relaxed);
             for (n, drafts) in slots.into_iter().zip(drafted) {
-                if let (Input::Host(tokens), false) = (&mut chosen[n].1, drafts.is_empty()) {
-                    let mut verify = std::mem::take(tokens);
-                    verify.extend(drafts);
-                    chosen[n].1 = Input::Verify(verify);
-                }
+                chosen[n].1.add_drafts(drafts);
             }
+        }
+    }
+}
+
+impl Input {
+    /// The row's last token (a host input) with `drafts` after it, to verify; unchanged
+    /// without drafts.
+    fn add_drafts(&mut self, drafts: Vec<u32>) {
+        if let (Input::Host(tokens), false) = (&mut *self, drafts.is_empty()) {
+            let mut verify = std::mem::take(tokens);
+            verify.extend(drafts);
+            *self = Input::Verify(verify);
         }
     }
 }
