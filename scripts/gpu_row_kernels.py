@@ -1,12 +1,16 @@
 """Seedbar's CUDA row kernels (crates/seedbar-engine/src/step/row_products*.cu) on this
 machine's MLX CUDA backend, for one model folder's projection shapes: is a row's result the
-same bits alone and among 1-31 companions (zero or random, at any place), how close is it to
-MLX's own product, and how fast is it beside MLX's product at 1, 8 and 32 rows (the decode
-groups Seedbar runs)? Usage: gpu_row_kernels.py MODEL_DIR [--repeats N]
+same bits alone and among 1-31 companions (zero or random, at any place) and in every tiling
+of the kernel, how close is it to MLX's own product, and how fast is it beside MLX's product
+and the CUDA-core kernel at 1, 8, 16 and 32 rows (the decode groups Seedbar runs)? The
+kernel checked is the one Seedbar runs for the folder: for dense 16-bit weights on a GPU
+with tensor cores, row_products_mma.cu (timed in each n-tiling beside the CUDA-core kernel);
+for 4/8-bit weights, row_products_quantized.cu.
+Usage: gpu_row_kernels.py MODEL_DIR [--repeats N]
 
 Prints one JSON line per projection: identical (bool), worst relative error against MLX,
-and microseconds per product for the kernel and MLX at each row count, with the weight
-bytes read per microsecond (GB/s) at one row."""
+and microseconds per product for the kernel (per n-tiling), the CUDA-core kernel and MLX at
+each row count, with the weight bytes read per microsecond (GB/s) at one row."""
 import argparse
 import json
 import time
@@ -28,30 +32,36 @@ MAX_ROWS = 32
 mx.random.seed(3)
 
 
-def kernel(file, inputs):
+def kernel(file, inputs, header=""):
     return mx.fast.cuda_kernel(
         name=f"gpu_row_kernels_{file.replace('.', '_')}",
         input_names=inputs,
         output_names=["y"],
         source=(step / file).read_text(),
+        header=header,
     )
 
 
 if quant:
-    ROW = kernel("row_products_quantized.cu", ["x", "w", "scales", "biases"])
+    CORES = kernel("row_products_quantized.cu", ["x", "w", "scales", "biases"])
 else:
-    ROW = kernel("row_products.cu", ["x", "w"])
+    CORES = kernel("row_products.cu", ["x", "w"])
+    MMA = kernel("row_products_mma.cu", ["x", "w"], (step / "row_products_mma.cuh").read_text())
+# Seedbar's n-tiles per block (row_products.rs: MMA_N_TILES) and the others timed.
+N_TILES = 4
+TILINGS = () if quant else (1, 2, 4)
 
 
-def variant(rows):
-    """The kernel variant Seedbar picks for `rows` rows (row_products.rs)."""
+def cores_variant(rows):
+    """The CUDA-core kernel's variant for `rows` rows (row_products.rs: Tiles::WarpColumns)."""
     if rows <= 2:
         return 2, 1
     return (8, 2) if rows <= 8 else (MAX_ROWS, 2)
 
 
 def make(k, n, dtype):
-    """(row kernel, MLX product, weight bytes) for an [n, k] projection."""
+    """(tensor-core kernel by n-tiles (dense weights), CUDA-core kernel, MLX product, weight
+    bytes) for an [n, k] projection."""
     w = (mx.random.normal((n, k)) * 0.05).astype(dtype)
     if quant:
         g, bits = quant["group_size"], quant["bits"]
@@ -70,14 +80,24 @@ def make(k, n, dtype):
         def reference(x):
             return x @ w.T
 
-    def row(x):
-        max_rows, cols = variant(x.shape[0])
-        return ROW(inputs=[x, *inputs],
-                   template=[("T", dtype), ("MAX_ROWS", max_rows), ("COLS", cols), *extra],
-                   grid=((n + cols - 1) // cols * 32, 1, 1), threadgroup=(128, 1, 1),
-                   output_shapes=[(x.shape[0], n)], output_dtypes=[dtype])[0]
+    def mma(n_tiles):
+        def product(x):
+            m_tiles = (x.shape[0] + 15) // 16
+            blocks = (n + 8 * n_tiles - 1) // (8 * n_tiles)
+            return MMA(inputs=[x, *inputs],
+                       template=[("T", dtype), ("MT", m_tiles), ("NT", n_tiles), *extra],
+                       grid=(blocks * 128, 1, 1), threadgroup=(128, 1, 1),
+                       output_shapes=[(x.shape[0], n)], output_dtypes=[dtype])[0]
+        return product
 
-    return row, reference, size
+    def cores(x):
+        max_rows, cols = cores_variant(x.shape[0])
+        return CORES(inputs=[x, *inputs],
+                     template=[("T", dtype), ("MAX_ROWS", max_rows), ("COLS", cols), *extra],
+                     grid=((n + cols - 1) // cols * 32, 1, 1), threadgroup=(128, 1, 1),
+                     output_shapes=[(x.shape[0], n)], output_dtypes=[dtype])[0]
+
+    return {t: mma(t) for t in TILINGS}, cores, reference, size
 
 
 def timed(f, x, chain=20):
@@ -97,12 +117,13 @@ dtype = mx.bfloat16 if cfg.get("torch_dtype", "bfloat16") == "bfloat16" else mx.
 shapes = {"q/o": (d, heads * hd), "k/v": (d, kv_heads * hd), "gate/up": (d, ffn),
           "down": (ffn, d), "head": (d, vocab)}
 for name, (k, n) in shapes.items():
-    row, reference, size = make(k, n, dtype)
+    tilings, cores, reference, size = make(k, n, dtype)
+    row = cores if quant else tilings[N_TILES]
     target = mx.random.normal((1, k)).astype(dtype)
     others = mx.random.normal((MAX_ROWS, k)).astype(dtype)
     alone = row(target)[0]
-    identical = True
-    for rows in (2, 3, 8, 9, 16, 32):
+    identical = all(bool(mx.array_equal(f(target)[0], alone).item()) for f in tilings.values())
+    for rows in (2, 3, 8, 9, 16, 17, 32):
         for companions in (mx.zeros((MAX_ROWS, k), dtype), others):
             for place in {0, rows // 2, rows - 1}:
                 x = mx.concatenate([companions[:place], target, companions[place + 1:rows]])
@@ -111,10 +132,13 @@ for name, (k, n) in shapes.items():
     want = reference(x).astype(mx.float32)
     error = (mx.abs(row(x).astype(mx.float32) - want).max() / mx.abs(want).max()).item()
     times = {}
-    for rows in (1, 8, 32):
+    for rows in (1, 8, 16, 32):
         xs = others[:rows]
-        times[rows] = {"row_us": round(timed(row, xs), 1), "mlx_us": round(timed(reference, xs), 1)}
+        times[rows] = {f"mma{t}_us": round(timed(f, xs), 1) for t, f in tilings.items()}
+        times[rows]["cores_us"] = round(timed(cores, xs), 1)
+        times[rows]["mlx_us"] = round(timed(reference, xs), 1)
     print(json.dumps({"projection": f"{name} {k}x{n}", "identical": identical,
                       "relative_error": round(error, 5), "times": times,
-                      "row_gbps_at_1": round(size / times[1]["row_us"] / 1e3, 1),
+                      "row_gbps_at_1": round(size / times[1][f"mma{N_TILES}_us" if tilings else "cores_us"] / 1e3, 1),
+                      "cores_gbps_at_1": round(size / times[1]["cores_us"] / 1e3, 1),
                       "mlx_gbps_at_1": round(size / times[1]["mlx_us"] / 1e3, 1)}), flush=True)

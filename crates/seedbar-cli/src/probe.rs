@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 use seedbar_engine::{
     sampling,
     step::{Batch, Embedded, Logits, RowPositions, StepInput},
@@ -154,7 +154,7 @@ pub fn run(args: ProbeArgs, load: fn(&ModelArg) -> Result<Model>) -> Result<()> 
         out.insert("rendered".into(), json!(rendered));
     }
     out.insert("eos_ids".into(), json!(model.eos_ids));
-    out.insert("backend".into(), backend());
+    out.insert("backend".into(), backend(model.compute_dtype));
     println!("{}", Value::Object(out));
     Ok(())
 }
@@ -212,9 +212,8 @@ fn image_features(model: &Model, args: &ProbeArgs) -> Result<(Vec<(usize, Array)
 
 /// The device MLX computes on and the dtype the model computes in there, which decide how
 /// close its logits come to a reference's (the parity tests' tolerances).
-fn backend() -> Value {
+fn backend(dtype: Dtype) -> Value {
     let on_gpu = seedbar_engine::runtime::default_device_is_gpu();
-    let dtype = seedbar_engine::LoadOptions::for_default_device().compute_dtype;
     json!({
         "device": if on_gpu { "gpu" } else { "cpu" },
         "compute_dtype": format!("{dtype:?}").to_lowercase(),

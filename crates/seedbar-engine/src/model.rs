@@ -6,7 +6,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 use seedbar_kernels::Activations;
 use serde_json::Value;
 
@@ -44,6 +44,8 @@ pub struct Model {
     pub eos_ids: Vec<u32>,
     pub format: ModelFormat,
     pub path: PathBuf,
+    /// The dtype its activations and dense weights are computed in.
+    pub compute_dtype: Dtype,
 }
 
 impl Model {
@@ -119,6 +121,7 @@ impl Model {
             eos_ids,
             format: ModelFormat::Gguf,
             path: path.to_path_buf(),
+            compute_dtype: options.compute_dtype,
         })
     }
 
@@ -138,6 +141,7 @@ impl Model {
         if multimodal.is_some() {
             tensors = vision::rename_weights(tensors);
         }
+        let options = options.for_stored(weights::stored_float(&tensors));
         let mut weights = WeightMap::new(tensors, options);
         let vision = multimodal
             .map(|raw| {
@@ -185,6 +189,7 @@ impl Model {
             eos_ids,
             format: ModelFormat::Safetensors,
             path: dir.to_path_buf(),
+            compute_dtype: options.compute_dtype,
         })
     }
 

@@ -78,8 +78,34 @@ pub struct LoadOptions {
     pub activations: Option<Activations>,
 }
 
+/// The floating dtype a checkpoint's tensors are stored in: bfloat16 where any is and none
+/// is float16, float16 where any is, else float32 (or `None` without floats).
+pub fn stored_float(tensors: &HashMap<String, Array>) -> Option<Dtype> {
+    let has = |dtype| tensors.values().any(|t| t.dtype() == dtype);
+    [Dtype::Float16, Dtype::Bfloat16, Dtype::Float32]
+        .into_iter()
+        .find(|&dtype| has(dtype))
+}
+
 impl LoadOptions {
-    /// CPU: dense f32 (see DESIGN.md section 8). GPU: keep quantized weights, compute in f16.
+    /// These options for a checkpoint `stored` in that floating dtype: where a GPU computes
+    /// in float16 ([`for_default_device`](Self::for_default_device)), a bfloat16 checkpoint
+    /// computes in bfloat16, as mlx-lm does (float16's range is narrower than what such a
+    /// model's activations may reach: Gemma's do).
+    pub fn for_stored(self, stored: Option<Dtype>) -> Self {
+        match stored {
+            Some(Dtype::Bfloat16) if self.compute_dtype == Dtype::Float16 && !self.dequantize => {
+                LoadOptions {
+                    compute_dtype: Dtype::Bfloat16,
+                    ..self
+                }
+            }
+            _ => self,
+        }
+    }
+
+    /// CPU: dense f32 (see DESIGN.md section 8). GPU: keep quantized weights, compute in f16
+    /// ([`for_stored`](Self::for_stored): a bfloat16 checkpoint in bfloat16).
     pub fn for_default_device() -> Self {
         if crate::runtime::default_device_is_gpu() {
             LoadOptions {
@@ -807,5 +833,49 @@ mod tests {
                 "{name}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_gpu_computes_a_bfloat16_checkpoint_in_bfloat16() {
+        let tensors = |dtypes: &[Dtype]| -> HashMap<String, Array> {
+            dtypes
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| {
+                    (
+                        format!("t{i}"),
+                        Array::from_slice(&[1.0f32], &[1]).as_dtype(d).unwrap(),
+                    )
+                })
+                .collect()
+        };
+        let stored = |dtypes: &[Dtype]| stored_float(&tensors(dtypes));
+        assert_eq!(
+            stored(&[Dtype::Uint32, Dtype::Bfloat16]),
+            Some(Dtype::Bfloat16)
+        );
+        assert_eq!(
+            stored(&[Dtype::Bfloat16, Dtype::Float16]),
+            Some(Dtype::Float16)
+        );
+        assert_eq!(stored(&[Dtype::Float32]), Some(Dtype::Float32));
+        assert_eq!(stored(&[Dtype::Uint32]), None);
+        let gpu = LoadOptions {
+            dequantize: false,
+            compute_dtype: Dtype::Float16,
+            activations: None,
+        };
+        let cpu = LoadOptions {
+            dequantize: true,
+            compute_dtype: Dtype::Float32,
+            activations: None,
+        };
+        let bf16 = Some(Dtype::Bfloat16);
+        assert_eq!(gpu.for_stored(bf16).compute_dtype, Dtype::Bfloat16);
+        assert_eq!(
+            gpu.for_stored(Some(Dtype::Float32)).compute_dtype,
+            Dtype::Float16
+        );
+        assert_eq!(cpu.for_stored(bf16).compute_dtype, Dtype::Float32);
     }
 }

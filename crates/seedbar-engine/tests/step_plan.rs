@@ -7,7 +7,7 @@
 use seedbar_engine::{
     runtime::Backend,
     step::kv_cache::KvCache,
-    step::plan::{AttentionLayout, Layout, WeightKind},
+    step::plan::{AttentionLayout, Layout, PooledAttention, WeightKind},
     step::{Batch, Logits, StepInput},
     Activations, ChatMessage, LoadOptions, Model,
 };
@@ -190,8 +190,10 @@ fn verify_chunk(model: &Model, layout: &Layout, prompt: &[u32], forced: &[u32]) 
 
 /// Speculative decoding keeps a drafted token only where the chunk that verifies it gives
 /// each position the bits one decode step there gives (`Layout::verifies_drafts`): true of
-/// the CPU's packed path, SmolLM2's here. A GPU's pooled decode, run here, attends a
-/// decoding row another way than a chunk, and the comparison sees the bits differ.
+/// the CPU's packed path, SmolLM2's here, and of CUDA's layout, run here, where the chunk's
+/// tokens run as decode places (row-wise products, attention per query). Metal's layout,
+/// run here, runs the chunk as a prefill chunk, which attends another way than a decoding
+/// row in the pool, and the comparison sees the bits differ.
 #[test]
 fn a_verify_chunk_gets_each_positions_decode_logits_where_the_layout_says_so() {
     let model = model();
@@ -207,11 +209,17 @@ fn a_verify_chunk_gets_each_positions_decode_logits_where_the_layout_says_so() {
             decode_steps(&model, &layout, &prompt, &forced)
         );
     }
-    let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Quantized);
-    assert!(!pooled.verifies_drafts());
+    let cuda = Layout::for_backend(Backend::Cuda, WeightKind::Quantized);
+    assert!(cuda.verifies_drafts());
+    assert_eq!(
+        verify_chunk(&model, &cuda, &prompt, &forced),
+        decode_steps(&model, &cuda, &prompt, &forced)
+    );
+    let metal = Layout::for_backend(Backend::Metal, WeightKind::Quantized);
+    assert!(!metal.verifies_drafts());
     assert_ne!(
-        verify_chunk(&model, &pooled, &prompt, &forced),
-        decode_steps(&model, &pooled, &prompt, &forced)
+        verify_chunk(&model, &metal, &prompt, &forced),
+        decode_steps(&model, &metal, &prompt, &forced)
     );
 }
 
@@ -224,10 +232,10 @@ fn pooled_decode_keeps_computing_the_model_across_a_kv_block() {
     // Decoding from 6 positions before a block boundary to 6 after it.
     let (prompt, forced) = tokens[..block + 6].split_at(block - 6);
     let reference = decode_steps(&model, &PLAIN, prompt, forced);
-    // CUDA's: 32 slots a call, attended by batched matmuls.
+    // CUDA's: each query over its own positions.
     let pooled = Layout::for_backend(Backend::Cuda, WeightKind::Dense);
     assert_eq!(pooled.attention, AttentionLayout::Capacity);
-    assert!(!pooled.fused_masked_attention);
+    assert_eq!(pooled.pooled, PooledAttention::PerQuery);
     for (step, (a, b)) in decode_steps(&model, &pooled, prompt, forced)
         .iter()
         .zip(&reference)

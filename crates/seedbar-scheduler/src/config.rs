@@ -44,8 +44,9 @@ pub struct SchedulerConfig {
     pub pipelined: bool,
     /// Decoding rows draft tokens by prompt lookup (and a draft model, where the scheduler
     /// was started with one: `Scheduler::start_drafting`) and verify them in the step
-    /// (`speculation.rs`), where the layout verifies drafts exactly and steps are not
-    /// pipelined: the CPU's packed path. Replies are the same with it on or off.
+    /// (`speculation.rs`), where the layout verifies drafts exactly (`Layout::verifies_drafts`:
+    /// the CPU's packed path, CUDA's); a pipelined step gives way to a host step where a row
+    /// may draft. Replies are the same with it on or off.
     pub speculative: bool,
 }
 

@@ -23,8 +23,8 @@ use crate::{
     row::{take_drawn, Row},
 };
 
-/// The most tokens a row drafts in one step.
-const MAX_DRAFT: usize = 16;
+/// The most tokens a row drafts in one step (what a pooled verify chunk holds).
+const MAX_DRAFT: usize = seedbar_engine::step::kv_cache::MAX_DRAFTS as usize;
 /// The n-gram sizes looked up, longest first: a longer match predicts better, and a single
 /// token matches too often to pay.
 const NGRAMS: [usize; 3] = [4, 3, 2];
@@ -144,6 +144,12 @@ impl Speculation {
         drafts
     }
 
+    /// Whether the row's lookups guess well enough for a draft to pay in a step of `rows`
+    /// decoding rows.
+    pub(crate) fn lookups_pay(&self, rows: usize) -> bool {
+        draft_len(self.hit_rate, rows) > 0
+    }
+
     /// How many tokens the draft model drafts for the row (at most `limit`), a drafted
     /// token costing `cost` of a decode step; it drafts them unless that is none.
     pub(crate) fn model_draft_len(&mut self, limit: usize, cost: f32) -> usize {
@@ -168,6 +174,14 @@ impl Speculation {
     /// The token drawn in a step where the row did not draft: scores its guess.
     pub(crate) fn observe(&mut self, token: u32) {
         if let Some(guess) = self.guess.take() {
+            self.score(Drafter::Lookup, guess == token);
+        }
+    }
+
+    /// The token drawn after `history` where the row could not draft (a pipelined step):
+    /// scores what its lookup would have guessed.
+    pub(crate) fn score_guess(&mut self, history: &[u32], token: u32) {
+        if let Some(&guess) = lookup(history, 1).first() {
             self.score(Drafter::Lookup, guess == token);
         }
     }

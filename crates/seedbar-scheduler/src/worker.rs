@@ -408,7 +408,9 @@ impl Worker {
         let started = Instant::now();
         // The output head's width (the loaders check it against the checkpoint's tensors).
         let vocab = self.model.config().vocab_size as usize;
-        let on_device = self.config.pipelined && self.rows.iter().all(|r| r.draws_on_device(vocab));
+        let on_device = self.config.pipelined
+            && self.rows.iter().all(|r| r.draws_on_device(vocab))
+            && !self.rows_may_draft();
         if !on_device {
             self.land()?;
         }
@@ -721,17 +723,21 @@ impl Worker {
         let Some(landing) = landing else {
             return Ok(());
         };
-        let times = &self.stats.times;
+        let stats = self.stats.clone();
+        let times = &stats.times;
         landing.tokens.eval()?;
         let waited = times.lap(Phase::Eval, since);
-        for (id, &token) in landing.rows.iter().zip(landing.tokens.as_slice::<u32>()) {
-            let Some(row) = self.rows.iter_mut().find(|r| r.id == *id) else {
-                continue;
-            };
-            if row.finished {
-                continue;
-            }
-            if fed.contains(id) {
+        let tokens = landing.tokens.as_slice::<u32>();
+        let landed: Vec<(usize, u32)> = (landing.rows.iter().zip(tokens))
+            .filter_map(|(id, &token)| {
+                let i = self.rows.iter().position(|r| r.id == *id)?;
+                (!self.rows[i].finished).then_some((i, token))
+            })
+            .collect();
+        self.score_landed(&landed);
+        for &(i, token) in &landed {
+            let row = &mut self.rows[i];
+            if fed.contains(&row.id) {
                 row.fed.push(token);
             }
             emit(row, token, None, &self.model);

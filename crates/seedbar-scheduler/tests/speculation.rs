@@ -1,10 +1,15 @@
 //! Speculative decoding never changes a reply: on the real SmolLM2 model (CPU, its packed
-//! path, where the scheduler verifies drafts), a seeded reply with prompt lookup is the
-//! reply without it, greedy or sampled with filters and penalties, under an output format,
-//! alone, among 1 to 15 others (some speculating, some not) and after a prefix-cache hit;
-//! and where a reply copies its prompt, it takes fewer steps than tokens.
+//! path, and CUDA's layout run on the CPU: the scheduler verifies drafts on both), a seeded
+//! reply with prompt lookup is the reply without it, greedy or sampled with filters and
+//! penalties, under an output format, alone, among 1 to 15 others (some speculating, some
+//! not) and after a prefix-cache hit; and where a reply copies its prompt, it takes fewer
+//! steps than tokens.
 
-use seedbar_engine::{ChatMessage, Model, SamplingParams};
+use seedbar_engine::{
+    runtime::Backend,
+    step::plan::{Layout, WeightKind},
+    ChatMessage, Model, SamplingParams,
+};
 use seedbar_scheduler::{Event, Request, RequestStream, Scheduler, SchedulerConfig};
 
 fn model() -> Model {
@@ -101,7 +106,33 @@ fn samplings() -> Vec<(&'static str, SamplingParams)> {
 
 #[test]
 fn drafted_replies_equal_plain_ones_alone_batched_and_after_a_prefix_hit() {
+    drafted_replies_equal_plain_ones(SchedulerConfig::default(), &[1, 15]);
+}
+
+/// The same on CUDA's layout and its pipelined steps, run here: a verify chunk's tokens run
+/// as decode places (row-wise products, each query over its own positions in the decode
+/// pool), so drafts are verified exactly there too; the drafts not kept are cut from the
+/// row's pool slot, and a step where a row may draft takes the host's draw.
+#[test]
+fn drafted_replies_equal_plain_ones_on_the_cuda_layout() {
+    let config = SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
+        max_rows: 32,
+        pipelined: true,
+        ..SchedulerConfig::default()
+    };
+    drafted_replies_equal_plain_ones(config, &[7]);
+}
+
+/// Each case's seeded reply with speculation under `config` is its reply without: alone,
+/// among each of `crowds` others (half arriving before it, some speculating), and after a
+/// prefix-cache hit; a greedy reply that copies its prompt takes fewer steps than tokens.
+fn drafted_replies_equal_plain_ones(config: SchedulerConfig, crowds: &[usize]) {
     let model = model();
+    let reuse_granularity = config
+        .layout
+        .unwrap_or_else(|| model.layout())
+        .reuse_granularity();
     let vocabulary = seedbar_grammar::Vocabulary::new(&model.tokenizer, &model.eos_ids).unwrap();
     let schema = serde_json::json!({
         "type": "object",
@@ -141,7 +172,7 @@ fn drafted_replies_equal_plain_ones_alone_batched_and_after_a_prefix_hit() {
         self::model(),
         SchedulerConfig {
             speculative: false,
-            ..SchedulerConfig::default()
+            ..config.clone()
         },
     );
     let expected: Vec<Vec<u32>> = cases
@@ -150,7 +181,7 @@ fn drafted_replies_equal_plain_ones_alone_batched_and_after_a_prefix_hit() {
         .collect();
     drop(plain);
 
-    let scheduler = Scheduler::start(model, SchedulerConfig::default());
+    let scheduler = Scheduler::start(model, config);
     let stats = scheduler.stats();
     for ((name, request), expected) in cases.iter().zip(&expected) {
         assert!(expected.len() >= 16, "{name}: a reply to compare");
@@ -165,7 +196,7 @@ fn drafted_replies_equal_plain_ones_alone_batched_and_after_a_prefix_hit() {
                 expected.len()
             );
         }
-        for others in [1usize, 15] {
+        for &others in crowds {
             let early: Vec<RequestStream> = siblings[..others / 2 + 1]
                 .iter()
                 .map(|s| scheduler.submit(s.clone()).unwrap())
@@ -181,7 +212,8 @@ fn drafted_replies_equal_plain_ones_alone_batched_and_after_a_prefix_hit() {
             }
         }
     }
-    // The prompts are in the prefix cache now: a hit gives the same reply.
+    // The prompts are in the prefix cache now: a hit gives the same reply (where the
+    // layout reuses a prompt this short: a GPU's reuses whole 512-token chunks).
     let (name, request) = &cases[1];
     let mut stream = scheduler.submit(request.clone()).unwrap();
     let mut hit = Vec::new();
@@ -189,7 +221,8 @@ fn drafted_replies_equal_plain_ones_alone_batched_and_after_a_prefix_hit() {
         match event {
             Event::Token { id, .. } => hit.push(id),
             Event::Finished { usage, .. } => {
-                assert!(usage.cached_tokens > 0, "{name}: a prefix hit");
+                let reusable = request.prompt.len() > reuse_granularity;
+                assert_eq!(usage.cached_tokens > 0, reusable, "{name}: a prefix hit");
                 break;
             }
             Event::Failed(e) => panic!("{e}"),

@@ -289,6 +289,14 @@ impl AttentionMath for Attention {
         self.heads
     }
 
+    fn scale(&self) -> f32 {
+        self.scale
+    }
+
+    fn softcap(&self) -> Option<f32> {
+        self.softcap
+    }
+
     fn head_dim(&self) -> i32 {
         self.head_dim
     }
@@ -369,24 +377,6 @@ impl AttentionMath for Attention {
     /// each KV head's query heads (`[S, kv_heads, H / kv_heads, hd]`) around a softmax: the
     /// keys are read once, where MLX's unfused fallback broadcasts them to every query
     /// head. Soft-capped scores take [`attend`](AttentionMath::attend).
-    fn attend_by_matmuls(&self, q: &Array, k: &Array, v: &Array, mask: &Array) -> Result<Array> {
-        if self.softcap.is_some() {
-            let mask = ScaledDotProductAttentionMask::Array(mask);
-            return self.attend(q.clone(), k.clone(), v.clone(), Some(mask));
-        }
-        let slots = q.shape()[0];
-        let repeats = self.heads / self.kv_heads;
-        let scale = Array::from_f32(self.scale).as_dtype(q.dtype())?;
-        let q = q
-            .reshape(&[slots, self.kv_heads, repeats, self.head_dim])?
-            .multiply(&scale)?;
-        let scores = q.matmul(k.swap_axes(-1, -2)?)?.add(mask)?;
-        let weights = ops::softmax_axis(&scores, -1, true)?;
-        Ok(weights
-            .matmul(v)?
-            .reshape(&[slots, self.heads, 1, self.head_dim])?)
-    }
-
     fn split_heads(&self, x: Array, part: Part) -> Result<Array> {
         let (heads, norm) = match part {
             Part::Queries => (self.heads, &self.q_norm),

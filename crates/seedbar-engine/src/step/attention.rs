@@ -1,8 +1,11 @@
-//! How a step's rows attend, apart from the layers' math: each decode row at its own
-//! capacity in pooled calls of a fixed slot count (GPUs), per row on its own cache (the CPU),
-//! or padded together (the reference); each prefill chunk on its row's cache. A layer
-//! hands its projected queries, keys and values here through [`AttentionMath`], which the
-//! decoder's attention implements, and gets its groups' outputs back in the plan's layout.
+//! How a step's rows attend, apart from the layers' math: decode rows in the GPU decode
+//! pool (per query over their own positions on CUDA, `pooled_attention`; in masked calls of
+//! a fixed slot count per capacity on Metal), per row on their own caches (the CPU), or
+//! padded together (the reference); each prefill chunk on its row's cache. A verify chunk's
+//! tokens may run as decode places of the pool (`Layout::verifies_in_decode_groups`). A
+//! layer hands its projected queries, keys and values here through [`AttentionMath`], which
+//! the decoder's attention implements, and gets its groups' outputs back in the plan's
+//! layout.
 
 use std::collections::{hash_map::Entry, BTreeMap, HashMap};
 
@@ -11,7 +14,8 @@ use mlx_rs::{fast::ScaledDotProductAttentionMask, ops, ops::indexing::IndexOp, A
 use super::{
     groups::{join_rows, pick_rows},
     kv_cache::{KvCache, KvPool},
-    plan::{AttentionLayout, StepPlan, Uploads},
+    plan::{AttentionLayout, PooledAttention, StepPlan, Uploads},
+    pooled_attention::{self, QueryRow},
 };
 use crate::error::Result;
 
@@ -49,10 +53,10 @@ pub trait AttentionMath {
         v: Array,
         mask: Option<ScaledDotProductAttentionMask>,
     ) -> Result<Array>;
-    /// One query per slot (`q`: `[S, H, 1, hd]`) against the slots' keys and values
-    /// (`[S, kv_heads, T, hd]`) under `mask` (`[S, 1, 1, T]`), as two batched matmuls of
-    /// each KV head's query heads around a softmax.
-    fn attend_by_matmuls(&self, q: &Array, k: &Array, v: &Array, mask: &Array) -> Result<Array>;
+    /// Scores are `q · k` times this.
+    fn scale(&self) -> f32;
+    /// Scores are capped to `cap · tanh(s / cap)` (Gemma 2), if any.
+    fn softcap(&self) -> Option<f32>;
 }
 
 /// Each group's projected queries, keys and values (`[1, W, .]`) attended per row or in
@@ -81,12 +85,15 @@ pub fn attend_groups(
         if plan.is_decode_group(g) {
             let width = plan.widths[g];
             let mut positions = vec![[0i32; 3]; width as usize];
-            // Which rows run an image token (a one-token prefill chunk over an image).
+            // Which places run an image token (a one-token prefill chunk over an image). A
+            // verify chunk's tokens are places at consecutive positions.
             let mut on_grid = vec![false; width as usize];
             for &i in &members {
-                let (at, s) = (plan.slots[i].offset as usize, caches[i].len() as usize);
-                positions[at] = plan.rope_position(i, s);
-                on_grid[at] = plan.text_shift(i, s, s + 1).is_none();
+                let (start, s) = (plan.slots[i].offset as usize, caches[i].len() as usize);
+                for j in 0..plan.slots[i].len as usize {
+                    positions[start + j] = plan.rope_position(i, s + j);
+                    on_grid[start + j] = plan.text_shift(i, s + j, s + j + 1).is_none();
+                }
             }
             let heads = |x: &Array, part: Part| -> Result<Array> {
                 layer.split_heads(x.reshape(&[width, 1, -1])?, part)
@@ -111,6 +118,7 @@ pub fn attend_groups(
                 continue;
             }
             for &i in &members {
+                debug_assert_eq!(plan.slots[i].len, 1, "verify chunks are places only pooled");
                 let at = plan.slots[i].offset;
                 let row = |a: &Array| a.index(at..at + 1);
                 rows[i] = Some((row(&q), row(&k), row(&v)));
@@ -285,10 +293,13 @@ fn pooled_decode(
     let mut out_of: Vec<Option<i32>> = vec![None; places as usize];
     let mut computed = 0;
     for (capacity, members) in by_class {
-        let rows: Vec<i32> = members
-            .iter()
-            .map(|&i| at[i].expect("a decode row"))
-            .collect();
+        // Each row's places, in order: its new positions' keys and values, and queries.
+        let row_places = |i: usize| {
+            let first = at[i].expect("a decode row");
+            first..first + plan.slots[i].len
+        };
+        let rows: Vec<i32> = members.iter().flat_map(|&i| row_places(i)).collect();
+        let counts: Vec<i32> = members.iter().map(|&i| plan.slots[i].len).collect();
         let mut picked: Vec<&mut KvCache> = caches
             .iter_mut()
             .enumerate()
@@ -299,12 +310,49 @@ fn pooled_decode(
             at_layer,
             capacity,
             &mut picked,
+            &counts,
             (
                 &pick_rows(&k, &rows, &mut decode_kv.uploads)?,
                 &pick_rows(&v, &rows, &mut decode_kv.uploads)?,
             ),
             &mut decode_kv.uploads,
         )?;
+        if plan.pooled == PooledAttention::PerQuery {
+            // A row's j-th place sees the positions up to its own.
+            let queries: Vec<QueryRow> = members
+                .iter()
+                .flat_map(|&i| {
+                    let p = caches[i].pooled().expect("placed");
+                    let n = plan.slots[i].len;
+                    row_places(i).enumerate().map(move |(j, place)| {
+                        let len = p.len - n + j as i32 + 1;
+                        QueryRow {
+                            place,
+                            slot: p.slot,
+                            len,
+                            first: layer.window().map_or(0, |w| (len - w).max(0)),
+                        }
+                    })
+                })
+                .collect();
+            let class = decode_kv.pool.class(at_layer, capacity);
+            outs.push(pooled_attention::attend(
+                layer,
+                &q,
+                (&class.0, &class.1),
+                &queries,
+                &mut decode_kv.uploads,
+            )?);
+            for (j, query) in queries.iter().enumerate() {
+                out_of[query.place as usize] = Some(computed + j as i32);
+            }
+            computed += queries.len() as i32;
+            continue;
+        }
+        debug_assert!(
+            counts.iter().all(|&n| n == 1),
+            "masked calls take decode rows"
+        );
         // Each call: its slots' rows, as (place, length).
         let slots = decode_kv.pool.call_slots(capacity);
         let mut calls: BTreeMap<i32, Vec<Option<(i32, i32)>>> = BTreeMap::new();
@@ -335,16 +383,12 @@ fn pooled_decode(
             let (keys, values) = decode_kv.pool.call(at_layer, capacity, first);
             let (ring, window) = (keys.shape()[2], layer.window());
             let mask = decode_kv.masks.get(ring, window, lens, queries.dtype())?;
-            outs.push(if plan.fused_masked_attention {
-                layer.attend(
-                    queries,
-                    keys,
-                    values,
-                    Some(ScaledDotProductAttentionMask::Array(mask)),
-                )?
-            } else {
-                layer.attend_by_matmuls(&queries, &keys, &values, mask)?
-            });
+            outs.push(layer.attend(
+                queries,
+                keys,
+                values,
+                Some(ScaledDotProductAttentionMask::Array(mask)),
+            )?);
             computed += slots;
         }
     }
@@ -440,7 +484,7 @@ impl<'a> DecodeKv<'a> {
             for g in 0..plan.widths.len() {
                 if plan.is_decode_group(g) {
                     for i in plan.rows_of(g) {
-                        pool.place(caches[i])?;
+                        pool.place(caches[i], plan.slots[i].len)?;
                     }
                 }
             }

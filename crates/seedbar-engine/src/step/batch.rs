@@ -105,7 +105,12 @@ impl Batch {
         logits: Logits<'_>,
         mut trace: Option<&mut RowTrace>,
     ) -> Result<Array> {
-        let plan = StepPlan::new(&self.layout, input.lens).placed(input.positions);
+        // A row drawing at more than its last position verifies drafted tokens.
+        let verify: Vec<bool> = match logits {
+            Logits::Tails(n) => n.iter().map(|&n| n > 1).collect(),
+            _ => Vec::new(),
+        };
+        let plan = StepPlan::new(&self.layout, input.lens, &verify).placed(input.positions);
         let tokens = StepTokens {
             host: input.host,
             drawn: input.drawn,

@@ -4,7 +4,10 @@
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array};
 
-use super::plan::{StepPlan, Uploads};
+use super::{
+    plan::{Products, StepPlan, Uploads},
+    row_products,
+};
 use crate::error::Result;
 
 /// Which positions the output head runs on.
@@ -15,9 +18,10 @@ pub enum Logits<'a> {
     /// Every position (evaluation).
     All,
     /// Row `i`'s last `n[i]` positions, rows in order (a row verifying drafted tokens needs
-    /// the logits after each of them; a row of 1 is `Last`'s). One head call over all of
-    /// them: row-invariant where the head's product is at any row count (the CPU's packed
-    /// kernels), which is where the scheduler verifies drafts.
+    /// the logits after each of them; a row of 1 is `Last`'s). Head calls over all of them
+    /// (of at most `MAX_ROWS` rows where products run row-wise): row-invariant where the
+    /// head's product is at any row count (the CPU's packed kernels, CUDA's row kernels),
+    /// which is where the scheduler verifies drafts.
     Tails(&'a [i32]),
 }
 
@@ -242,7 +246,20 @@ pub fn head_rows(
         let all: Vec<Array> = (plan.slots.iter().enumerate())
             .map(|(i, s)| positions(s, logits.first(i, s.len)))
             .collect();
-        return head(&ops::concatenate(&all, 1)?);
+        let all = ops::concatenate(&all, 1)?;
+        if plan.products != Products::RowWise {
+            return head(&all);
+        }
+        // Row-wise products take at most MAX_ROWS rows a call: a position's logits are then
+        // a decode step's.
+        let count = all.shape()[1];
+        let parts = (0..count)
+            .step_by(row_products::MAX_ROWS as usize)
+            .map(|from| {
+                head(&all.index((.., from..(from + row_products::MAX_ROWS).min(count), ..)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(ops::concatenate(&parts, 1)?);
     }
     let mut last = plan.slots.iter().map(|s| positions(s, s.len - 1));
     let mut outs = Vec::with_capacity(plan.head_widths.len());

@@ -55,10 +55,16 @@ pub fn kept_from(window: Option<i32>, len: i32) -> i32 {
     })
 }
 
-/// Positions of a windowed layer's ring in a [`KvPool`] slot: the window rounded up to a
-/// whole [`KV_BLOCK`] (every position a decode query sees fits).
+/// The most drafted tokens one verify chunk carries (its last decoded token and these run
+/// as decode places in one step, `Layout::verifies_in_decode_groups`).
+pub const MAX_DRAFTS: i32 = 16;
+
+/// Positions of a windowed layer's ring in a [`KvPool`] slot: the window and
+/// [`MAX_DRAFTS`] more, rounded up to a whole [`KV_BLOCK`]. Every position a decode query
+/// sees fits, and a verify chunk's writes (kept or cut later) land only where positions no
+/// query of the chunk or after it sees were.
 pub fn ring_capacity(window: i32) -> i32 {
-    whole_blocks(window)
+    whole_blocks(window + MAX_DRAFTS)
 }
 
 /// `positions` rounded up to a whole number of [`KV_BLOCK`]s: the capacity a buffer grown
@@ -366,13 +372,20 @@ impl KvCache {
         self.cut_back = Some((len, None));
     }
 
-    /// Keep only the first `len` positions (prefix reuse); a pooled row must have been
-    /// released first. Refused below [`reusable_from`](Self::reusable_from) (the cache
-    /// has dropped keys a query there would see) unless the copy kept for
+    /// Keep only the first `len` positions (prefix reuse, drafted positions not kept); a
+    /// pooled row may cut only positions of its slot (its own storage, the prompt, stays
+    /// whole until it is released). Refused below [`reusable_from`](Self::reusable_from)
+    /// (the cache has dropped keys a query there would see) unless the copy kept for
     /// [`hold_cut_back_to`](Self::hold_cut_back_to) can be cut there.
     pub fn truncate(&mut self, len: i32) -> Result<()> {
-        debug_assert!(self.pooled.is_none(), "release the pool slot first");
         let len = len.max(0);
+        if let Some(p) = self.pooled.as_mut() {
+            // The slot's later positions stay behind, unseen: a query sees positions below
+            // its length, and a ring holds MAX_DRAFTS more than its window.
+            debug_assert!(len >= self.len, "release the pool slot first");
+            p.len = p.len.min(len);
+            return Ok(());
+        }
         if let Some((_, Some(copy))) = self.cut_back.take() {
             if len < self.reusable_from() && len >= copy.reusable_from() {
                 *self = *copy;
@@ -476,14 +489,14 @@ impl KvPool {
         slots
     }
 
-    /// Make sure the row (its per-layer caches) has a slot with room for one more position,
-    /// entering the pool or moving up a class as needed.
-    pub fn place(&mut self, row: &mut [KvCache]) -> Result<()> {
+    /// Make sure the row (its per-layer caches) has a slot with room for `new` more
+    /// positions, entering the pool or moving to the class of its length as needed.
+    pub fn place(&mut self, row: &mut [KvCache], new: i32) -> Result<()> {
         for cache in row.iter_mut() {
             cache.host_to_mlx()?;
         }
         let len = row[0].len();
-        let capacity = whole_blocks(len + 1);
+        let capacity = whole_blocks(len + new);
         let previous = row[0].pooled;
         if previous.is_some_and(|p| p.capacity == capacity) {
             return Ok(());
@@ -541,27 +554,31 @@ impl KvPool {
         self.free(p);
     }
 
-    /// Write one new position for each of `rows` (their caches at this layer) in the class
-    /// of `capacity`: `keys`/`values` are `[rows, kv_heads, 1, head_dim]`, in that order.
-    /// The scatter's index comes from `uploads` (layers alike share one).
+    /// Write `counts[r]` new positions for each of `rows` (their caches at this layer) in
+    /// the class of `capacity`: `keys`/`values` are `[Σ counts, kv_heads, 1, head_dim]`, row
+    /// by row, in position order. The scatter's index comes from `uploads` (layers alike
+    /// share one).
     pub fn write(
         &mut self,
         layer: usize,
         capacity: i32,
         rows: &mut [&mut KvCache],
+        counts: &[i32],
         (keys, values): (&Array, &Array),
         uploads: &mut Uploads,
     ) -> Result<()> {
         let (k, v) = &mut self.classes.get_mut(&capacity).expect("placed").layers[layer];
         let shape = k.shape().to_vec();
         let (heads, ring, head_dim) = (shape[1], shape[2], shape[3]);
-        let mut index = Vec::with_capacity(rows.len() * heads as usize);
-        for cache in rows.iter_mut() {
+        let mut index = Vec::with_capacity(keys.shape()[0] as usize * heads as usize);
+        for (cache, &count) in rows.iter_mut().zip(counts) {
             let p = cache.pooled.as_mut().expect("placed");
-            for h in 0..heads {
-                index.push((p.slot * heads + h) * ring + p.len % ring);
+            for _ in 0..count {
+                for h in 0..heads {
+                    index.push((p.slot * heads + h) * ring + p.len % ring);
+                }
+                p.len += 1;
             }
-            p.len += 1;
         }
         let index = uploads.get(&index);
         let n = index.shape()[0];
@@ -583,6 +600,12 @@ impl KvPool {
         let slots = self.call_slots(capacity);
         let span = |a: &Array| a.index(first..first + slots);
         (span(k), span(v))
+    }
+
+    /// Keys and values of every slot of a class at `layer` (`[slots, kv_heads, ring,
+    /// head_dim]`).
+    pub fn class(&self, layer: usize, capacity: i32) -> (Array, Array) {
+        self.classes[&capacity].layers[layer].clone()
     }
 
     fn allocate(&mut self, capacity: i32, like: &[KvCache]) -> Result<i32> {
@@ -786,7 +809,7 @@ mod tests {
         ];
         let mut pool = KvPool::default();
         for len in 250..600 {
-            pool.place(&mut row).unwrap();
+            pool.place(&mut row, 1).unwrap();
             let capacity = row[0].pooled().unwrap().capacity;
             for (layer, cache) in row.iter_mut().enumerate() {
                 let new = Array::from_slice(&[len as f32], &[1, 1, 1, 1]);
@@ -794,6 +817,7 @@ mod tests {
                     layer,
                     capacity,
                     &mut [&mut *cache],
+                    &[1],
                     (&new, &new),
                     &mut Uploads::default(),
                 )

@@ -58,9 +58,22 @@ pub enum AttentionLayout {
 /// a full step reads the weights once.
 const CPU_DECODE_WIDTH: usize = 8;
 
-/// Pool slots per decode-attention call on CUDA: the GPU scheduler's default row count, so
-/// a full step attends each layer in one call.
+/// Pool slots a class grows by on CUDA: the GPU scheduler's default row count.
 const CUDA_CALL_SLOTS: i32 = 32;
+
+/// How pooled decode rows attend ([`AttentionLayout::Capacity`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PooledAttention {
+    /// Calls of [`KvPool::call_slots`](crate::step::kv_cache::KvPool::call_slots) slots of
+    /// one capacity through MLX's fused attention with a mask: the call's shape is a
+    /// function of the row's capacity, so a row gets its bits in any call.
+    MaskedCalls,
+    /// Each query over its own positions (`step::pooled_attention`: Seedbar's kernel on
+    /// CUDA, a call per query elsewhere), in an order those positions fix: a row's bits do
+    /// not depend on its capacity, its slot or the step, and a query at position `p` gets
+    /// what any other query at `p` of its row gets.
+    PerQuery,
+}
 
 /// How a step's dense matmuls run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,18 +107,16 @@ pub struct Layout {
     /// within the prompt, so a hit prefills the rest in the chunks a miss would. Only the
     /// packed CPU path claims it: elsewhere decode groups are not prefill chunks.
     pub kv_independent_of_steps: bool,
-    /// The most pool slots one decode-attention call covers
-    /// ([`KvPool::new`](crate::step::kv_cache::KvPool::new)): with an array mask, MLX CUDA's
-    /// decode attention is its unfused fallback (several kernels a call, `gpu-invariance.md`
-    /// §2.3), so there one call covers the 32 rows a step decodes; on Metal the vector
-    /// kernel takes the mask, and a call stays at the pool's minimum.
+    /// The most pool slots one masked decode-attention call covers, and the slots a pool
+    /// class grows by ([`KvPool::new`](crate::step::kv_cache::KvPool::new)): on Metal a
+    /// call stays at the pool's minimum; on CUDA, whose rows attend per query, a class grows
+    /// by the 32 rows a step decodes.
     pub pool_call_slots: i32,
-    /// Whether MLX's fused attention kernel takes the pooled calls' masks (Metal's vector
-    /// kernel, the CPU). CUDA's does not: MLX falls back to matmuls that broadcast the keys
-    /// to every query head (`gpu-invariance.md` §2.3), so there a call runs as two batched
-    /// matmuls of the query heads per KV head around a softmax (fixed shapes, so still
-    /// invariant) that read the keys once.
-    pub fused_masked_attention: bool,
+    /// How pooled decode rows attend: in masked calls of a fixed slot count per capacity
+    /// through MLX's fused kernel (Metal's vector kernel takes the mask), or each query over
+    /// its own positions (CUDA, where MLX's fused kernel takes no mask and its fallback
+    /// broadcasts the keys to every query head, `gpu-invariance.md` §2.3).
+    pub pooled: PooledAttention,
     pub products: Products,
     /// Aligned prefill chunks end at multiples of this absolute position
     /// ([`PREFILL_CHUNK`] on the CPU, [`GPU_PREFILL_CHUNK`] on GPUs).
@@ -135,7 +146,7 @@ impl Layout {
         attention: AttentionLayout::Padded,
         kv_independent_of_steps: false,
         pool_call_slots: MIN_CALL_SLOTS,
-        fused_masked_attention: true,
+        pooled: PooledAttention::MaskedCalls,
         products: Products::Matmul,
         prefill_chunk: PREFILL_CHUNK,
         aligned_chunks: false,
@@ -157,7 +168,11 @@ impl Layout {
             } else {
                 MIN_CALL_SLOTS
             },
-            fused_masked_attention: backend != Backend::Cuda,
+            pooled: if backend == Backend::Cuda {
+                PooledAttention::PerQuery
+            } else {
+                PooledAttention::MaskedCalls
+            },
             products: Products::Matmul,
             prefill_chunk: GPU_PREFILL_CHUNK,
             aligned_chunks: true,
@@ -168,7 +183,7 @@ impl Layout {
             attention: AttentionLayout::PerRow,
             kv_independent_of_steps,
             pool_call_slots: MIN_CALL_SLOTS,
-            fused_masked_attention: true,
+            pooled: PooledAttention::MaskedCalls,
             products: Products::Matmul,
             prefill_chunk: PREFILL_CHUNK,
             aligned_chunks: !kv_independent_of_steps,
@@ -226,11 +241,23 @@ impl Layout {
 
     /// Whether drafted tokens can be verified exactly: a row running its last token and its
     /// drafts as one chunk gets, at each of their positions, the logits one decode step a
-    /// token would give (every position is computed the same way in any chunk, and the
-    /// output head's product is row-invariant at any row count), so a draft kept is the
-    /// token plain decoding draws there.
+    /// token would give, so a draft kept is the token plain decoding draws there. Either
+    /// every position is computed the same way in any chunk (the packed CPU path), or the
+    /// chunk runs as decode places ([`verifies_in_decode_groups`]).
+    ///
+    /// [`verifies_in_decode_groups`]: Self::verifies_in_decode_groups
     pub fn verifies_drafts(&self) -> bool {
-        self.kv_independent_of_steps
+        self.kv_independent_of_steps || self.verifies_in_decode_groups()
+    }
+
+    /// Whether a verify chunk's tokens run as decode places, each at its own position: in
+    /// the decode groups (row-wise products: a row's bits at any row count) and pooled
+    /// attention per query (a query at position `p` gets what a decode step at `p` gets),
+    /// so each position is computed as a decode step computes it (CUDA's layout).
+    pub fn verifies_in_decode_groups(&self) -> bool {
+        self.attention == AttentionLayout::Capacity
+            && self.pooled == PooledAttention::PerQuery
+            && self.products == Products::RowWise
     }
 
     /// Reused prompt KV ends at a multiple of this many tokens: the prefill chunk where KV
@@ -260,14 +287,17 @@ pub struct Slot {
 pub struct StepPlan {
     /// Rows of each matmul group, padding included.
     pub widths: Vec<i32>,
+    /// Whether each group is one of decode places (one token each, or a verify chunk's
+    /// tokens each at its own position), which run as a whole; else a prefill chunk.
+    pub decode: Vec<bool>,
     /// Tokens of each group that belong to rows (the rest is padding).
     pub filled: Vec<i32>,
     pub slots: Vec<Slot>,
     /// Rows of each output-head group (one position per row of the step, in row order).
     pub head_widths: Vec<i32>,
     pub attention: AttentionLayout,
-    /// [`Layout::fused_masked_attention`].
-    pub fused_masked_attention: bool,
+    /// [`Layout::pooled`].
+    pub pooled: PooledAttention,
     /// [`Layout::products`].
     pub products: Products,
     /// Each row's rotary positions ([`StepPlan::placed`]); empty: every row's token at
@@ -276,15 +306,18 @@ pub struct StepPlan {
 }
 
 impl StepPlan {
-    /// The plan for rows running `lens[i]` new tokens each.
-    pub fn new(layout: &Layout, lens: &[i32]) -> StepPlan {
+    /// The plan for rows running `lens[i]` new tokens each; `verify[i]` (if given) says row
+    /// `i`'s chunk verifies drafted tokens, which runs as decode places where the layout
+    /// [`verifies_in_decode_groups`](Layout::verifies_in_decode_groups).
+    pub fn new(layout: &Layout, lens: &[i32], verify: &[bool]) -> StepPlan {
         let mut plan = StepPlan {
             widths: Vec::new(),
+            decode: Vec::new(),
             filled: Vec::new(),
             slots: Vec::with_capacity(lens.len()),
             head_widths: Vec::new(),
             attention: layout.attention,
-            fused_masked_attention: layout.fused_masked_attention,
+            pooled: layout.pooled,
             products: layout.products,
             positions: Vec::new(),
         };
@@ -299,20 +332,25 @@ impl StepPlan {
                 offset += len;
             }
             plan.widths.push(offset);
+            plan.decode.push(lens.iter().all(|&len| len == 1));
             plan.filled.push(offset);
             plan.head_widths.push(lens.len() as i32);
             return plan;
         };
-        // Single tokens share fixed-width groups; longer chunks are matmuls of their own.
+        // Single tokens (and verify chunks where they are decode places) share fixed-width
+        // groups; longer chunks are matmuls of their own.
+        let in_decode_groups = layout.verifies_in_decode_groups();
         let mut open: Option<usize> = None;
-        for &len in lens {
-            let group = match open.filter(|_| len == 1) {
-                Some(g) if plan.filled[g] < width => g,
+        for (i, &len) in lens.iter().enumerate() {
+            let places = len == 1 || (in_decode_groups && verify.get(i) == Some(&true));
+            let group = match open.filter(|_| places) {
+                Some(g) if plan.filled[g] + len <= width => g,
                 _ => {
-                    plan.widths.push(if len == 1 { width } else { len });
+                    plan.widths.push(if places { width.max(len) } else { len });
+                    plan.decode.push(places);
                     plan.filled.push(0);
                     let g = plan.widths.len() - 1;
-                    if len == 1 {
+                    if places {
                         open = Some(g);
                     }
                     g
@@ -361,9 +399,9 @@ impl StepPlan {
         }
     }
 
-    /// Whether group `g` holds only decode rows (one token each), which run as a whole.
+    /// Whether group `g` holds decode places, which run as a whole ([`StepPlan::decode`]).
     pub fn is_decode_group(&self, group: usize) -> bool {
-        self.rows_of(group).all(|i| self.slots[i].len == 1)
+        self.decode[group]
     }
 
     /// The rows of group `g`, in position order.
@@ -397,7 +435,7 @@ mod tests {
 
     #[test]
     fn the_reference_runs_every_token_in_one_matmul() {
-        let plan = StepPlan::new(&Layout::REFERENCE, &[128, 1, 1, 5]);
+        let plan = StepPlan::new(&Layout::REFERENCE, &[128, 1, 1, 5], &[]);
         assert_eq!(plan.widths, [135]);
         assert_eq!(plan.head_widths, [4]);
         assert_eq!(
@@ -413,7 +451,7 @@ mod tests {
     #[test]
     fn the_cpu_decodes_in_groups_of_eight() {
         let cpu = Layout::for_backend(Backend::Cpu, WeightKind::Quantized);
-        let plan = StepPlan::new(&cpu, &[128, 1, 1, 5]);
+        let plan = StepPlan::new(&cpu, &[128, 1, 1, 5], &[]);
         assert_eq!(plan.widths, [128, 8, 5]);
         assert_eq!(plan.filled, [128, 2, 5]);
         assert_eq!(plan.head_widths, [8]);
@@ -430,11 +468,11 @@ mod tests {
     #[test]
     fn the_cpu_kernels_run_a_step_as_one_unpadded_matmul() {
         let packed = Layout::for_backend(Backend::Cpu, WeightKind::Packed);
-        let plan = StepPlan::new(&packed, &[128, 1, 1, 5]);
+        let plan = StepPlan::new(&packed, &[128, 1, 1, 5], &[]);
         assert_eq!((plan.widths, plan.filled), (vec![135], vec![135]));
         assert_eq!(plan.head_widths, [4]);
         assert_eq!(plan.attention, AttentionLayout::PerRow);
-        let alone = StepPlan::new(&packed, &[1]);
+        let alone = StepPlan::new(&packed, &[1], &[]);
         assert_eq!((alone.widths, alone.head_widths), (vec![1], vec![1]));
     }
 
@@ -444,7 +482,7 @@ mod tests {
         let mut lens = vec![1; 20];
         lens.insert(3, 128);
         lens.push(7);
-        let plan = StepPlan::new(&metal, &lens);
+        let plan = StepPlan::new(&metal, &lens, &[]);
         assert_eq!(plan.widths, [8, 128, 8, 8, 7]);
         assert_eq!(plan.filled, [8, 128, 8, 4, 7]);
         let slot = |group, offset, len| Slot { group, offset, len };
@@ -453,7 +491,7 @@ mod tests {
         assert_eq!(plan.slots[17], slot(3, 0, 1));
         assert_eq!(plan.head_widths, [8, 8, 8]);
         // A row alone gets the same shapes as in a crowd.
-        let alone = StepPlan::new(&metal, &[1]);
+        let alone = StepPlan::new(&metal, &[1], &[]);
         assert_eq!((alone.widths, alone.head_widths), (vec![8], vec![8]));
     }
 
@@ -468,11 +506,11 @@ mod tests {
         let cuda = Layout::for_backend(Backend::Cuda, WeightKind::Quantized);
         let mut lens = vec![1; 40];
         lens.insert(3, 128);
-        let plan = StepPlan::new(&cuda, &lens);
+        let plan = StepPlan::new(&cuda, &lens, &[]);
         assert_eq!(plan.widths, [32, 128, 8]);
         assert_eq!(plan.filled, plan.widths);
         assert_eq!(plan.head_widths, [32, 9]);
-        let alone = StepPlan::new(&cuda, &[1]);
+        let alone = StepPlan::new(&cuda, &[1], &[]);
         assert_eq!((alone.widths, alone.head_widths), (vec![1], vec![1]));
     }
 

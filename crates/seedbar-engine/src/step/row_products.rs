@@ -4,14 +4,19 @@
 //! width, and every product would be a library call, whose launch costs more than the work
 //! at a handful of rows).
 //!
-//! On CUDA these are Seedbar's own kernels, compiled by MLX at run time: `row_products.cu`
-//! for dense weights and `row_products_quantized.cu` for MLX's affine 4- and 8-bit weights,
-//! one warp per output column (or two), summing each row over its own elements in a fixed
-//! order. Elsewhere (tests that run CUDA's layout on the CPU, a backend without the
-//! kernels) each row is a product of its own, which is row-invariant too, and slow. So are
-//! rows whose length the kernels' 16-byte loads do not divide (no model Seedbar loads has
-//! one); there a row's 1-row product could also differ with its alignment in the batch
-//! (MLX's gemv picks its loads by pointer alignment).
+//! On CUDA these are Seedbar's own kernels, compiled by MLX at run time. Dense weights
+//! computed in 16 bits on a GPU with tensor cores for them (sm_80 on) run
+//! `row_products_mma.cu` (its header `row_products_mma.cuh`): 16-row tiles of `mma.sync`,
+//! rows past the last zeros, each output's sum in an order fixed by K alone, so 32 rows cost
+//! about what one does (the weights are read once); it checks itself on the GPU before its
+//! first use. Other dense products run `row_products.cu`, and MLX's affine 4- and 8-bit
+//! weights `row_products_quantized.cu`, on CUDA cores: one warp per output column (or two),
+//! summing each row over its own elements in a fixed order. Which kernel a product takes
+//! depends on its weights, dtype and device, never on its row count. Elsewhere (tests that run CUDA's layout on
+//! the CPU, a backend without the kernels) each row is a product of its own, which is
+//! row-invariant too, and slow. So are rows whose length the kernels' 16-byte loads do not
+//! divide (no model Seedbar loads has one); there a row's 1-row product could also differ
+//! with its alignment in the batch (MLX's gemv picks its loads by pointer alignment).
 //!
 //! ```no_run
 //! use mlx_rs::Array;
@@ -21,17 +26,12 @@
 //! # Ok::<(), seedbar_engine::EngineError>(())
 //! ```
 
-use std::{
-    cell::RefCell,
-    ffi::{CStr, CString},
-};
+use std::{ffi::CStr, sync::OnceLock};
 
-use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype, Stream};
+use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 
-use crate::{
-    error::{EngineError, Result},
-    runtime::Backend,
-};
+use super::cuda_kernel::{self, KernelSource, Launch};
+use crate::{error::Result, runtime::Backend};
 
 /// The most rows one product takes (the kernels' largest row capacity).
 pub const MAX_ROWS: i32 = 32;
@@ -55,16 +55,14 @@ pub struct AffineQuantized<'a> {
 /// `[..., N]`, each row's values independent of the other rows.
 pub fn product(x: &Array, w: &Array) -> Result<Array> {
     let depth = *x.shape().last().expect("a matrix input");
-    let on_kernel = depth % 8 == 0 && kernels_run(w.dtype());
-    each_row(x, w.shape()[0], |matrix| {
-        if on_kernel {
-            DENSE.with_borrow_mut(|kernel| {
-                let kernel = kernel.get_or_insert_with(|| Kernel::new(&DENSE_KERNEL));
-                kernel.apply(&[&matrix.as_dtype(w.dtype())?, w], w.dtype(), &[])
-            })
-        } else {
-            per_row(matrix, |row| Ok(row.matmul(w.t())?))
-        }
+    let kernel = if depth % 32 == 0 && tensor_cores_take(w.dtype()) {
+        Some(&DENSE_MMA_KERNEL)
+    } else {
+        (depth % 8 == 0 && kernels_run(w.dtype())).then_some(&DENSE_KERNEL)
+    };
+    each_row(x, w.shape()[0], |matrix| match kernel {
+        Some(kernel) => run(kernel, &[&matrix.as_dtype(w.dtype())?, w], w.dtype(), &[]),
+        None => per_row(matrix, |row| Ok(row.matmul(w.t())?)),
     })
 }
 
@@ -72,36 +70,29 @@ pub fn product(x: &Array, w: &Array) -> Result<Array> {
 /// each row's values independent of the other rows.
 pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
     let depth = *x.shape().last().expect("a matrix input");
-    // Each lane reads 16 bytes of weights at a time: this many elements.
+    // Each lane reads 16 bytes of weights at a time: this many elements, within a group.
     let span = 128 / w.bits.max(1);
-    let on_kernel = matches!(w.bits, 4 | 8)
-        && depth % span == 0
-        && w.group_size % span == 0
-        && kernels_run(w.scales.dtype());
-    each_row(x, w.weight.shape()[0], |matrix| {
-        if on_kernel {
-            QUANTIZED.with_borrow_mut(|kernel| {
-                let kernel = kernel.get_or_insert_with(|| Kernel::new(&QUANTIZED_KERNEL));
-                let x = matrix.as_dtype(w.scales.dtype())?;
-                kernel.apply(
-                    &[&x, w.weight, w.scales, w.biases],
-                    w.scales.dtype(),
-                    &[(c"BITS", w.bits), (c"GROUP", w.group_size)],
-                )
-            })
-        } else {
-            per_row(matrix, |row| {
-                Ok(ops::quantized_matmul(
-                    row,
-                    w.weight,
-                    w.scales,
-                    w.biases,
-                    true,
-                    w.group_size,
-                    w.bits,
-                )?)
-            })
-        }
+    let fits = matches!(w.bits, 4 | 8) && w.group_size % span == 0;
+    let dtype = w.scales.dtype();
+    let kernel = (fits && depth % span == 0 && kernels_run(dtype)).then_some(&QUANTIZED_KERNEL);
+    each_row(x, w.weight.shape()[0], |matrix| match kernel {
+        Some(kernel) => run(
+            kernel,
+            &[&matrix.as_dtype(dtype)?, w.weight, w.scales, w.biases],
+            dtype,
+            &[(c"BITS", w.bits), (c"GROUP", w.group_size)],
+        ),
+        None => per_row(matrix, |row| {
+            Ok(ops::quantized_matmul(
+                row,
+                w.weight,
+                w.scales,
+                w.biases,
+                true,
+                w.group_size,
+                w.bits,
+            )?)
+        }),
     })
 }
 
@@ -110,6 +101,51 @@ pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
 fn kernels_run(dtype: Dtype) -> bool {
     matches!(dtype, Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
         && Backend::current() == Backend::Cuda
+}
+
+/// Whether the tensor-core kernels run a product computed in `dtype`: 16-bit floats, on a
+/// CUDA GPU of compute capability 8 or more where they pass their check.
+fn tensor_cores_take(dtype: Dtype) -> bool {
+    static TENSOR_CORES: OnceLock<bool> = OnceLock::new();
+    matches!(dtype, Dtype::Float16 | Dtype::Bfloat16)
+        && kernels_run(dtype)
+        && *TENSOR_CORES.get_or_init(|| {
+            compute_capability_major().is_some_and(|m| m >= 8)
+                && cuda_kernel::passes("the tensor-core row products", check_tensor_cores)
+        })
+}
+
+/// The tensor-core kernel on this GPU: a row of 19 gets its bits alone, and every row
+/// MLX's product's values within bfloat16's rounding.
+fn check_tensor_cores() -> Result<bool> {
+    let dtype = Dtype::Bfloat16;
+    let x = cuda_kernel::check_values(&[19, 512], 3, dtype)?;
+    let w = cuda_kernel::check_values(&[96, 512], 7, dtype)?;
+    let product = |x: &Array| run(&DENSE_MMA_KERNEL, &[x, &w], dtype, &[]);
+    let together = product(&x)?;
+    let alone = product(&x.index(5..6))?;
+    let same = together.index(5..6).eq_values(&alone)?;
+    Ok(same && together.all_close(x.matmul(w.t())?, 2e-2, 5e-2, None)?)
+}
+
+/// The default GPU's compute capability (major), as MLX's device information has it.
+fn compute_capability_major() -> Option<usize> {
+    // SAFETY: the device and its information are live handles through the calls and freed
+    // after them; the key is NUL-terminated.
+    unsafe {
+        let device = mlx_sys::mlx_device_new_type(mlx_sys::mlx_device_type__MLX_GPU, 0);
+        let mut info = mlx_sys::mlx_device_info_new();
+        let mut major = 0usize;
+        let read = mlx_sys::mlx_device_info_get(&mut info, device) == 0
+            && mlx_sys::mlx_device_info_get_size(
+                &mut major,
+                info,
+                c"compute_capability_major".as_ptr(),
+            ) == 0;
+        mlx_sys::mlx_device_info_free(info);
+        mlx_sys::mlx_device_free(device);
+        read.then_some(major)
+    }
 }
 
 /// `x` of `[..., K]` as a `[rows, K]` matrix through `product`, whose `[rows, outputs]`
@@ -136,167 +172,104 @@ fn per_row(matrix: &Array, product: impl Fn(&Array) -> Result<Array>) -> Result<
     Ok(ops::concatenate(&each, 0)?)
 }
 
-/// One of the kernels: the name MLX caches it by, its body (MLX writes the signature from
-/// the inputs and outputs) and its inputs' names (the output is `y`). The first input is
-/// `x` and the second the weights, whose first dimension is the output's columns.
-struct KernelSource {
-    name: &'static str,
-    body: &'static str,
-    inputs: &'static [&'static str],
+/// A row kernel: its source and how its threads cover the output.
+struct RowKernel {
+    source: KernelSource,
+    tiles: Tiles,
 }
 
-const DENSE_KERNEL: KernelSource = KernelSource {
-    name: "seedbar_row_products",
-    body: include_str!("row_products.cu"),
-    inputs: &["x", "w"],
-};
-
-const QUANTIZED_KERNEL: KernelSource = KernelSource {
-    name: "seedbar_row_products_quantized",
-    body: include_str!("row_products_quantized.cu"),
-    inputs: &["x", "w", "scales", "biases"],
-};
-
-thread_local! {
-    /// The kernels' handles, made once per thread that runs models.
-    static DENSE: RefCell<Option<Kernel>> = const { RefCell::new(None) };
-    static QUANTIZED: RefCell<Option<Kernel>> = const { RefCell::new(None) };
+/// How a kernel's threads cover `y [M, N]`.
+#[derive(Clone, Copy)]
+enum Tiles {
+    /// A warp per `COLS` columns for every row, in variants for up to `MAX_ROWS` rows (2, 8
+    /// or 32: they differ in registers only, not in any row's arithmetic).
+    WarpColumns,
+    /// A block of [`THREADS`] per `8 · NT` columns, in `MT` tiles of 16 rows (1 or 2: the
+    /// tiles change who computes an output, not how).
+    Mma,
 }
 
-/// MLX's handle on a custom kernel.
-struct Kernel {
-    raw: mlx_sys::mlx_fast_cuda_kernel,
-}
-
-impl Kernel {
-    fn new(source: &KernelSource) -> Kernel {
-        // MLX caches compiled kernels on disk by name: the name carries the source's hash,
-        // so a changed kernel never loads an old build.
-        let name =
-            CString::new(format!("{}_{:016x}", source.name, fnv1a(source.body))).expect("no NUL");
-        let body = CString::new(source.body).expect("no NUL");
-        let inputs = strings(source.inputs);
-        let outputs = strings(&["y"]);
-        // SAFETY: every argument is a live handle or NUL-terminated string for the call.
-        let raw = unsafe {
-            let raw = mlx_sys::mlx_fast_cuda_kernel_new(
-                name.as_ptr(),
-                inputs,
-                outputs,
-                body.as_ptr(),
-                c"".as_ptr(),
-                true,
-                0,
-            );
-            mlx_sys::mlx_vector_string_free(inputs);
-            mlx_sys::mlx_vector_string_free(outputs);
-            raw
-        };
-        Kernel { raw }
-    }
-
-    /// `y [M, N]` of `dtype` from `inputs` (`x [M, K]` first, then the weights of N rows),
-    /// on the kernel variant sized for M rows (the variants differ in registers only, not
-    /// in any row's arithmetic); `extra` adds integer template arguments.
-    fn apply(&self, inputs: &[&Array], dtype: Dtype, extra: &[(&CStr, i32)]) -> Result<Array> {
-        let rows = inputs[0].shape()[0];
-        let outputs = inputs[1].shape()[0];
-        let (max_rows, cols) = match rows {
-            ..=2 => (2, 1),
-            3..=8 => (8, 2),
-            _ => (MAX_ROWS, 2),
-        };
-        let warps = (outputs + cols - 1) / cols;
-        let stream = Stream::thread_local_or_default();
-        // SAFETY: the kernels read their inputs within their shapes and write each element
-        // of y once ([rows, outputs], guarded by `first + c < outputs` and `m < rows`); the
-        // handles passed live through each call and are freed after it.
-        unsafe {
-            let config = mlx_sys::mlx_fast_cuda_kernel_config_new();
-            let shape = [rows, outputs];
-            let mut status =
-                mlx_sys::mlx_fast_cuda_kernel_config_add_output_arg(
-                    config,
-                    shape.as_ptr(),
-                    shape.len(),
-                    dtype.into(),
-                ) | mlx_sys::mlx_fast_cuda_kernel_config_set_grid(config, warps * 32, 1, 1)
-                    | mlx_sys::mlx_fast_cuda_kernel_config_set_thread_group(config, THREADS, 1, 1)
-                    | mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_dtype(
-                        config,
-                        c"T".as_ptr(),
-                        dtype.into(),
-                    );
-            for (name, value) in [(c"MAX_ROWS", max_rows), (c"COLS", cols)]
-                .iter()
-                .chain(extra)
-            {
-                status |= mlx_sys::mlx_fast_cuda_kernel_config_add_template_arg_int(
-                    config,
-                    name.as_ptr(),
-                    *value,
-                );
+impl Tiles {
+    /// The template arguments and the threads of a launch over `rows × outputs`.
+    fn launch(self, rows: i32, outputs: i32) -> ([(&'static CStr, i32); 2], i32) {
+        match self {
+            Tiles::WarpColumns => {
+                let (max_rows, cols) = match rows {
+                    ..=2 => (2, 1),
+                    3..=8 => (8, 2),
+                    _ => (MAX_ROWS, 2),
+                };
+                let warps = (outputs + cols - 1) / cols;
+                ([(c"MAX_ROWS", max_rows), (c"COLS", cols)], warps * 32)
             }
-            let vector = mlx_sys::mlx_vector_array_new();
-            for input in inputs {
-                status |= mlx_sys::mlx_vector_array_append_value(vector, input.as_ptr());
-            }
-            let mut results = mlx_sys::mlx_vector_array_new();
-            let applied = if status == 0 {
-                mlx_sys::mlx_fast_cuda_kernel_apply(
-                    &mut results,
-                    self.raw,
-                    vector,
-                    config,
-                    stream.as_ptr(),
-                )
-            } else {
-                1
-            };
-            let mut y = mlx_sys::mlx_array_new();
-            let got = applied == 0
-                && mlx_sys::mlx_vector_array_size(results) == 1
-                && mlx_sys::mlx_vector_array_get(&mut y, results, 0) == 0;
-            mlx_sys::mlx_vector_array_free(vector);
-            mlx_sys::mlx_vector_array_free(results);
-            mlx_sys::mlx_fast_cuda_kernel_config_free(config);
-            let y = Array::from_ptr(y);
-            if got {
-                Ok(y)
-            } else {
-                Err(EngineError::Mlx(
-                    "MLX refused a row-product kernel's launch".to_string(),
-                ))
+            Tiles::Mma => {
+                let columns = 8 * MMA_N_TILES;
+                let blocks = (outputs + columns - 1) / columns;
+                let m_tiles = (rows + 15) / 16;
+                ([(c"MT", m_tiles), (c"NT", MMA_N_TILES)], blocks * THREADS)
             }
         }
     }
 }
 
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from `mlx_fast_cuda_kernel_new` and is freed once.
-        unsafe { mlx_sys::mlx_fast_cuda_kernel_free(self.raw) };
-    }
-}
+/// The tensor-core kernel's n-tiles of 8 columns per block: measured on an H100 against 1
+/// and 2, as fast at one row and the fastest at 16 and 32 (`scripts/gpu_row_kernels.py`).
+const MMA_N_TILES: i32 = 4;
 
-/// A `mlx_vector_string` of `names` (the caller frees it).
-fn strings(names: &[&str]) -> mlx_sys::mlx_vector_string {
-    // SAFETY: each CString lives through its append, which copies it.
-    unsafe {
-        let vector = mlx_sys::mlx_vector_string_new();
-        for name in names {
-            let name = CString::new(*name).expect("no NUL");
-            mlx_sys::mlx_vector_string_append_value(vector, name.as_ptr());
-        }
-        vector
-    }
-}
+const MMA_HEADER: &str = include_str!("row_products_mma.cuh");
 
-/// FNV-1a of `text`: a stable hash across builds and platforms.
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
+static DENSE_KERNEL: RowKernel = RowKernel {
+    source: KernelSource {
+        name: "seedbar_row_products",
+        body: include_str!("row_products.cu"),
+        header: "",
+        inputs: &["x", "w"],
+    },
+    tiles: Tiles::WarpColumns,
+};
+
+static QUANTIZED_KERNEL: RowKernel = RowKernel {
+    source: KernelSource {
+        name: "seedbar_row_products_quantized",
+        body: include_str!("row_products_quantized.cu"),
+        header: "",
+        inputs: &["x", "w", "scales", "biases"],
+    },
+    tiles: Tiles::WarpColumns,
+};
+
+static DENSE_MMA_KERNEL: RowKernel = RowKernel {
+    source: KernelSource {
+        name: "seedbar_row_products_mma",
+        body: include_str!("row_products_mma.cu"),
+        header: MMA_HEADER,
+        inputs: &["x", "w"],
+    },
+    tiles: Tiles::Mma,
+};
+
+/// `y [M, N]` of `dtype` from `inputs` (`x [M, K]` first, then the weights of N rows)
+/// through `kernel`, on its variant for M rows (see [`Tiles`]); `extra` adds integer
+/// template arguments. The kernels read their inputs within their shapes and write each
+/// element of `y` once.
+fn run(
+    kernel: &'static RowKernel,
+    inputs: &[&Array],
+    dtype: Dtype,
+    extra: &[(&'static CStr, i32)],
+) -> Result<Array> {
+    let rows = inputs[0].shape()[0];
+    let outputs = inputs[1].shape()[0];
+    let (variant, threads) = kernel.tiles.launch(rows, outputs);
+    let template: Vec<(&CStr, i32)> = variant.iter().chain(extra).copied().collect();
+    let launch = Launch {
+        shape: &[rows, outputs],
+        dtype,
+        threads,
+        block: THREADS,
+        template: &template,
+    };
+    cuda_kernel::launch(&kernel.source, inputs, launch)
 }
 
 #[cfg(test)]

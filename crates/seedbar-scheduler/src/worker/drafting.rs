@@ -7,14 +7,52 @@ use super::{Input, Worker};
 use crate::draft_model::DraftJob;
 
 impl Worker {
+    /// Whether this scheduler drafts: asked to, on a layout that verifies drafts exactly.
+    fn speculates(&self) -> bool {
+        self.config.speculative && self.batch.layout().verifies_drafts()
+    }
+
+    /// Score each landed token (drawn on the device, in a pipelined step) against what the
+    /// row's lookup would have guessed, so a row keeps learning whether drafting pays while
+    /// its steps do not draft.
+    pub(super) fn score_landed(&mut self, landed: &[(usize, u32)]) {
+        if !self.speculates() {
+            return;
+        }
+        for &(i, token) in landed {
+            let row = &mut self.rows[i];
+            if row.request.speculative {
+                let history: Vec<u32> = (row.request.prompt.iter())
+                    .chain(&row.generated)
+                    .copied()
+                    .collect();
+                row.speculation.score_guess(&history, token);
+            }
+        }
+    }
+
+    /// Whether a decoding row may draft next step, which takes the host's draw (its drafts
+    /// are looked up in its tokens so far, and verified against logits read back): a row
+    /// whose lookups guess well enough to pay among this many decoding rows, or any row of
+    /// text where a draft model is loaded. Pipelined steps give way to such a step.
+    pub(super) fn rows_may_draft(&self) -> bool {
+        if !self.speculates() {
+            return false;
+        }
+        let decoding = self.rows.iter().filter(|r| !r.prefilling()).count();
+        self.rows.iter().any(|r| {
+            !r.prefilling()
+                && r.request.speculative
+                && (r.speculation.lookups_pay(decoding)
+                    || (self.drafter.is_some() && r.request.images.is_empty()))
+        })
+    }
+
     /// Where the scheduler speculates, decoding rows draft tokens after their last one
     /// (`speculation.rs`) with the step's token budget that prefill chunks left (`left`): by
     /// prompt lookup, else (a row of text alone) by the draft model where one is loaded.
     pub(super) fn draft(&mut self, chosen: &mut [(usize, Input)], mut left: usize) {
-        if !self.config.speculative
-            || self.config.pipelined
-            || !self.batch.layout().verifies_drafts()
-        {
+        if !self.speculates() {
             return;
         }
         let decoding = chosen
