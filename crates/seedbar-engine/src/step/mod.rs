@@ -15,7 +15,7 @@ mod cuda_kernel;
 pub mod groups;
 pub mod kv_cache;
 pub mod plan;
-pub mod pooled_attention;
+mod pooled_attention;
 pub mod positions;
 pub mod row_products;
 
