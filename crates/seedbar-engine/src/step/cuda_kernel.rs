@@ -186,7 +186,8 @@ pub fn passes(what: &str, check: impl FnOnce() -> Result<bool>) -> bool {
     }
 }
 
-/// Fixed pseudo-random values in [-1, 1) as a `shape` array of `dtype` (the checks' data).
+/// Fixed pseudo-random values in [-1, 1) as a `shape` array of `dtype`: the data of the
+/// kernels' checks on a GPU and of the row products' tests.
 pub fn check_values(shape: &[i32], seed: u64, dtype: Dtype) -> Result<Array> {
     let n = shape.iter().product::<i32>() as u64;
     let values: Vec<f32> = (0..n)

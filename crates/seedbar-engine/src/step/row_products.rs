@@ -280,14 +280,9 @@ mod tests {
     /// the ordinary product's values.
     #[test]
     fn a_row_gets_the_same_bits_alone_and_among_others() {
-        // Fixed pseudo-random values in [-1, 1).
-        let values = |n: usize, seed: u64| -> Vec<f32> {
-            (0..n as u64)
-                .map(|i| ((i * 2_654_435_761 + seed) % 1000) as f32 / 500.0 - 1.0)
-                .collect()
-        };
-        let w = Array::from_slice(&values(24 * 64, 7), &[24, 64]);
-        let x = Array::from_slice(&values(5 * 64, 3), &[5, 64]);
+        let values = |shape: &[i32], seed| cuda_kernel::check_values(shape, seed, Dtype::Float32);
+        let w = values(&[24, 64], 7).unwrap();
+        let x = values(&[5, 64], 3).unwrap();
         let together = product(&x, &w).unwrap();
         for r in 0..5 {
             let alone = product(&x.index((r..r + 1, ..)), &w).unwrap();
@@ -308,13 +303,9 @@ mod tests {
     /// and MLX's quantized product's values.
     #[test]
     fn a_quantized_row_gets_the_same_bits_alone_and_among_others() {
-        let values = |n: usize, seed: u64| -> Vec<f32> {
-            (0..n as u64)
-                .map(|i| ((i * 2_654_435_761 + seed) % 1000) as f32 / 500.0 - 1.0)
-                .collect()
-        };
-        let dense = Array::from_slice(&values(24 * 128, 11), &[24, 128]);
-        let x = Array::from_slice(&values(5 * 128, 5), &[1, 5, 128]);
+        let values = |shape: &[i32], seed| cuda_kernel::check_values(shape, seed, Dtype::Float32);
+        let dense = values(&[24, 128], 11).unwrap();
+        let x = values(&[1, 5, 128], 5).unwrap();
         for bits in [4, 8] {
             let (weight, scales, biases) = ops::quantize(&dense, 64, bits).unwrap();
             let w = AffineQuantized {
