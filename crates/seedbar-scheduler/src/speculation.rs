@@ -128,7 +128,7 @@ impl Speculation {
         limit: usize,
         rows: usize,
     ) -> Vec<u32> {
-        let history: Vec<u32> = prompt.iter().chain(generated).copied().collect();
+        let history = history(prompt, generated);
         let len = draft_len(self.hit_rate, rows).min(limit);
         let mut drafts = lookup(&history, len.max(1));
         // An image's keys are not tokens: drafts end before one.
@@ -178,10 +178,10 @@ impl Speculation {
         }
     }
 
-    /// The token drawn after `history` where the row could not draft (a pipelined step):
-    /// scores what its lookup would have guessed.
-    pub(crate) fn score_guess(&mut self, history: &[u32], token: u32) {
-        if let Some(&guess) = lookup(history, 1).first() {
+    /// The token drawn after `prompt` and `generated` where the row could not draft (a
+    /// pipelined step): scores what its lookup would have guessed.
+    pub(crate) fn score_guess(&mut self, prompt: &[u32], generated: &[u32], token: u32) {
+        if let Some(&guess) = lookup(&history(prompt, generated), 1).first() {
             self.score(Drafter::Lookup, guess == token);
         }
     }
@@ -205,6 +205,11 @@ impl Speculation {
         };
         *rate += HIT_RATE_WEIGHT * (hit - *rate);
     }
+}
+
+/// A row's tokens so far, where its lookups search.
+fn history(prompt: &[u32], generated: &[u32]) -> Vec<u32> {
+    prompt.iter().chain(generated).copied().collect()
 }
 
 /// The tokens that followed the latest earlier occurrence of `history`'s last n tokens (the

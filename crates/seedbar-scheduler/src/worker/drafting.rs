@@ -22,11 +22,8 @@ impl Worker {
         for &(i, token) in landed {
             let row = &mut self.rows[i];
             if row.request.speculative {
-                let history: Vec<u32> = (row.request.prompt.iter())
-                    .chain(&row.generated)
-                    .copied()
-                    .collect();
-                row.speculation.score_guess(&history, token);
+                let (prompt, generated) = (&row.request.prompt, &row.generated);
+                row.speculation.score_guess(prompt, generated, token);
             }
         }
     }
