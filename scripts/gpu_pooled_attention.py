@@ -1,8 +1,8 @@
 """Seedbar's pooled decode attention kernel (crates/seedbar-engine/src/step/pooled_attention.cu)
 on this machine's MLX CUDA backend, for one model folder's head shapes: is a query's output
 the same bits alone and among 31 other rows, at another capacity and slot, beside queries of
-its own row at other lengths (a verify chunk's positions), and through a sliding window's
-ring; how close is it to MLX's attention; and how fast is it beside the pooled calls it
+its own row at other lengths (a verify chunk's positions), a block per key-value head, and
+through a sliding window's ring; how close is it to MLX's attention; and how fast is it beside the pooled calls it
 replaces (two batched matmuls around a masked softmax per call of 32 slots)?
 Usage: gpu_pooled_attention.py MODEL_DIR [--repeats N]
 
@@ -34,13 +34,18 @@ KERNEL = mx.fast.cuda_kernel(
 mx.random.seed(5)
 
 
-def attend(q, keys, values, rows, softcap=None):
-    """The kernel, as step/pooled_attention.rs launches it: rows are (place, slot, len, first)."""
+GROUP = heads // kv_heads
+
+
+def attend(q, keys, values, rows, softcap=None, group=1):
+    """The kernel, as step/pooled_attention.rs launches it: rows are (place, slot, len, first);
+    `group` query heads a block (1, or GROUP: all the heads of a key-value head)."""
     table = mx.array(rows, dtype=mx.int32)
     factors = mx.array([scale, softcap or 1.0], dtype=mx.float32)
     return KERNEL(inputs=[q, keys, values, table, factors],
-                  template=[("T", dtype), ("HD", hd), ("SOFTCAP", int(softcap is not None))],
-                  grid=(len(rows) * heads * 128, 1, 1), threadgroup=(128, 1, 1),
+                  template=[("T", dtype), ("HD", hd), ("SOFTCAP", int(softcap is not None)),
+                            ("GROUP", group)],
+                  grid=(len(rows) * heads // group * 128, 1, 1), threadgroup=(128, 1, 1),
                   output_shapes=[(len(rows), heads, 1, hd)], output_dtypes=[dtype])[0]
 
 
@@ -62,6 +67,9 @@ alone = attend(queries, keys, values, [target])
 others = [(p, (p * 7) % 32, 1 + (p * 131) % 1024, 0) for p in range(1, 32)]
 crowd = attend(queries, keys, values, others[:13] + [target] + others[13:])
 results["among_31"] = same(crowd[13], alone[0])
+# A block per key-value head (its query heads together): the same bits as a block per head.
+results["grouped_equals_per_head"] = same(attend(queries, keys, values, others[:13] + [target] + others[13:],
+                                                 group=GROUP), crowd)
 # The same keys at a larger capacity and another slot.
 big_k, big_v = pool(8, 2048)
 big_k[3, :, :1024] = keys[5]
@@ -137,6 +145,8 @@ for capacity in (512, 1024, 2048):
     for rows in (1, 8, 32):
         table = [(r, r, length, 0) for r in range(rows)]
         kernel_us = timed(lambda: attend(queries, k, v, table))
+        grouped_us = timed(lambda: attend(queries, k, v, table, group=GROUP))
         calls_us = timed(lambda: matmul_calls(queries, k, v, mask))
         print(json.dumps({"capacity": capacity, "rows": rows, "kernel_us": round(kernel_us, 1),
-                          "matmul_call_us": round(calls_us, 1)}), flush=True)
+                          "grouped_kernel_us": round(grouped_us, 1), "matmul_call_us": round(calls_us, 1)}),
+              flush=True)

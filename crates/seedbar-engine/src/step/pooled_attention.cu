@@ -7,15 +7,19 @@
 // query's place in q, its slot, its length — it sees positions before it — and its first
 // visible position), and factors float32 [2] (the score's scale and, where SOFTCAP, the
 // logit cap); output y [R, H, HD]; template arguments T, HD (head dim, a multiple of 32
-// and of 8) and SOFTCAP (0 or 1). Launch R · H blocks of 128 threads.
+// and of 8), SOFTCAP (0 or 1) and GROUP (query heads per block: 1, or all the heads of a
+// key-value head, which then reads each key and value once for all of them). Launch
+// R · H / GROUP blocks of 128 threads.
 //
-// The sum: the positions run in tiles of 32 at absolute multiples of 32; warp w of the
-// block takes the query's tiles w, w + 4, ... (counted from the tile of its first position).
-// Per tile, lane l scores position 32 j + l (a dot product over the head in four fixed
-// interleaved partial sums, then (0 + 1) + (2 + 3)), the warp folds it into its running
-// maximum, total and output (online softmax: each scaled by exp(old max - new max)), each
-// output element adding the tile's positions in order with one FMA each. The four warps'
-// partial results then meet in the order 0, 1, 2, 3.
+// The sum, per query head: the positions run in tiles of 32 at absolute multiples of 32;
+// warp w of the block takes the query's tiles w, w + 4, ... (counted from the tile of its
+// first position). Per tile, lane l scores position 32 j + l (a dot product over the head
+// in four fixed interleaved partial sums, then (0 + 1) + (2 + 3)), the warp folds it into
+// its running maximum, total and output (online softmax: each scaled by exp(old max - new
+// max)), each output element adding the tile's positions in order with one FMA each. The
+// four warps' partial results then meet in the order 0, 1, 2, 3. GROUP changes which
+// thread does a head's operations, never the operations or their order: a head's output
+// is the same bits at GROUP 1 and at GROUP H / KVH.
 constexpr int WARPS = 4;
 const float NEG_INF = __int_as_float(0xff800000);
 constexpr int LANES = 32;
@@ -23,99 +27,138 @@ constexpr int PER_LANE = HD / LANES;
 const int heads = q_shape[1];
 const int kv_heads = keys_shape[1];
 const int capacity = keys_shape[2];
-const int r = blockIdx.x / heads;
-const int h = blockIdx.x % heads;
+const int r = blockIdx.x / (heads / GROUP);
+const int h0 = blockIdx.x % (heads / GROUP) * GROUP;
 const int place = rows[4 * r];
 const int slot = rows[4 * r + 1];
 const int len = rows[4 * r + 2];
 const int first = rows[4 * r + 3];
 const int lane = threadIdx.x % LANES;
 const int warp = threadIdx.x / LANES;
-__shared__ float query[HD];
-__shared__ float part_max[WARPS];
-__shared__ float part_total[WARPS];
-__shared__ float part_out[WARPS][HD];
-const T* q_row = q + (static_cast<long>(place) * heads + h) * HD;
+__shared__ float query[GROUP][HD];
+__shared__ float part_max[WARPS][GROUP];
+__shared__ float part_total[WARPS][GROUP];
+__shared__ float part_out[WARPS][GROUP][HD];
+const T* q_rows = q + (static_cast<long>(place) * heads + h0) * HD;
 const float scale = factors[0];
-for (int e = threadIdx.x; e < HD; e += blockDim.x) {
-  query[e] = static_cast<float>(q_row[e]) * scale;
+for (int e = threadIdx.x; e < GROUP * HD; e += blockDim.x) {
+  query[e / HD][e % HD] = static_cast<float>(q_rows[e]) * scale;
 }
 __syncthreads();
-const long base = (static_cast<long>(slot) * kv_heads + h / (heads / kv_heads)) * capacity;
-float running = NEG_INF;
-float total = 0.0f;
-float out[PER_LANE];
+const long base = (static_cast<long>(slot) * kv_heads + h0 / (heads / kv_heads)) * capacity;
+float running[GROUP];
+float total[GROUP];
+float out[GROUP][PER_LANE];
 #pragma unroll
-for (int e = 0; e < PER_LANE; ++e) {
-  out[e] = 0.0f;
+for (int g = 0; g < GROUP; ++g) {
+  running[g] = NEG_INF;
+  total[g] = 0.0f;
+#pragma unroll
+  for (int e = 0; e < PER_LANE; ++e) {
+    out[g][e] = 0.0f;
+  }
 }
 const int last_tile = (len - 1) / LANES;
 for (int j = first / LANES + warp; j <= last_tile; j += WARPS) {
   const int t = j * LANES + lane;
   const bool seen = t >= first && t < len;
-  float score = NEG_INF;
+  float score[GROUP];
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    score[g] = NEG_INF;
+  }
   if (seen) {
     const T* k_row = keys + (base + t % capacity) * HD;
-    float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float partial[GROUP][4];
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      partial[g][0] = partial[g][1] = partial[g][2] = partial[g][3] = 0.0f;
+    }
 #pragma unroll 4
     for (int e = 0; e < HD; e += 8) {
       alignas(16) T k8[8];
       *reinterpret_cast<uint4*>(k8) = *reinterpret_cast<const uint4*>(k_row + e);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        partial[i % 4] = __fmaf_rn(query[e + i], static_cast<float>(k8[i]), partial[i % 4]);
+      for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          partial[g][i % 4] = __fmaf_rn(query[g][e + i], static_cast<float>(k8[i]), partial[g][i % 4]);
+        }
       }
     }
-    score = __fadd_rn(__fadd_rn(partial[0], partial[1]), __fadd_rn(partial[2], partial[3]));
-    if (SOFTCAP) {
-      score = factors[1] * tanhf(score / factors[1]);
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      score[g] = __fadd_rn(__fadd_rn(partial[g][0], partial[g][1]), __fadd_rn(partial[g][2], partial[g][3]));
+      if (SOFTCAP) {
+        score[g] = factors[1] * tanhf(score[g] / factors[1]);
+      }
     }
   }
-  float tile_max = score;
+  float weight[GROUP];
 #pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset /= 2) {
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, offset));
-  }
-  const float next = fmaxf(running, tile_max);
-  const float keep = expf(running - next);
-  const float weight = seen ? expf(score - next) : 0.0f;
-  float tile_total = weight;
+  for (int g = 0; g < GROUP; ++g) {
+    float tile_max = score[g];
 #pragma unroll
-  for (int offset = LANES / 2; offset > 0; offset /= 2) {
-    tile_total = __fadd_rn(tile_total, __shfl_xor_sync(0xffffffff, tile_total, offset));
-  }
-  total = __fmaf_rn(total, keep, tile_total);
+    for (int offset = LANES / 2; offset > 0; offset /= 2) {
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, offset));
+    }
+    const float next = fmaxf(running[g], tile_max);
+    const float keep = expf(running[g] - next);
+    weight[g] = seen ? expf(score[g] - next) : 0.0f;
+    float tile_total = weight[g];
 #pragma unroll
-  for (int e = 0; e < PER_LANE; ++e) {
-    out[e] = __fmul_rn(out[e], keep);
+    for (int offset = LANES / 2; offset > 0; offset /= 2) {
+      tile_total = __fadd_rn(tile_total, __shfl_xor_sync(0xffffffff, tile_total, offset));
+    }
+    total[g] = __fmaf_rn(total[g], keep, tile_total);
+#pragma unroll
+    for (int e = 0; e < PER_LANE; ++e) {
+      out[g][e] = __fmul_rn(out[g][e], keep);
+    }
+    running[g] = next;
   }
   for (int i = 0; i < LANES; ++i) {
-    const float w = __shfl_sync(0xffffffff, weight, i);
+    float w[GROUP];
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      w[g] = __shfl_sync(0xffffffff, weight[g], i);
+    }
     const int ti = j * LANES + i;
     if (ti >= first && ti < len) {
       const T* v_row = values + (base + ti % capacity) * HD + lane * PER_LANE;
+      float v[PER_LANE];
 #pragma unroll
       for (int e = 0; e < PER_LANE; ++e) {
-        out[e] = __fmaf_rn(w, static_cast<float>(v_row[e]), out[e]);
+        v[e] = static_cast<float>(v_row[e]);
+      }
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+        for (int e = 0; e < PER_LANE; ++e) {
+          out[g][e] = __fmaf_rn(w[g], v[e], out[g][e]);
+        }
       }
     }
   }
-  running = next;
-}
-if (lane == 0) {
-  part_max[warp] = running;
-  part_total[warp] = total;
 }
 #pragma unroll
-for (int e = 0; e < PER_LANE; ++e) {
-  part_out[warp][lane * PER_LANE + e] = out[e];
+for (int g = 0; g < GROUP; ++g) {
+  if (lane == 0) {
+    part_max[warp][g] = running[g];
+    part_total[warp][g] = total[g];
+  }
+#pragma unroll
+  for (int e = 0; e < PER_LANE; ++e) {
+    part_out[warp][g][lane * PER_LANE + e] = out[g][e];
+  }
 }
 __syncthreads();
-if (warp == 0) {
-  float most = part_max[0];
+// Warp w meets the four warps' parts of heads w, w + 4, ...
+for (int g = warp; g < GROUP; g += WARPS) {
+  float most = part_max[0][g];
 #pragma unroll
   for (int w = 1; w < WARPS; ++w) {
-    most = fmaxf(most, part_max[w]);
+    most = fmaxf(most, part_max[w][g]);
   }
   float sum = 0.0f;
   float acc[PER_LANE];
@@ -126,14 +169,14 @@ if (warp == 0) {
 #pragma unroll
   for (int w = 0; w < WARPS; ++w) {
     // A warp that saw no tile holds -inf, 0 and zeros: it adds nothing.
-    const float f = part_max[w] == NEG_INF ? 0.0f : expf(part_max[w] - most);
-    sum = __fmaf_rn(part_total[w], f, sum);
+    const float f = part_max[w][g] == NEG_INF ? 0.0f : expf(part_max[w][g] - most);
+    sum = __fmaf_rn(part_total[w][g], f, sum);
 #pragma unroll
     for (int e = 0; e < PER_LANE; ++e) {
-      acc[e] = __fmaf_rn(part_out[w][lane * PER_LANE + e], f, acc[e]);
+      acc[e] = __fmaf_rn(part_out[w][g][lane * PER_LANE + e], f, acc[e]);
     }
   }
-  T* y_row = y + (static_cast<long>(r) * heads + h) * HD + lane * PER_LANE;
+  T* y_row = y + (static_cast<long>(r) * heads + h0 + g) * HD + lane * PER_LANE;
 #pragma unroll
   for (int e = 0; e < PER_LANE; ++e) {
     y_row[e] = static_cast<T>(__fdiv_rn(acc[e], sum));

@@ -36,6 +36,16 @@ pub struct QueryRow {
 /// Threads per block: four warps, each taking every fourth tile of positions.
 const THREADS: i32 = 128;
 
+/// From this many (row, key-value head) pairs in a launch on, a block takes all the query
+/// heads of a key-value head (reading each key and value once for them); below it, a head
+/// each (more blocks for few rows). The same bits either way, so the choice may follow the
+/// row count.
+const GROUPED_FROM: i32 = 64;
+
+/// The most query heads times head dim a block takes (its registers: a running output of
+/// `HD / 32` floats per head and lane).
+const GROUP_MOST_ELEMENTS: i32 = 1024;
+
 static KERNEL: KernelSource = KernelSource {
     name: "seedbar_pooled_attention",
     body: include_str!("pooled_attention.cu"),
@@ -55,39 +65,69 @@ fn kernel_runs(head_dim: i32, dtype: Dtype) -> bool {
         && *CHECKED.get_or_init(|| cuda_kernel::passes("the pooled attention kernel", check))
 }
 
-/// The kernel on this GPU: a query gets its bits alone and among rows of other slots and
-/// lengths (its own row's next position among them), and MLX's attention's values over
-/// exactly its positions within bfloat16's rounding.
-fn check() -> Result<bool> {
+/// Whether blocks of a key-value head's query heads give each head its bits of a block a
+/// head on this GPU (checked once, after the kernel's own check).
+fn grouping_runs() -> bool {
+    static CHECKED: OnceLock<bool> = OnceLock::new();
+    *CHECKED.get_or_init(|| {
+        cuda_kernel::passes("the pooled attention kernel's grouped blocks", || {
+            let (q, keys, values) = check_inputs()?;
+            let run = |group| {
+                let cache = (&keys, &values);
+                launch_kernel(
+                    &q,
+                    cache,
+                    &check_rows(),
+                    (0.125, None),
+                    group,
+                    &mut Uploads::default(),
+                )
+            };
+            Ok(run(4)?.eq_values(&run(1)?)?)
+        })
+    })
+}
+
+/// The checks' queries (4 of 8 heads of 64), keys and values (3 slots of 2 key-value heads).
+fn check_inputs() -> Result<(Array, Array, Array)> {
     let dtype = Dtype::Bfloat16;
-    let q = cuda_kernel::check_values(&[4, 8, 1, 64], 11, dtype)?;
-    let keys = cuda_kernel::check_values(&[3, 2, 256, 64], 13, dtype)?;
-    let values = cuda_kernel::check_values(&[3, 2, 256, 64], 17, dtype)?;
-    let scale = 0.125;
-    let run = |rows: &[QueryRow]| {
-        launch_kernel(
-            &q,
-            (&keys, &values),
-            rows,
-            (scale, None),
-            &mut Uploads::default(),
-        )
-    };
+    Ok((
+        cuda_kernel::check_values(&[4, 8, 1, 64], 11, dtype)?,
+        cuda_kernel::check_values(&[3, 2, 256, 64], 13, dtype)?,
+        cuda_kernel::check_values(&[3, 2, 256, 64], 17, dtype)?,
+    ))
+}
+
+/// The checks' rows: the target (query 0, slot 1, 200 positions) second, among rows of other
+/// slots and lengths and its own row's next position.
+fn check_rows() -> [QueryRow; 4] {
     let row = |place, slot, len, first| QueryRow {
         place,
         slot,
         len,
         first,
     };
-    let target = row(0, 1, 200, 0);
-    let alone = run(&[target])?;
-    let together = run(&[
+    [
         row(1, 2, 37, 0),
-        target,
+        row(0, 1, 200, 0),
         row(2, 1, 201, 0),
         row(3, 0, 256, 100),
-    ])?;
-    let same = together.index(1..2).eq_values(&alone)?;
+    ]
+}
+
+/// The kernel on this GPU: a query gets its bits alone and among rows of other slots and
+/// lengths (its own row's next position among them), and MLX's attention's values over
+/// exactly its positions within bfloat16's rounding.
+fn check() -> Result<bool> {
+    let (q, keys, values) = check_inputs()?;
+    let scale = 0.125;
+    let run = |rows: &[QueryRow]| {
+        let cache = (&keys, &values);
+        launch_kernel(&q, cache, rows, (scale, None), 1, &mut Uploads::default())
+    };
+    let together = check_rows();
+    let alone = run(&together[1..2])?;
+    let same = run(&together)?.index(1..2).eq_values(&alone)?;
     let seen = |a: &Array| a.index((1..2, .., ..200, ..));
     let reference = mlx_rs::fast::scaled_dot_product_attention(
         q.index(0..1),
@@ -114,16 +154,23 @@ pub fn attend(
         return each_query(layer, q, (keys, values), rows, uploads);
     }
     let factors = (layer.scale(), layer.softcap());
-    launch_kernel(q, (keys, values), rows, factors, uploads)
+    let (heads, kv_heads) = (q.shape()[1], keys.shape()[1]);
+    let group = heads / kv_heads;
+    let grouped = rows.len() as i32 * kv_heads >= GROUPED_FROM
+        && group * layer.head_dim() <= GROUP_MOST_ELEMENTS
+        && grouping_runs();
+    let group = if grouped { group } else { 1 };
+    launch_kernel(q, (keys, values), rows, factors, group, uploads)
 }
 
 /// [`attend`] on the kernel, scores scaled by `scale` and, where given, capped by `softcap`
-/// (`cap · tanh(s / cap)`).
+/// (`cap · tanh(s / cap)`), `group` query heads a block (1, or the heads per key-value head).
 fn launch_kernel(
     q: &Array,
     (keys, values): (&Array, &Array),
     rows: &[QueryRow],
     (scale, softcap): (f32, Option<f32>),
+    group: i32,
     uploads: &mut Uploads,
 ) -> Result<Array> {
     let (heads, head_dim) = (q.shape()[1], q.shape()[3]);
@@ -137,11 +184,12 @@ fn launch_kernel(
     let launch = Launch {
         shape: &[count, heads, 1, head_dim],
         dtype: q.dtype(),
-        threads: count * heads * THREADS,
+        threads: count * heads / group * THREADS,
         block: THREADS,
         template: &[
             (c"HD", head_dim),
             (c"SOFTCAP", i32::from(softcap.is_some())),
+            (c"GROUP", group),
         ],
     };
     cuda_kernel::launch(&KERNEL, &[q, keys, values, &table, &factors], launch)
