@@ -4,7 +4,7 @@ the same bits alone and among 31 other rows, at another capacity and slot, besid
 its own row at other lengths (a verify chunk's positions), a block per key-value head, and
 through a sliding window's ring; how close is it to MLX's attention; and how fast is it beside the pooled calls it
 replaces (two batched matmuls around a masked softmax per call of 32 slots)?
-Usage: gpu_pooled_attention.py MODEL_DIR [--repeats N]
+Usage: gpu_pooled_attention.py MODEL_DIR [--repeats N] [--kernel FILE]
 
 Prints one JSON line per check group and per timing."""
 import argparse
@@ -18,6 +18,7 @@ import mlx.core as mx
 parser = argparse.ArgumentParser()
 parser.add_argument("model")
 parser.add_argument("--repeats", type=int, default=20)
+parser.add_argument("--kernel", help="another version of pooled_attention.cu to check and time (default: the tree's)")
 args = parser.parse_args()
 cfg = json.loads((Path(args.model) / "config.json").read_text())
 heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -29,7 +30,7 @@ KERNEL = mx.fast.cuda_kernel(
     name="gpu_pooled_attention",
     input_names=["q", "keys", "values", "rows", "factors"],
     output_names=["y"],
-    source=(step / "pooled_attention.cu").read_text(),
+    source=Path(args.kernel or step / "pooled_attention.cu").read_text(),
 )
 mx.random.seed(5)
 

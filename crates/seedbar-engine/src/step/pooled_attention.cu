@@ -16,7 +16,8 @@
 // first position). Per tile, lane l scores position 32 j + l (a dot product over the head
 // in four fixed interleaved partial sums, then (0 + 1) + (2 + 3)), the warp folds it into
 // its running maximum, total and output (online softmax: each scaled by exp(old max - new
-// max)), each output element adding the tile's positions in order with one FMA each. The
+// max)), each output element adding the tile's positions in order with one FMA each (their
+// values loaded eight positions at a time ahead of the sums). The
 // four warps' partial results then meet in the order 0, 1, 2, 3. GROUP changes which
 // thread does a head's operations, never the operations or their order: a head's output
 // is the same bits at GROUP 1 and at GROUP H / KVH.
@@ -24,6 +25,11 @@ constexpr int WARPS = 4;
 const float NEG_INF = __int_as_float(0xff800000);
 constexpr int LANES = 32;
 constexpr int PER_LANE = HD / LANES;
+// A lane's PER_LANE values of a position, loaded at once (4, 8 or 16 bytes).
+struct alignas(PER_LANE * sizeof(T)) Span {
+  T e[PER_LANE];
+};
+constexpr int SPANS = 8;
 const int heads = q_shape[1];
 const int kv_heads = keys_shape[1];
 const int capacity = keys_shape[2];
@@ -117,25 +123,32 @@ for (int j = first / LANES + warp; j <= last_tile; j += WARPS) {
     }
     running[g] = next;
   }
-  for (int i = 0; i < LANES; ++i) {
-    float w[GROUP];
+  // The tile's values, SPANS positions' loads in flight at a time, then added in order.
+  for (int i0 = 0; i0 < LANES; i0 += SPANS) {
+    Span v[SPANS];
 #pragma unroll
-    for (int g = 0; g < GROUP; ++g) {
-      w[g] = __shfl_sync(0xffffffff, weight[g], i);
-    }
-    const int ti = j * LANES + i;
-    if (ti >= first && ti < len) {
-      const T* v_row = values + (base + ti % capacity) * HD + lane * PER_LANE;
-      float v[PER_LANE];
-#pragma unroll
-      for (int e = 0; e < PER_LANE; ++e) {
-        v[e] = static_cast<float>(v_row[e]);
+    for (int i = 0; i < SPANS; ++i) {
+      const int ti = j * LANES + i0 + i;
+      if (ti >= first && ti < len) {
+        v[i] = *reinterpret_cast<const Span*>(values + (base + ti % capacity) * HD + lane * PER_LANE);
       }
+    }
+#pragma unroll
+    for (int i = 0; i < SPANS; ++i) {
+      float w[GROUP];
 #pragma unroll
       for (int g = 0; g < GROUP; ++g) {
+        w[g] = __shfl_sync(0xffffffff, weight[g], i0 + i);
+      }
+      const int ti = j * LANES + i0 + i;
+      if (ti >= first && ti < len) {
+        const T* vs = reinterpret_cast<const T*>(&v[i]);
 #pragma unroll
-        for (int e = 0; e < PER_LANE; ++e) {
-          out[g][e] = __fmaf_rn(w[g], v[e], out[g][e]);
+        for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+          for (int e = 0; e < PER_LANE; ++e) {
+            out[g][e] = __fmaf_rn(w[g], static_cast<float>(vs[e]), out[g][e]);
+          }
         }
       }
     }
