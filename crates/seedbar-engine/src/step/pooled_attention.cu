@@ -80,7 +80,7 @@ for (int j = first / LANES + warp; j <= last_tile; j += WARPS) {
     for (int g = 0; g < GROUP; ++g) {
       partial[g][0] = partial[g][1] = partial[g][2] = partial[g][3] = 0.0f;
     }
-#pragma unroll 4
+#pragma unroll (GROUP == 1 ? HD / 8 : 4)
     for (int e = 0; e < HD; e += 8) {
       alignas(16) T k8[8];
       *reinterpret_cast<uint4*>(k8) = *reinterpret_cast<const uint4*>(k_row + e);
