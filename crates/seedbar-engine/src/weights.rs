@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::{
     error::{EngineError, Result},
+    runtime::Backend,
     step::{
         plan::Products,
         row_products::{self, AffineQuantized},
@@ -431,6 +432,50 @@ pub enum Matrix {
 }
 
 impl Matrix {
+    fn dense(&self) -> Option<&Array> {
+        match self {
+            Matrix::Dense(w) => Some(w),
+            Matrix::Quantized(_) | Matrix::Packed(_) => None,
+        }
+    }
+
+    fn quantized(&self) -> Option<&Quantized> {
+        match self {
+            Matrix::Quantized(q) => Some(q),
+            Matrix::Dense(_) | Matrix::Packed(_) => None,
+        }
+    }
+
+    /// `matrices` joined by `join` (of their weights, and of a quantized matrix's scales and
+    /// biases): `None` unless all are dense or all quantized alike.
+    fn joined(
+        matrices: &[&Matrix],
+        join: impl Fn(Vec<&Array>) -> Result<Array>,
+    ) -> Result<Option<Matrix>> {
+        let dense: Option<Vec<&Array>> = matrices.iter().map(|m| m.dense()).collect();
+        if let Some(dense) = dense {
+            return Ok(Some(Matrix::Dense(join(dense)?)));
+        }
+        let quantized: Option<Vec<&Quantized>> = matrices.iter().map(|m| m.quantized()).collect();
+        let Some((first, quantized)) = quantized.as_ref().and_then(|q| Some((*q.first()?, q)))
+        else {
+            return Ok(None);
+        };
+        if quantized
+            .iter()
+            .any(|q| (q.bits, q.group_size) != (first.bits, first.group_size))
+        {
+            return Ok(None);
+        }
+        let part = |f: fn(&Quantized) -> &Array| quantized.iter().map(|q| f(q)).collect();
+        Ok(Some(Matrix::Quantized(Quantized {
+            weight: join(part(|q| &q.weight))?,
+            scales: join(part(|q| &q.scales))?,
+            biases: join(part(|q| &q.biases))?,
+            ..first.clone()
+        })))
+    }
+
     /// Rows `range` of the matrix, as a matrix of their own.
     fn rows(&self, range: std::ops::Range<i32>) -> Result<Matrix> {
         let rows = |a: &Array| materialize(a.index((range.clone(), ..)));
@@ -506,41 +551,10 @@ impl ExpertMatrices {
     /// One stack of `matrices` (all dense or all quantized alike); `name` for errors.
     fn stack(matrices: &[Matrix], name: &str) -> Result<Self> {
         let stacked = |parts: Vec<&Array>| materialize(ops::stack(&parts, 0)?);
-        let dense: Vec<&Array> = matrices
-            .iter()
-            .filter_map(|m| match m {
-                Matrix::Dense(w) => Some(w),
-                Matrix::Quantized(_) | Matrix::Packed(_) => None,
-            })
-            .collect();
-        if dense.len() == matrices.len() {
-            return Ok(ExpertMatrices(Matrix::Dense(stacked(dense)?)));
-        }
-        let quantized: Vec<&Quantized> = matrices
-            .iter()
-            .filter_map(|m| match m {
-                Matrix::Quantized(q) => Some(q),
-                Matrix::Dense(_) | Matrix::Packed(_) => None,
-            })
-            .collect();
-        let first = quantized[0];
-        if quantized.len() != matrices.len()
-            || quantized
-                .iter()
-                .any(|q| (q.bits, q.group_size) != (first.bits, first.group_size))
-        {
-            return Err(EngineError::bad_file(
-                name,
-                "experts are not all quantized alike",
-            ));
-        }
-        let part = |f: fn(&Quantized) -> &Array| quantized.iter().map(|q| f(q)).collect();
-        Ok(ExpertMatrices(Matrix::Quantized(Quantized {
-            weight: stacked(part(|q| &q.weight))?,
-            scales: stacked(part(|q| &q.scales))?,
-            biases: stacked(part(|q| &q.biases))?,
-            ..first.clone()
-        })))
+        let matrices: Vec<&Matrix> = matrices.iter().collect();
+        Matrix::joined(&matrices, stacked)?
+            .map(ExpertMatrices)
+            .ok_or_else(|| EngineError::bad_file(name, "experts are not all quantized alike"))
     }
 
     /// `x[..., 1, cols]` times each routed expert's matrix transposed: `indices[...]` names
@@ -606,9 +620,10 @@ impl Linear {
 }
 
 /// Projections of one input computed together (q, k and v; gate and up): `N` matmuls of
-/// their own, or, when every part is packed alike, one CPU kernel call over their rows
-/// stacked: one pass over the input and one dispatch where there were `N`. Each output
-/// keeps the bits of its own product (`QuantizedMatrix::stack_rows`).
+/// their own, or one product over their rows stacked (one pass over the input and one
+/// dispatch where there were `N`): when every part is packed alike, one CPU kernel call
+/// (each output keeps the bits of its own product, `QuantizedMatrix::stack_rows`), and,
+/// where asked ([`Projections::joined_on_cuda`]), CUDA's row kernels over one matrix.
 #[derive(Debug, Clone)]
 pub enum Projections<const N: usize> {
     Each([Linear; N]),
@@ -659,6 +674,37 @@ impl<const N: usize> Projections<N> {
         })
     }
 
+    /// As [`Projections::new`], and on CUDA, parts without biases that are all dense or all
+    /// quantized alike joined into one matrix: a decode step's product is one row-kernel
+    /// launch (each output's sum runs over its own weight row alone, so it keeps its bits),
+    /// a prefill chunk's one library call. The outputs are strided views of the joined
+    /// product: for consumers that read them as such (gate and up, into the activation).
+    pub fn joined_on_cuda(parts: [Linear; N]) -> Result<Self> {
+        let joinable = Backend::current() == Backend::Cuda
+            && parts.iter().all(|l| l.bias.is_none())
+            && !parts.iter().any(|l| matches!(l.weight, Matrix::Packed(_)));
+        if !joinable {
+            return Projections::new(parts);
+        }
+        let weights: Vec<&Matrix> = parts.iter().map(|l| &l.weight).collect();
+        let rows = |parts: Vec<&Array>| materialize(ops::concatenate(&parts, 0)?);
+        let Some(whole) = Matrix::joined(&weights, rows)? else {
+            return Ok(Projections::Each(parts));
+        };
+        let widths = parts.each_ref().map(|l| match &l.weight {
+            Matrix::Dense(w) => w.shape()[0],
+            Matrix::Quantized(q) => q.weight.shape()[0],
+            Matrix::Packed(p) => p.rows() as i32,
+        });
+        Ok(Projections::Stacked {
+            whole: Linear {
+                weight: whole,
+                bias: None,
+            },
+            widths,
+        })
+    }
+
     /// Each projection of `x` (`[..., cols]`).
     pub fn forward(&self, x: &Array, products: Products) -> Result<[Array; N]> {
         let outputs = match self {
@@ -693,7 +739,7 @@ impl<const N: usize> Projections<N> {
 
     /// Whether every part runs on the CPU kernels.
     pub fn is_packed(&self) -> bool {
-        matches!(self, Projections::Stacked { .. })
+        matches!(self, Projections::Stacked { whole, .. } if matches!(whole.weight, Matrix::Packed(_)))
     }
 }
 

@@ -404,7 +404,7 @@ pub(super) struct Mlp {
 impl Mlp {
     fn load(weights: &mut WeightMap, prefix: &str, c: &ModelConfig, v: Variant) -> Result<Self> {
         let (d, i) = (c.hidden_size, c.intermediate_size);
-        let gate_up = Projections::new(if v.fused_projections {
+        let gate_up = Projections::joined_on_cuda(if v.fused_projections {
             weights.fused_linear(&format!("{prefix}.gate_up_proj"), d, [i, i], false)?
         } else {
             [
