@@ -3,7 +3,8 @@
 //! positions fix, so a row's output is the same bits at any capacity, slot or company, and
 //! a query at position `p` gets what any query of its row at `p` gets. On CUDA this is one
 //! kernel of Seedbar's own (`pooled_attention.cu`): a launch per pool class and layer for
-//! every decoding row in that class, with no work for empty slots. Elsewhere (the CUDA
+//! every decoding row in that class, with no work for empty slots; from a few rows on, a
+//! block takes all the query heads of a key-value head (the same bits, fewer reads). Elsewhere (the CUDA
 //! layout run on the CPU, a layer the kernel does not take) each query is an attention
 //! call of its own over exactly its positions.
 //!
