@@ -4,9 +4,9 @@
 //! a query at position `p` gets what any query of its row at `p` gets. On CUDA this is one
 //! kernel of Seedbar's own (`pooled_attention.cu`): a launch per pool class and layer for
 //! every decoding row in that class, with no work for empty slots; from a few rows on, a
-//! block takes all the query heads of a key-value head (the same bits, fewer reads). Elsewhere (the CUDA
-//! layout run on the CPU, a layer the kernel does not take) each query is an attention
-//! call of its own over exactly its positions.
+//! block takes all the query heads of a key-value head (the same bits, fewer reads).
+//! Elsewhere (the CUDA layout run on the CPU, a layer the kernel does not take) each query
+//! is an attention call of its own over exactly its positions.
 //!
 //! [`PooledAttention::PerQuery`]: super::plan::PooledAttention::PerQuery
 
