@@ -15,7 +15,10 @@
 //! or not; the draft model's when it drafts, and now and then while it does not pay) and how
 //! many rows share the step: a row whose guesses do not pay drafts nothing.
 
-use seedbar_engine::Model;
+use seedbar_engine::{
+    step::plan::{Layout, Products},
+    Model,
+};
 
 use crate::{
     draw::{Draw, Noise},
@@ -28,9 +31,23 @@ const MAX_DRAFT: usize = seedbar_engine::step::kv_cache::MAX_DRAFTS as usize;
 /// The n-gram sizes looked up, longest first: a longer match predicts better, and a single
 /// token matches too often to pay.
 const NGRAMS: [usize; 3] = [4, 3, 2];
-/// A step's cost that does not grow with its rows, in rows: on the packed CPU path one row
-/// decodes in about 17 ms and each row more adds about 5 ms (SmolLM2-135M Q4_1, 2 cores).
-const FIXED_COST_IN_ROWS: f32 = 2.3;
+/// A step's cost that does not grow with its rows, in rows, on a layout of the CPU: on the
+/// packed path one row decodes in about 17 ms and each row more adds about 5 ms
+/// (SmolLM2-135M Q4_1, 2 cores).
+const CPU_FIXED_COST_IN_ROWS: f32 = 2.3;
+/// The same on CUDA's row kernels, which read each weight once for up to 32 rows: on an H100
+/// one seeded stream of an 8B-shape 4-bit model ran 92 tok/s and eight 470, so each row adds
+/// about 0.08 of a one-row step (a 1B-shape bf16 one: 0.04).
+const ROW_KERNELS_FIXED_COST_IN_ROWS: f32 = 11.0;
+
+/// A step's cost that does not grow with its rows, in rows, on `layout`.
+pub(crate) fn fixed_cost_in_rows(layout: &Layout) -> f32 {
+    if layout.products == Products::RowWise {
+        ROW_KERNELS_FIXED_COST_IN_ROWS
+    } else {
+        CPU_FIXED_COST_IN_ROWS
+    }
+}
 /// How fast a row's hit rate follows its lookups.
 const HIT_RATE_WEIGHT: f32 = 0.15;
 /// The most tokens a draft model drafts for a row in one step: each is a step of the draft
@@ -83,17 +100,13 @@ impl Default for Speculation {
     }
 }
 
-/// How many tokens to draft with a hit rate of `p` in a step of `rows` decoding rows. A
-/// drafted token costs what a row does; the `j`-th is kept with chance `p^j` (each kept only
-/// after the ones before it), and a kept one saves its row a later step: a row plus the
-/// step's fixed cost shared among its rows. So the `j`-th pays while
-/// `p^j > rows / (rows + FIXED_COST_IN_ROWS)` (0.3 alone, 0.78 among 8).
-fn draft_len(p: f32, rows: usize) -> usize {
-    tokens_that_pay(
-        p,
-        rows as f32 / (rows as f32 + FIXED_COST_IN_ROWS),
-        MAX_DRAFT,
-    )
+/// How many tokens to draft with a hit rate of `p` in a step of `rows` decoding rows whose
+/// fixed cost is `fixed` rows. A drafted token costs what a row does; the `j`-th is kept
+/// with chance `p^j` (each kept only after the ones before it), and a kept one saves its row
+/// a later step: a row plus the step's fixed cost shared among its rows. So the `j`-th pays
+/// while `p^j > rows / (rows + fixed)` (on the CPU 0.3 alone, 0.78 among 8).
+fn draft_len(p: f32, rows: usize, fixed: f32) -> usize {
+    tokens_that_pay(p, rows as f32 / (rows as f32 + fixed), MAX_DRAFT)
 }
 
 /// How many drafted tokens pay, at most `max`, where the `j`-th is kept with chance `p^j`
@@ -119,17 +132,17 @@ fn model_len(p: f32, cost: f32) -> usize {
 
 impl Speculation {
     /// At most `limit` tokens to run after the row's last one, looked up in `prompt` then
-    /// `generated`, in a step of `rows` decoding rows: none when nothing matches or the
-    /// row's lookups do not guess well enough to pay there.
+    /// `generated`, in a step of `rows` decoding rows whose fixed cost is `fixed` rows: none
+    /// when nothing matches or the row's lookups do not guess well enough to pay there.
     pub(crate) fn draft(
         &mut self,
         prompt: &[u32],
         generated: &[u32],
         limit: usize,
-        rows: usize,
+        (rows, fixed): (usize, f32),
     ) -> Vec<u32> {
         let history = history(prompt, generated);
-        let len = draft_len(self.hit_rate, rows).min(limit);
+        let len = draft_len(self.hit_rate, rows, fixed).min(limit);
         let mut drafts = lookup(&history, len.max(1));
         // An image's keys are not tokens: drafts end before one.
         if let Some(key) = drafts.iter().position(|&t| is_image_key(t)) {
@@ -145,9 +158,9 @@ impl Speculation {
     }
 
     /// Whether the row's lookups guess well enough for a draft to pay in a step of `rows`
-    /// decoding rows.
-    pub(crate) fn lookups_pay(&self, rows: usize) -> bool {
-        draft_len(self.hit_rate, rows) > 0
+    /// decoding rows whose fixed cost is `fixed` rows.
+    pub(crate) fn lookups_pay(&self, rows: usize, fixed: f32) -> bool {
+        draft_len(self.hit_rate, rows, fixed) > 0
     }
 
     /// How many tokens the draft model drafts for the row (at most `limit`), a drafted
@@ -290,36 +303,44 @@ mod tests {
 
     #[test]
     fn drafts_grow_with_the_hit_rate_and_stop_where_they_do_not_pay() {
-        assert_eq!(draft_len(0.5, 1), 1);
-        assert_eq!(draft_len(0.9, 1), 11);
-        assert_eq!(draft_len(0.99, 1), MAX_DRAFT);
-        assert_eq!(draft_len(0.25, 1), 0);
+        let cpu = CPU_FIXED_COST_IN_ROWS;
+        assert_eq!(draft_len(0.5, 1, cpu), 1);
+        assert_eq!(draft_len(0.9, 1, cpu), 11);
+        assert_eq!(draft_len(0.99, 1, cpu), MAX_DRAFT);
+        assert_eq!(draft_len(0.25, 1, cpu), 0);
         assert_eq!(
-            draft_len(0.75, 8),
+            draft_len(0.75, 8, cpu),
             0,
             "among 8 rows a draft needs a better hit rate"
         );
-        assert_eq!(draft_len(0.9, 8), 2);
+        assert_eq!(draft_len(0.9, 8, cpu), 2);
+        // Where rows cost little beside the step (CUDA's row kernels), drafts pay sooner.
+        let gpu = ROW_KERNELS_FIXED_COST_IN_ROWS;
+        assert_eq!(draft_len(0.25, 1, gpu), 1);
+        assert_eq!(draft_len(0.75, 8, gpu), 3);
         let history = [1, 2, 1, 2];
         let mut s = Speculation::default();
         assert_eq!(
-            s.draft(&history, &[], 4, 1),
+            s.draft(&history, &[], 4, (1, cpu)),
             [1],
             "alone, a fresh row drafts"
         );
         for _ in 0..6 {
             s.learn(1, 0);
         }
-        assert!(s.draft(&history, &[], 4, 1).is_empty(), "missed too often");
+        assert!(
+            s.draft(&history, &[], 4, (1, cpu)).is_empty(),
+            "missed too often"
+        );
         // Guesses it did not run still teach it: right ones bring the drafts back, and
         // drafts kept make them longer.
         for _ in 0..20 {
-            match s.draft(&history, &[], 4, 1) {
+            match s.draft(&history, &[], 4, (1, cpu)) {
                 drafts if drafts.is_empty() => s.observe(1),
                 drafts => s.learn(drafts.len(), drafts.len()),
             }
         }
-        assert_eq!(s.draft(&history, &[], 4, 1), [1, 2]);
+        assert_eq!(s.draft(&history, &[], 4, (1, cpu)), [1, 2]);
     }
 
     #[test]

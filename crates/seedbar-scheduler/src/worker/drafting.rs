@@ -4,7 +4,7 @@
 use std::{collections::HashMap, sync::atomic::Ordering};
 
 use super::{Input, Worker};
-use crate::draft_model::DraftJob;
+use crate::{draft_model::DraftJob, speculation};
 
 impl Worker {
     /// Whether this scheduler drafts: asked to, on a layout that verifies drafts exactly.
@@ -37,10 +37,11 @@ impl Worker {
             return false;
         }
         let decoding = self.rows.iter().filter(|r| !r.prefilling()).count();
+        let fixed = speculation::fixed_cost_in_rows(self.batch.layout());
         self.rows.iter().any(|r| {
             !r.prefilling()
                 && r.request.speculative
-                && (r.speculation.lookups_pay(decoding)
+                && (r.speculation.lookups_pay(decoding, fixed)
                     || (self.drafter.is_some() && r.request.images.is_empty()))
         })
     }
@@ -56,6 +57,7 @@ impl Worker {
             .iter()
             .filter(|(i, _)| !self.rows[*i].prefilling())
             .count();
+        let fixed = speculation::fixed_cost_in_rows(self.batch.layout());
         // (index into `chosen`, tokens wanted) of the rows the draft model drafts for.
         let mut for_model = Vec::new();
         for (n, (i, input)) in chosen.iter_mut().enumerate() {
@@ -75,7 +77,7 @@ impl Worker {
                 &row.request.prompt,
                 &row.generated,
                 left.min(room),
-                decoding,
+                (decoding, fixed),
             );
             if drafts.is_empty() {
                 if let (Some(drafter), true) = (&self.drafter, row.request.images.is_empty()) {
