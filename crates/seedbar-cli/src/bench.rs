@@ -58,7 +58,8 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2)]
         repeat: usize,
     },
-    /// Identity rate of seeded replies in random concurrent mixes.
+    /// Identity rate of seeded replies in random concurrent mixes (a line per mix on
+    /// stderr as it ends: its layout, whether it was identical, and where it parted).
     Determinism {
         #[command(flatten)]
         model: ModelArg,
@@ -70,9 +71,8 @@ pub enum BenchCommand {
         /// make-up).
         #[arg(long, value_delimiter = ',')]
         only: Vec<usize>,
-        /// Trace each target's numbers through every step, and print for each mix whose
-        /// target parts from its run alone, in tokens or in numbers, the first step and
-        /// layer that differ.
+        /// Trace each target's numbers through every step, and print with each mix the
+        /// first step and layer where its target's numbers part from its run alone.
         #[arg(long)]
         trace: bool,
         /// Skip the non-invariant reference layout's run of the same mixes.
@@ -542,15 +542,12 @@ fn run_mixes(scheduler: &Scheduler, plans: &[Mix], only: &[usize]) -> Result<(us
             Some(outcome) => outcome,
             None => alone()?,
         };
+        // A line a mix as it ends, so a run cut short still tells what it found.
+        let invariant = scheduler.config().batch_invariant;
+        let mut line = json!({"mix": index, "batch_invariant": invariant,
+                              "identical": batched.tokens == alone.tokens});
         if !alone_traces.is_empty() {
-            let parted = first_difference(&alone_traces, &batched_traces);
-            let invariant = scheduler.config().batch_invariant;
-            eprintln!(
-                "{}",
-                json!({"mix": index, "batch_invariant": invariant,
-                       "tokens_identical": batched.tokens == alone.tokens,
-                       "numbers_differ_at": parted})
-            );
+            line["numbers_differ_at"] = json!(first_difference(&alone_traces, &batched_traces));
         }
         if batched.tokens == alone.tokens {
             identical += 1;
@@ -561,15 +558,13 @@ fn run_mixes(scheduler: &Scheduler, plans: &[Mix], only: &[usize]) -> Result<(us
                 .zip(&alone.tokens)
                 .position(|(a, b)| a != b)
                 .unwrap_or(batched.tokens.len().min(alone.tokens.len()));
-            eprintln!(
-                "{}",
-                json!({"differs": index, "prompt_tokens": mix.target.prompt.len(),
+            line["differs"] = json!({"prompt_tokens": mix.target.prompt.len(),
                        "first_different_token": parted,
                        "alone_cached": alone.cached_tokens, "batched_cached": batched.cached_tokens,
                        "alone_first": mix.alone_first, "siblings": mix.siblings.len(),
-                       "late": mix.late.len(), "join_after": mix.join_after})
-            );
+                       "late": mix.late.len(), "join_after": mix.join_after});
         }
+        eprintln!("{line}");
     }
     Ok((
         identical,
