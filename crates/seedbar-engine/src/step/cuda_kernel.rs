@@ -57,10 +57,11 @@ struct Kernel {
 impl Kernel {
     fn new(source: &KernelSource) -> Kernel {
         // The name carries the source's hash, so a changed kernel never loads an old build.
-        let hash = fnv1a(source.body) ^ fnv1a(source.header).rotate_left(1);
+        let (body, header) = (compact(source.body), compact(source.header));
+        let hash = fnv1a(&body) ^ fnv1a(&header).rotate_left(1);
         let name = CString::new(format!("{}_{hash:016x}", source.name)).expect("no NUL");
-        let body = CString::new(source.body).expect("no NUL");
-        let header = CString::new(source.header).expect("no NUL");
+        let body = CString::new(body).expect("no NUL");
+        let header = CString::new(header).expect("no NUL");
         let inputs = strings(source.inputs);
         let outputs = strings(&["y"]);
         // SAFETY: every argument is a live handle or NUL-terminated string for the call.
@@ -162,6 +163,37 @@ fn strings(names: &[&str]) -> mlx_sys::mlx_vector_string {
     }
 }
 
+/// `source` without its comments, indentation and blank lines: the text MLX copies into the
+/// kernel's full source and hashes at every launch it builds and runs (a few microseconds
+/// of host time a launch that grow with the text). Lines stay lines (the preprocessor's
+/// need them); string literals are kept whole.
+fn compact(source: &str) -> String {
+    source
+        .lines()
+        .map(|line| code_of(line).trim())
+        .filter(|code| !code.is_empty())
+        .fold(String::with_capacity(source.len()), |mut out, code| {
+            out.push_str(code);
+            out.push('\n');
+            out
+        })
+}
+
+/// `line` up to its `//` comment, if any outside a string literal.
+fn code_of(line: &str) -> &str {
+    let mut in_string = false;
+    let mut previous = 0u8;
+    for (i, &b) in line.as_bytes().iter().enumerate() {
+        match b {
+            b'"' if previous != b'\\' => in_string = !in_string,
+            b'/' if !in_string && previous == b'/' => return &line[..i - 1],
+            _ => {}
+        }
+        previous = b;
+    }
+    line
+}
+
 /// FNV-1a of `text`: a stable hash across builds and platforms.
 fn fnv1a(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -194,4 +226,29 @@ pub fn check_values(shape: &[i32], seed: u64, dtype: Dtype) -> Result<Array> {
         .map(|i| ((i * 2_654_435_761 + seed) % 1000) as f32 / 500.0 - 1.0)
         .collect();
     Ok(Array::from_slice(&values, shape).as_dtype(dtype)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compact_source_keeps_code_and_strings_and_drops_comments() {
+        let source = "// About the kernel.\n\n  const int x = 1;  // one\n  asm(\"a // b\\\" c\"); // call\n#pragma unroll\n";
+        assert_eq!(
+            compact(source),
+            "const int x = 1;\nasm(\"a // b\\\" c\");\n#pragma unroll\n"
+        );
+        for kernel in [
+            include_str!("pooled_attention.cu"),
+            include_str!("row_products_mma.cuh"),
+        ] {
+            let compacted = compact(kernel);
+            assert!(
+                compacted.len() < kernel.len() * 3 / 4,
+                "comments and indentation go"
+            );
+            assert!(!compacted.contains("//"), "no comment is left");
+        }
+    }
 }
