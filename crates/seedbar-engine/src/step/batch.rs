@@ -70,7 +70,7 @@ pub struct Batch {
 impl Batch {
     pub fn new(layout: Layout) -> Batch {
         Batch {
-            pool: KvPool::new(layout.pool_call_slots),
+            pool: KvPool::new(layout.pool_call_slots, layout.pooled),
             layout,
         }
     }
@@ -92,7 +92,7 @@ impl Batch {
 
     /// Drop every pooled row's KV (after the engine failed mid-step).
     pub fn clear(&mut self) {
-        self.pool = KvPool::new(self.layout.pool_call_slots);
+        self.pool = KvPool::new(self.layout.pool_call_slots, self.layout.pooled);
     }
 
     /// Run one step of `input`'s rows over their caches (`caches[i]` row `i`'s per-layer

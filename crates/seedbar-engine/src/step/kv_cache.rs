@@ -31,7 +31,7 @@ use mlx_rs::{
 
 use crate::{
     error::{EngineError, Result},
-    step::plan::{Uploads, MIN_CALL_SLOTS, PREFILL_CHUNK},
+    step::plan::{PooledAttention, Uploads, MIN_CALL_SLOTS, PREFILL_CHUNK},
 };
 
 /// Positions added per growth step, and the step a windowed cache drops old ones by.
@@ -452,11 +452,15 @@ pub struct KvPool {
     classes: BTreeMap<i32, PoolClass>,
     /// The most slots one attention call covers ([`call_slots`](Self::call_slots)).
     max_call_slots: i32,
+    /// Whether rows attend per query ([`PooledAttention::PerQuery`]): then a class's slot
+    /// count shapes no call, and a class grows from one slot, doubling up to its call
+    /// slots (a lone row holds one slot's buffers, not a call's).
+    per_query: bool,
 }
 
 impl Default for KvPool {
     fn default() -> Self {
-        KvPool::new(MIN_CALL_SLOTS)
+        KvPool::new(MIN_CALL_SLOTS, PooledAttention::MaskedCalls)
     }
 }
 
@@ -468,11 +472,13 @@ struct PoolClass {
 
 impl KvPool {
     /// An empty pool whose attention calls cover up to `max_call_slots` slots (the
-    /// layout's `pool_call_slots`; at least [`MIN_CALL_SLOTS`]).
-    pub fn new(max_call_slots: i32) -> Self {
+    /// layout's `pool_call_slots`; at least [`MIN_CALL_SLOTS`]), its rows attending as
+    /// `pooled` says.
+    pub fn new(max_call_slots: i32, pooled: PooledAttention) -> Self {
         KvPool {
             classes: BTreeMap::new(),
             max_call_slots: max_call_slots.max(MIN_CALL_SLOTS),
+            per_query: pooled == PooledAttention::PerQuery,
         }
     }
 
@@ -621,14 +627,21 @@ impl KvPool {
             class.used[free] = true;
             return Ok(free as i32);
         }
-        // Grow by a whole call's slots, shaped like the row's own buffers.
-        let grown = class.used.len() as i32 + call_slots;
+        // Grow by a whole call's slots (per query: by as many as it holds, from one, up to a
+        // call's), shaped like the row's own buffers.
+        let held = class.used.len() as i32;
+        let more = if self.per_query {
+            held.clamp(1, call_slots)
+        } else {
+            call_slots
+        };
+        let grown = held + more;
         let mut layers = Vec::with_capacity(like.len());
         for (layer, cache) in like.iter().enumerate() {
             let template = cache.keys.as_ref().expect("a decoding row has prefilled");
             let s = template.shape();
             let ring = ring_of(capacity, cache.window);
-            let extra = ops::zeros_dtype(&[call_slots, s[1], ring, s[3]], template.dtype())?;
+            let extra = ops::zeros_dtype(&[more, s[1], ring, s[3]], template.dtype())?;
             layers.push(match class.layers.get(layer) {
                 Some((k, v)) => (
                     ops::concatenate(&[k, &extra], 0)?,
@@ -790,12 +803,32 @@ mod tests {
 
     #[test]
     fn a_pool_call_covers_a_number_of_slots_set_by_the_capacity_alone() {
-        let cuda = KvPool::new(32);
+        let cuda = KvPool::new(32, PooledAttention::PerQuery);
         let calls: Vec<i32> = [256, 1024, 1280, 2048, 4096, 8192]
             .map(|capacity| cuda.call_slots(capacity))
             .to_vec();
         assert_eq!(calls, [32, 32, 16, 16, 8, 8]);
         assert_eq!(KvPool::default().call_slots(256), MIN_CALL_SLOTS);
+    }
+
+    #[test]
+    fn a_per_query_pool_class_grows_from_one_slot_and_a_masked_one_by_a_call() {
+        // Rows of 100 positions joining a class one by one: its buffers' slots.
+        let slots_as_rows_join = |mut pool: KvPool| -> Vec<i32> {
+            let mut rows: Vec<Vec<KvCache>> = Vec::new();
+            (0..5)
+                .map(|_| {
+                    let mut row = vec![filled(100, PREFILL_CHUNK as i32, false)];
+                    pool.place(&mut row, 1).unwrap();
+                    let capacity = row[0].pooled().unwrap().capacity;
+                    rows.push(row);
+                    pool.class(0, capacity).0.shape()[0]
+                })
+                .collect()
+        };
+        let per_query = KvPool::new(32, PooledAttention::PerQuery);
+        assert_eq!(slots_as_rows_join(per_query), [1, 2, 4, 4, 8]);
+        assert_eq!(slots_as_rows_join(KvPool::default()), [8; 5]);
     }
 
     #[test]

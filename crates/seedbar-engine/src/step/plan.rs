@@ -110,7 +110,7 @@ pub struct Layout {
     /// The most pool slots one masked decode-attention call covers, and the slots a pool
     /// class grows by ([`KvPool::new`](crate::step::kv_cache::KvPool::new)): on Metal a
     /// call stays at the pool's minimum; on CUDA, whose rows attend per query, a class grows
-    /// by the 32 rows a step decodes.
+    /// from one slot, doubling, to the 32 rows a step decodes, then by 32.
     pub pool_call_slots: i32,
     /// How pooled decode rows attend: in masked calls of a fixed slot count per capacity
     /// through MLX's fused kernel (Metal's vector kernel takes the mask), or each query over
