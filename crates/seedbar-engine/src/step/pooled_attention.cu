@@ -17,10 +17,10 @@
 // in four fixed interleaved partial sums, then (0 + 1) + (2 + 3)), the warp folds it into
 // its running maximum, total and output (online softmax: each scaled by exp(old max - new
 // max)), each output element adding the tile's positions in order with one FMA each (their
-// values loaded eight positions at a time ahead of the sums). The
-// four warps' partial results then meet in the order 0, 1, 2, 3. GROUP changes which
-// thread does a head's operations, never the operations or their order: a head's output
-// is the same bits at GROUP 1 and at GROUP H / KVH.
+// values loaded eight positions at a time ahead of the sums). The four warps' partial
+// results then meet in the order 0, 1, 2, 3. GROUP changes which thread does a head's
+// operations, never the operations or their order: a head's output is the same bits at
+// GROUP 1 and at GROUP H / KVH.
 constexpr int WARPS = 4;
 const float NEG_INF = __int_as_float(0xff800000);
 constexpr int LANES = 32;
