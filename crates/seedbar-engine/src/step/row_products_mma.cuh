@@ -27,27 +27,21 @@ constexpr int WARPS = 4;
 template <typename T>
 struct Mma;
 
-template <>
-struct Mma<__nv_bfloat16> {
-  static __device__ inline void run(float c[4], const unsigned a[4], const unsigned b[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-
-template <>
-struct Mma<__half> {
-  static __device__ inline void run(float c[4], const unsigned a[4], const unsigned b[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
+// Mma<TYPE>, whose operands are PTX's PTX_TYPE.
+#define SEEDBAR_MMA(TYPE, PTX_TYPE)                                                         \
+  template <>                                                                               \
+  struct Mma<TYPE> {                                                                        \
+    static __device__ inline void run(float c[4], const unsigned a[4], const unsigned b[2]) { \
+      asm volatile(                                                                         \
+          "mma.sync.aligned.m16n8k16.row.col.f32." PTX_TYPE "." PTX_TYPE ".f32 "             \
+          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"               \
+          : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                 \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));             \
+    }                                                                                       \
+  };
+SEEDBAR_MMA(__nv_bfloat16, "bf16")
+SEEDBAR_MMA(__half, "f16")
+#undef SEEDBAR_MMA
 
 // y [rows, outputs] = x [rows, depth] · wᵀ for this block's 8 · NT columns, with MT
 // m-tiles of 16 rows (rows <= 16 · MT). `load_w(n, k, words)` fills `words` with weight
