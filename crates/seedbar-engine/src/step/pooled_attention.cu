@@ -3,7 +3,7 @@
 // same bits whatever the class's capacity, slot or companions, alone or in any step. Body
 // of an MLX custom CUDA kernel (MLX writes the signature): inputs q [P, H, HD] of type T
 // (rotated queries, in any order), keys and values [S, KVH, C, HD] of type T (the class's
-// buffers: position t of slot s at index t % C), rows int32 [R, 4] (per output row: the
+// buffers: position t of slot s at index t % C), rows int32 [4 R] (per output row: the
 // query's place in q, its slot, its length — it sees positions before it — and its first
 // visible position), and factors float32 [2] (the score's scale and, where SOFTCAP, the
 // logit cap); output y [R, H, HD]; template arguments T, HD (head dim, a multiple of 32
