@@ -1,6 +1,8 @@
 //! Single-sequence forward passes (aligned chunked prefill, one decode step) used by
 //! benchmarks and probes, each a step of the sequence's own [`Batch`].
 
+use std::time::{Duration, Instant};
+
 use mlx_rs::{ops::indexing::argmax_axis, transforms::async_eval, Array};
 
 use crate::{
@@ -95,18 +97,28 @@ impl Model {
     /// Greedy decode of `n` tokens after `first` (the prompt's next token), as a chat
     /// streams on the pipelined scheduler: each token is picked on the device and fed to
     /// the next step before it is read, so one step is built while the last one runs.
-    pub fn decode_greedy(&self, first: u32, n: usize, sequence: &mut Sequence) -> Result<Vec<u32>> {
+    /// Returns the tokens and how long the host waited for the device: the rest of the
+    /// wall time went to building steps (a host-bound decode waits for nothing).
+    pub fn decode_greedy(
+        &self,
+        first: u32,
+        n: usize,
+        sequence: &mut Sequence,
+    ) -> Result<(Vec<u32>, Duration)> {
         let mut drawn = Array::from_slice(&[first], &[1]);
         let mut tokens = Vec::with_capacity(n);
+        let mut waited = Duration::ZERO;
         for _ in 0..n {
             let logits = self.forward(&[0], Some((&drawn, &[Some(0)])), &[], sequence)?;
             let next = argmax_axis(logits.reshape(&[1, -1])?, -1, false)?;
             async_eval([&next])?;
+            let wait = Instant::now();
             drawn.eval()?;
+            waited += wait.elapsed();
             tokens.push(drawn.as_slice::<u32>()[0]);
             drawn = next;
         }
-        Ok(tokens)
+        Ok((tokens, waited))
     }
 
     /// The lazy graph of one forward pass over `tokens` appended to the sequence (where
