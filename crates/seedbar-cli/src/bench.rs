@@ -83,6 +83,10 @@ pub enum BenchCommand {
         /// it, so one of a mix's two runs is a hit.
         #[arg(long)]
         long_prompt: Option<usize>,
+        /// Decode without speculation (no drafted tokens verified), to tell a difference
+        /// that only drafting brings.
+        #[arg(long)]
+        no_speculative: bool,
     },
 }
 
@@ -119,6 +123,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             trace,
             no_reference,
             long_prompt,
+            no_speculative,
         } => {
             let mut layouts = vec![(load(&model)?, true)];
             if !no_reference {
@@ -129,6 +134,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
                 only,
                 trace,
                 long_prompt,
+                speculative: !no_speculative,
             };
             determinism(layouts, &runs, tokens)
         }
@@ -388,6 +394,8 @@ struct MixRuns {
     trace: bool,
     /// Every target's prompt tokens, where set.
     long_prompt: Option<usize>,
+    /// Whether rows may speculate (the scheduler's default) or only decode.
+    speculative: bool,
 }
 
 /// Same mixes on the batch-invariant scheduler and (where `models` holds one marked
@@ -449,6 +457,7 @@ fn determinism(models: Vec<(Model, bool)>, runs: &MixRuns, tokens: usize) -> Res
     for (model, batch_invariant) in models {
         let mut config = SchedulerConfig {
             batch_invariant,
+            speculative: runs.speculative,
             ..SchedulerConfig::default()
         };
         if let Some(longest) = plans.iter().map(|p| p.target.prompt.len()).max() {
