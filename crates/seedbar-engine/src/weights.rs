@@ -677,8 +677,9 @@ impl<const N: usize> Projections<N> {
     /// As [`Projections::new`], and on CUDA, parts without biases that are all dense or all
     /// quantized alike joined into one matrix: a decode step's product is one row-kernel
     /// launch (each output's sum runs over its own weight row alone, so it keeps its bits),
-    /// a prefill chunk's one library call. The outputs are strided views of the joined
-    /// product: for consumers that read them as such (gate and up, into the activation).
+    /// a prefill chunk's one library call. The outputs of [`forward`](Self::forward) are
+    /// strided views of the joined product (gate and up, read as such by the activation);
+    /// [`forward_contiguous`](Self::forward_contiguous) copies them out (q, k and v).
     pub fn joined_on_cuda(parts: [Linear; N]) -> Result<Self> {
         let joinable = Backend::current() == Backend::Cuda
             && parts.iter().all(|l| l.bias.is_none())
@@ -724,6 +725,22 @@ impl<const N: usize> Projections<N> {
             }
         };
         Ok(outputs.try_into().expect("one output per projection"))
+    }
+
+    /// As [`forward`](Self::forward), each output row-major in its own buffer: a stacked
+    /// product's parts are copied out (for consumers that need them whole: RoPE), except
+    /// where there is one row, whose parts are each whole already.
+    pub fn forward_contiguous(&self, x: &Array, products: Products) -> Result<[Array; N]> {
+        let outputs = self.forward(x, products)?;
+        let cols = *x.shape().last().expect("a matrix input");
+        if matches!(self, Projections::Each(_)) || x.size() as i32 == cols {
+            return Ok(outputs);
+        }
+        let whole = outputs
+            .iter()
+            .map(|o| o.contiguous())
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(whole.try_into().expect("one output per projection"))
     }
 
     /// All projections of `m` rows of host floats, end to end in each output row

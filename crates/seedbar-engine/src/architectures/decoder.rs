@@ -231,7 +231,7 @@ impl Attention {
                 .transpose()
         };
         let outputs = [heads * hd, kv_heads * hd, kv_heads * hd];
-        let qkv = Projections::new(if v.fused_projections {
+        let qkv = Projections::joined_on_cuda(if v.fused_projections {
             weights.fused_linear(&format!("{prefix}.qkv_proj"), d, outputs, bias)?
         } else {
             let [q, k, v] = outputs;
@@ -273,7 +273,7 @@ impl Attention {
     ) -> Result<Vec<Array>> {
         let mut projected = QueriesKeysValues::default();
         for x in xs {
-            let [q, k, v] = self.qkv.forward(x, plan.products)?;
+            let [q, k, v] = self.qkv.forward_contiguous(x, plan.products)?;
             projected.push(q, k, v);
         }
         attention::attend_groups(self, projected, plan, caches, decode_kv)?
@@ -378,18 +378,37 @@ impl AttentionMath for Attention {
     /// keys are read once, where MLX's unfused fallback broadcasts them to every query
     /// head. Soft-capped scores take [`attend`](AttentionMath::attend).
     fn split_heads(&self, x: Array, part: Part) -> Result<Array> {
-        let (heads, norm) = match part {
-            Part::Queries => (self.heads, &self.q_norm),
-            Part::Keys => (self.kv_heads, &self.k_norm),
-            Part::Values => (self.kv_heads, &None),
-        };
         let shape = x.shape();
-        let x = x.reshape(&[shape[0], shape[1], heads, self.head_dim])?;
-        let x = match norm {
-            Some(n) => n.forward(&x)?,
-            None => x,
+        let x = x.reshape(&[shape[0], shape[1], self.part_heads(part), self.head_dim])?;
+        Ok(self.norm_heads(x, part)?.transpose_axes(&[0, 2, 1, 3])?)
+    }
+
+    fn row_heads(&self, x: Array, part: Part) -> Result<Array> {
+        let x = x.reshape(&[-1, self.part_heads(part), 1, self.head_dim])?;
+        self.norm_heads(x, part)
+    }
+}
+
+impl Attention {
+    /// How many heads `part` has.
+    fn part_heads(&self, part: Part) -> i32 {
+        match part {
+            Part::Queries => self.heads,
+            Part::Keys | Part::Values => self.kv_heads,
+        }
+    }
+
+    /// `x` (`[..., hd]`, a head a row) normed per head where the layer norms `part`.
+    fn norm_heads(&self, x: Array, part: Part) -> Result<Array> {
+        let norm = match part {
+            Part::Queries => &self.q_norm,
+            Part::Keys => &self.k_norm,
+            Part::Values => &None,
         };
-        Ok(x.transpose_axes(&[0, 2, 1, 3])?)
+        match norm {
+            Some(n) => n.forward(&x),
+            None => Ok(x),
+        }
     }
 }
 

@@ -38,6 +38,10 @@ pub trait AttentionMath {
     /// `[B, n, L, hd]` from `[B, L, n·hd]` (`n` the part's heads), normed per head where
     /// the layer norms that part.
     fn split_heads(&self, x: Array, part: Part) -> Result<Array>;
+    /// `[W, n, 1, hd]` from a decode group's `[1, W, n·hd]` (each row one position), normed
+    /// per head where the layer norms that part: [`split_heads`](Self::split_heads) of
+    /// each row, in one reshape (the axes it would swap hold one element).
+    fn row_heads(&self, x: Array, part: Part) -> Result<Array>;
     /// RoPE for positions `offset..` (`x` is `[B, H, L, hd]`); `x` in a layer without.
     fn rotate(&self, x: Array, offset: i32) -> Result<Array>;
     /// RoPE with row `b` at `positions[b]` (`x` is `[B, H, 1, hd]`).
@@ -95,9 +99,6 @@ pub fn attend_groups(
                     on_grid[start + j] = plan.text_shift(i, s + j, s + j + 1).is_none();
                 }
             }
-            let heads = |x: &Array, part: Part| -> Result<Array> {
-                layer.split_heads(x.reshape(&[width, 1, -1])?, part)
-            };
             let at: Vec<i32> = positions.iter().map(|p| p[0]).collect();
             let at = decode_kv.uploads.get(&at).clone();
             // An image token rotates on its grid, as in any chunk over it, picked into place:
@@ -110,9 +111,9 @@ pub fn attend_groups(
                 let mask = Array::from_slice(&on_grid, &[width, 1, 1, 1]);
                 Ok(ops::select(&mask, layer.rotate_grid(x, &positions)?, text)?)
             };
-            let q = rotate(heads(&q_all[g], Part::Queries)?)?;
-            let k = rotate(heads(&k_all[g], Part::Keys)?)?;
-            let v = heads(&v_all[g], Part::Values)?;
+            let q = rotate(layer.row_heads(q_all[g].clone(), Part::Queries)?)?;
+            let k = rotate(layer.row_heads(k_all[g].clone(), Part::Keys)?)?;
+            let v = layer.row_heads(v_all[g].clone(), Part::Values)?;
             if pooled {
                 groups[g] = Some((q, k, v));
                 continue;
@@ -202,10 +203,9 @@ pub fn attend_groups(
                 }
             }
         };
+        // `[W, H, 1, hd]` holds each row's heads end to end, as `[1, W, H·hd]` does.
         let out = if decode {
-            joined
-                .transpose_axes(&[0, 2, 1, 3])?
-                .reshape(&[1, w, width])?
+            joined.reshape(&[1, w, width])?
         } else {
             joined
         };

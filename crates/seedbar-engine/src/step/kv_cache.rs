@@ -15,6 +15,7 @@
 //! [`ring_capacity`] positions, laid out by the row's length alone too. A cache becomes
 //! plain data and back in `snapshot` (the prefix cache's disk tier).
 
+mod scatter;
 mod snapshot;
 
 pub use snapshot::{buffer_bytes, KvSnapshot, StoredKv};
@@ -24,7 +25,7 @@ use std::{collections::BTreeMap, sync::Arc};
 use mlx_rs::{
     ops::{
         self,
-        indexing::{scatter_single, IndexOp, TryIndexMutOp},
+        indexing::{IndexOp, TryIndexMutOp},
     },
     Array,
 };
@@ -574,27 +575,26 @@ impl KvPool {
         uploads: &mut Uploads,
     ) -> Result<()> {
         let (k, v) = &mut self.classes.get_mut(&capacity).expect("placed").layers[layer];
-        let shape = k.shape().to_vec();
-        let (heads, ring, head_dim) = (shape[1], shape[2], shape[3]);
-        let mut index = Vec::with_capacity(keys.shape()[0] as usize * heads as usize);
+        let (heads, ring, head_dim) = (k.shape()[1], k.shape()[2], k.shape()[3]);
+        // Each new position's (slot, head, place in the ring), head by head.
+        let n = keys.shape()[0] as usize * heads as usize;
+        let mut index = [(); 3].map(|_| Vec::with_capacity(n));
         for (cache, &count) in rows.iter_mut().zip(counts) {
             let p = cache.pooled.as_mut().expect("placed");
             for _ in 0..count {
                 for h in 0..heads {
-                    index.push((p.slot * heads + h) * ring + p.len % ring);
+                    index[0].push(p.slot);
+                    index[1].push(h);
+                    index[2].push(p.len % ring);
                 }
                 p.len += 1;
             }
         }
-        let index = uploads.get(&index);
-        let n = index.shape()[0];
-        let scatter = |buffer: &Array, new: &Array| -> Result<Array> {
-            let flat = buffer.reshape(&[-1, head_dim])?;
-            let written = scatter_single(&flat, index, new.reshape(&[n, 1, head_dim])?, 0)?;
-            Ok(written.reshape(&shape)?)
-        };
-        *k = scatter(k, keys)?;
-        *v = scatter(v, values)?;
+        let index: Vec<Array> = index.iter().map(|i| uploads.get(i).clone()).collect();
+        let index: Vec<&Array> = index.iter().collect();
+        let updates = |new: &Array| new.reshape(&[n as i32, 1, 1, 1, head_dim]);
+        *k = scatter::scatter_leading(k, &index, &updates(keys)?)?;
+        *v = scatter::scatter_leading(v, &index, &updates(values)?)?;
         Ok(())
     }
 

@@ -60,9 +60,15 @@ pub fn product(x: &Array, w: &Array) -> Result<Array> {
     } else {
         (depth % 8 == 0 && kernels_run(w.dtype())).then_some(&DENSE_KERNEL)
     };
-    each_row(x, w.shape()[0], |matrix| match kernel {
-        Some(kernel) => run(kernel, &[&matrix.as_dtype(w.dtype())?, w], w.dtype(), &[]),
-        None => per_row(matrix, |row| Ok(row.matmul(w.t())?)),
+    each_row(x, w.shape()[0], |matrix, shape| match kernel {
+        Some(kernel) => run(
+            kernel,
+            &[&matrix.as_dtype(w.dtype())?, w],
+            w.dtype(),
+            &[],
+            shape,
+        ),
+        None => Ok(per_row(matrix, |row| Ok(row.matmul(w.t())?))?.reshape(shape)?),
     })
 }
 
@@ -75,14 +81,15 @@ pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
     let fits = matches!(w.bits, 4 | 8) && w.group_size % span == 0;
     let dtype = w.scales.dtype();
     let kernel = (fits && depth % span == 0 && kernels_run(dtype)).then_some(&QUANTIZED_KERNEL);
-    each_row(x, w.weight.shape()[0], |matrix| match kernel {
+    each_row(x, w.weight.shape()[0], |matrix, shape| match kernel {
         Some(kernel) => run(
             kernel,
             &[&matrix.as_dtype(dtype)?, w.weight, w.scales, w.biases],
             dtype,
             &[(c"BITS", w.bits), (c"GROUP", w.group_size)],
+            shape,
         ),
-        None => per_row(matrix, |row| {
+        None => Ok(per_row(matrix, |row| {
             Ok(ops::quantized_matmul(
                 row,
                 w.weight,
@@ -92,7 +99,8 @@ pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
                 w.group_size,
                 w.bits,
             )?)
-        }),
+        })?
+        .reshape(shape)?),
     })
 }
 
@@ -121,7 +129,10 @@ fn check_tensor_cores() -> Result<bool> {
     let dtype = Dtype::Bfloat16;
     let x = cuda_kernel::check_values(&[19, 512], 3, dtype)?;
     let w = cuda_kernel::check_values(&[96, 512], 7, dtype)?;
-    let product = |x: &Array| run(&DENSE_MMA_KERNEL, &[x, &w], dtype, &[]);
+    let product = |x: &Array| {
+        let shape = [x.shape()[0], w.shape()[0]];
+        run(&DENSE_MMA_KERNEL, &[x, &w], dtype, &[], &shape)
+    };
     let together = product(&x)?;
     let alone = product(&x.index(5..6))?;
     let same = together.index(5..6).eq_values(&alone)?;
@@ -148,20 +159,20 @@ fn compute_capability_major() -> Option<usize> {
     }
 }
 
-/// `x` of `[..., K]` as a `[rows, K]` matrix through `product`, whose `[rows, outputs]`
-/// result takes `x`'s leading shape.
+/// `x` of `[..., K]` as a `[rows, K]` matrix through `product`, which returns its `[rows,
+/// outputs]` values in the shape it is given: `x`'s leading shape, `outputs` last (a
+/// kernel writes it so, with no reshape after).
 fn each_row(
     x: &Array,
     outputs: i32,
-    product: impl FnOnce(&Array) -> Result<Array>,
+    product: impl FnOnce(&Array, &[i32]) -> Result<Array>,
 ) -> Result<Array> {
     let shape = x.shape();
     let depth = *shape.last().expect("a matrix input");
     let rows = x.size() as i32 / depth.max(1);
-    let y = product(&x.reshape(&[rows, depth])?)?;
     let mut out_shape = shape.to_vec();
     *out_shape.last_mut().expect("a matrix input") = outputs;
-    Ok(y.reshape(&out_shape)?)
+    product(&x.reshape(&[rows, depth])?, &out_shape)
 }
 
 /// Each row of `matrix` through `product` on its own, joined: row-invariant on any backend.
@@ -248,22 +259,24 @@ static DENSE_MMA_KERNEL: RowKernel = RowKernel {
     tiles: Tiles::Mma,
 };
 
-/// `y [M, N]` of `dtype` from `inputs` (`x [M, K]` first, then the weights of N rows)
-/// through `kernel`, on its variant for M rows (see [`Tiles`]); `extra` adds integer
-/// template arguments. The kernels read their inputs within their shapes and write each
-/// element of `y` once.
+/// `y [M, N]` of `dtype`, shaped `shape` (any shape of `M·N` elements, row by row), from
+/// `inputs` (`x [M, K]` first, then the weights of N rows) through `kernel`, on its
+/// variant for M rows (see [`Tiles`]); `extra` adds integer template arguments. The
+/// kernels read their inputs within their shapes and write each element of `y` once.
 fn run(
     kernel: &'static RowKernel,
     inputs: &[&Array],
     dtype: Dtype,
     extra: &[(&'static CStr, i32)],
+    shape: &[i32],
 ) -> Result<Array> {
     let rows = inputs[0].shape()[0];
     let outputs = inputs[1].shape()[0];
+    debug_assert_eq!(shape.iter().product::<i32>(), rows * outputs);
     let (variant, threads) = kernel.tiles.launch(rows, outputs);
     let template: Vec<(&CStr, i32)> = variant.iter().chain(extra).copied().collect();
     let launch = Launch {
-        shape: &[rows, outputs],
+        shape,
         dtype,
         threads,
         block: THREADS,
