@@ -87,6 +87,10 @@ pub enum BenchCommand {
         /// that only drafting brings.
         #[arg(long)]
         no_speculative: bool,
+        /// The scheduler's rows (default: its own, 32 on a GPU and 8 on the CPU): mixes
+        /// draw up to this many siblings.
+        #[arg(long)]
+        rows: Option<usize>,
     },
 }
 
@@ -124,6 +128,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             no_reference,
             long_prompt,
             no_speculative,
+            rows,
         } => {
             let mut layouts = vec![(load(&model)?, true)];
             if !no_reference {
@@ -135,6 +140,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
                 trace,
                 long_prompt,
                 speculative: !no_speculative,
+                rows: rows.unwrap_or(SchedulerConfig::default().max_rows),
             };
             determinism(layouts, &runs, tokens)
         }
@@ -396,6 +402,8 @@ struct MixRuns {
     long_prompt: Option<usize>,
     /// Whether rows may speculate (the scheduler's default) or only decode.
     speculative: bool,
+    /// The scheduler's rows.
+    rows: usize,
 }
 
 /// Same mixes on the batch-invariant scheduler and (where `models` holds one marked
@@ -404,8 +412,8 @@ fn determinism(models: Vec<(Model, bool)>, runs: &MixRuns, tokens: usize) -> Res
     let mixes = runs.count;
     let prompts = prompts();
     let mut rng = SmallRng::seed_from_u64(2026);
-    // Up to the scheduler's rows (32 on a GPU, 8 on the CPU), so mixes fill a step.
-    let rows = SchedulerConfig::default().max_rows;
+    // Up to the scheduler's rows, so mixes fill a step.
+    let rows = runs.rows;
     let random_request = |rng: &mut SmallRng, tokens: usize| {
         let prompt = &prompts[rng.random_range(0..prompts.len())];
         seeded(&models[0].0, prompt, rng.random(), tokens)
@@ -458,6 +466,7 @@ fn determinism(models: Vec<(Model, bool)>, runs: &MixRuns, tokens: usize) -> Res
         let mut config = SchedulerConfig {
             batch_invariant,
             speculative: runs.speculative,
+            max_rows: runs.rows,
             ..SchedulerConfig::default()
         };
         if let Some(longest) = plans.iter().map(|p| p.target.prompt.len()).max() {
