@@ -591,7 +591,6 @@ impl KvPool {
             }
         }
         let index: Vec<Array> = index.iter().map(|i| uploads.get(i).clone()).collect();
-        let index: Vec<&Array> = index.iter().collect();
         let updates = |new: &Array| new.reshape(&[n as i32, 1, 1, 1, head_dim]);
         *k = scatter::scatter_leading(k, &index, &updates(keys)?)?;
         *v = scatter::scatter_leading(v, &index, &updates(values)?)?;

@@ -421,11 +421,14 @@ impl StepPlan {
 pub struct Uploads(HashMap<Vec<i32>, Array>);
 
 impl Uploads {
-    /// `values` as a `[n]` int32 array.
+    /// `values` as a `[n]` int32 array (looked up without a copy of `values`: layers ask
+    /// for the same ones).
     pub fn get(&mut self, values: &[i32]) -> &Array {
-        self.0
-            .entry(values.to_vec())
-            .or_insert_with(|| Array::from_slice(values, &[values.len() as i32]))
+        if !self.0.contains_key(values) {
+            let array = Array::from_slice(values, &[values.len() as i32]);
+            self.0.insert(values.to_vec(), array);
+        }
+        &self.0[values]
     }
 }
 

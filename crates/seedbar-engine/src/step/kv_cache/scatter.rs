@@ -9,11 +9,7 @@ use crate::error::{EngineError, Result};
 /// `buffer` with `updates[i]` at `(indices[0][i], indices[1][i], ...)` of its leading axes,
 /// the rest of it unchanged; `updates` is `[n, 1, .., 1, rest of buffer's shape]` (one
 /// element on each indexed axis).
-pub(super) fn scatter_leading(
-    buffer: &Array,
-    indices: &[&Array],
-    updates: &Array,
-) -> Result<Array> {
+pub(super) fn scatter_leading(buffer: &Array, indices: &[Array], updates: &Array) -> Result<Array> {
     let axes: Vec<i32> = (0..indices.len() as i32).collect();
     let stream = Stream::thread_local_or_default();
     // SAFETY: every handle passed lives through the call; the index vector is freed after
@@ -61,7 +57,7 @@ mod tests {
         let index = |v: &[i32]| Array::from_slice(v, &[n]);
         let written = scatter_leading(
             &buffer,
-            &[&index(&slot), &index(&head), &index(&position)],
+            &[index(&slot), index(&head), index(&position)],
             &updates,
         )
         .unwrap();
