@@ -91,6 +91,11 @@ pub enum BenchCommand {
         /// draw up to this many siblings.
         #[arg(long)]
         rows: Option<usize>,
+        /// Pipelined steps (tokens drawn on the device, each step built before the last
+        /// one's tokens are read) or not, whatever the device (default: on a GPU), so the
+        /// CPU runs a GPU's loop and a GPU the host's.
+        #[arg(long)]
+        pipelined: Option<bool>,
     },
 }
 
@@ -129,6 +134,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             long_prompt,
             no_speculative,
             rows,
+            pipelined,
         } => {
             let mut layouts = vec![(load(&model)?, true)];
             if !no_reference {
@@ -141,6 +147,7 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
                 long_prompt,
                 speculative: !no_speculative,
                 rows: rows.unwrap_or(SchedulerConfig::default().max_rows),
+                pipelined: pipelined.unwrap_or(SchedulerConfig::default().pipelined),
             };
             determinism(layouts, &runs, tokens)
         }
@@ -155,7 +162,8 @@ fn speed(model: &Model, prompt_tokens: usize, decode_tokens: usize, repeat: usiz
         .into_iter()
         .take(prompt_tokens)
         .collect();
-    let (mut best_prefill, mut best_decode, mut waiting) = (0.0f64, 0.0f64, 0.0f64);
+    let (mut best_prefill, mut best_decode) = (0.0f64, 0.0f64);
+    let mut shares = [0.0f64; 3];
     for _ in 0..repeat.max(1) {
         let mut sequence = model.sequence();
         let started = Instant::now();
@@ -163,20 +171,22 @@ fn speed(model: &Model, prompt_tokens: usize, decode_tokens: usize, repeat: usiz
         best_prefill = best_prefill.max(prompt.len() as f64 / started.elapsed().as_secs_f64());
         // Decode continues from the prefilled prompt, as mlx_lm.generate measures it.
         let started = Instant::now();
-        let (_, waited) =
+        let (_, times) =
             model.decode_greedy(sampling::argmax(&logits), decode_tokens, &mut sequence)?;
         let elapsed = started.elapsed().as_secs_f64();
         if decode_tokens as f64 / elapsed > best_decode {
             best_decode = decode_tokens as f64 / elapsed;
-            waiting = waited.as_secs_f64() / elapsed;
+            shares = [times.build, times.launch, times.wait].map(|t| t.as_secs_f64() / elapsed);
         }
     }
     println!(
         "{}",
         json!({"prompt_tokens": prompt.len(), "decode_tokens": decode_tokens,
                "prefill_tok_s": best_prefill, "decode_tok_s": best_decode,
-               // Of the best decode's wall time, the share the host waited for the device.
-               "decode_wait_share": waiting,
+               // Of the best decode's wall time, the shares the host spent building the
+               // steps, launching them (MLX's work per op) and waiting for the device.
+               "decode_build_share": shares[0], "decode_launch_share": shares[1],
+               "decode_wait_share": shares[2],
                "blas_kernels": seedbar_engine::runtime::blas_kernels()})
     );
     Ok(())
@@ -404,6 +414,8 @@ struct MixRuns {
     speculative: bool,
     /// The scheduler's rows.
     rows: usize,
+    /// Whether steps are pipelined (the device's default, or asked for).
+    pipelined: bool,
 }
 
 /// Same mixes on the batch-invariant scheduler and (where `models` holds one marked
@@ -467,6 +479,7 @@ fn determinism(models: Vec<(Model, bool)>, runs: &MixRuns, tokens: usize) -> Res
             batch_invariant,
             speculative: runs.speculative,
             max_rows: runs.rows,
+            pipelined: runs.pipelined,
             ..SchedulerConfig::default()
         };
         if let Some(longest) = plans.iter().map(|p| p.target.prompt.len()).max() {

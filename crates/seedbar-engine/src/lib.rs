@@ -51,7 +51,7 @@ pub use model::{Model, ModelFormat};
 pub use reasoning::{ReasoningOutput, ReasoningParser, Thinking};
 pub use sampling::SamplingParams;
 pub use seedbar_kernels::Activations;
-pub use sequence::Sequence;
+pub use sequence::{DecodeTimes, Sequence};
 pub use tool_calls::{ToolCall, ToolCallParser, ToolOutput};
 pub use vision::{ImageMarks, ImagePrompt, ImageTokens, Vision};
 pub use weights::LoadOptions;

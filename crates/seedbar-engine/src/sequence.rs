@@ -97,28 +97,31 @@ impl Model {
     /// Greedy decode of `n` tokens after `first` (the prompt's next token), as a chat
     /// streams on the pipelined scheduler: each token is picked on the device and fed to
     /// the next step before it is read, so one step is built while the last one runs.
-    /// Returns the tokens and how long the host waited for the device: the rest of the
-    /// wall time went to building steps (a host-bound decode waits for nothing).
+    /// Returns the tokens and where the host's time went ([`DecodeTimes`]).
     pub fn decode_greedy(
         &self,
         first: u32,
         n: usize,
         sequence: &mut Sequence,
-    ) -> Result<(Vec<u32>, Duration)> {
+    ) -> Result<(Vec<u32>, DecodeTimes)> {
         let mut drawn = Array::from_slice(&[first], &[1]);
         let mut tokens = Vec::with_capacity(n);
-        let mut waited = Duration::ZERO;
+        let mut times = DecodeTimes::default();
         for _ in 0..n {
+            let started = Instant::now();
             let logits = self.forward(&[0], Some((&drawn, &[Some(0)])), &[], sequence)?;
             let next = argmax_axis(logits.reshape(&[1, -1])?, -1, false)?;
+            let built = Instant::now();
             async_eval([&next])?;
-            let wait = Instant::now();
+            let launched = Instant::now();
             drawn.eval()?;
-            waited += wait.elapsed();
+            times.build += built - started;
+            times.launch += launched - built;
+            times.wait += launched.elapsed();
             tokens.push(drawn.as_slice::<u32>()[0]);
             drawn = next;
         }
-        Ok((tokens, waited))
+        Ok((tokens, times))
     }
 
     /// The lazy graph of one forward pass over `tokens` appended to the sequence (where
@@ -143,6 +146,17 @@ impl Model {
             .batch
             .run(self, input, &mut [caches], Logits::Last, None)
     }
+}
+
+/// Where a pipelined decode's host time went: building each step's graph (the model's
+/// code and MLX's op constructors), launching it (MLX's evaluation of every op: its
+/// kernels' arguments, allocations and launches), and waiting for the device (a
+/// host-bound decode waits for nothing).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DecodeTimes {
+    pub build: Duration,
+    pub launch: Duration,
+    pub wait: Duration,
 }
 
 /// Evaluate one row's logits and copy them to the host.
