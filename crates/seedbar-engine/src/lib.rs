@@ -22,6 +22,7 @@ mod architectures;
 mod chat_template;
 mod config;
 pub mod convert;
+mod cuda_kernel;
 pub mod encoder;
 mod error;
 mod finish_reason;

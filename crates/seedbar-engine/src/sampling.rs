@@ -1,23 +1,25 @@
 //! Choosing the next token from a row of logits. Randomness for token position `t` of a
-//! request comes only from `(seed, t)` through a counter-based hash: no global RNG, no
-//! dependence on other requests, call order or batch shape, and the same draws on every
-//! backend.
+//! request comes only from `(seed, t)` through a counter-based hash (`keyed_noise`): no
+//! global RNG, no dependence on other requests, call order or batch shape, and the same
+//! draws on every backend.
 //!
 //! The draw is Gumbel-max: the token whose score `logit · (1/T) + g` is largest (the first
-//! on ties), with keyed noise `g` per vocabulary entry, computed on the host in `f64` and
-//! rounded to `f32`. The score is two correctly rounded `f32` operations, a product and a
-//! sum, so the host ([`sample_with_noise`]) and the device ([`draw_on_device`]: MLX's
-//! multiply, add and argmax, which also takes the first of equal maxima) pick the same
-//! token from the same logits, bit for bit. The noise does not depend on the logits, so a
-//! caller computes it ([`fill_noise`]) while the device computes the logits.
+//! on ties), with keyed noise `g` per vocabulary entry, computed in `f64` from correctly
+//! rounded operations alone and rounded to `f32`. The score is two correctly rounded `f32`
+//! operations, a product and a sum, so the host ([`sample_with_noise`]) and the device
+//! ([`draw_on_device`], `device_draw`: CUDA's kernel computing the noise itself, or MLX's
+//! multiply, add and argmax over noise the host computed) pick the same token from the
+//! same logits, bit for bit. The noise does not depend on the logits, so a caller computes
+//! it ([`fill_noise`]) while the device computes the logits.
 
-use mlx_rs::{
-    ops::indexing::{argmax_axis, scatter_single},
-    Array,
-};
+mod device_draw;
+mod keyed_noise;
+
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+pub use device_draw::{draw_on_device, noise_drawn_on_device, DeviceDraw};
+use keyed_noise::gumbel;
+pub use keyed_noise::{fill_noise, position_key};
 
 /// A sampling value out of range, naming the parameter (OpenAI's names).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -173,24 +175,6 @@ pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
     logits.iter().map(|&l| (l as f64 - log_z) as f32).collect()
 }
 
-/// SplitMix64's finalizer: a bijective 64-bit mixer.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The key of token position `position` of a request seeded with `seed`.
-pub fn position_key(seed: u64, position: u64) -> u64 {
-    mix(mix(seed ^ 0x5eed_ba12_0000_0000) ^ mix(position.wrapping_add(0x9e37_79b9_7f4a_7c15)))
-}
-
-/// Uniform in (0, 1) for vocabulary entry `index` under `key`.
-fn uniform(key: u64, index: u64) -> f64 {
-    let bits = mix(key ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 11;
-    (bits as f64 + 0.5) / (1u64 << 53) as f64
-}
-
 /// Index of the largest value (the first one on ties).
 pub fn argmax(values: &[f32]) -> u32 {
     let mut best = 0;
@@ -200,23 +184,6 @@ pub fn argmax(values: &[f32]) -> u32 {
         }
     }
     best as u32
-}
-
-/// The Gumbel noise `-ln(-ln U)` of vocabulary entry `index` under `key`, computed in `f64`
-/// and rounded to the `f32` the score adds.
-fn gumbel(key: u64, index: u64) -> f32 {
-    -(-uniform(key, index).ln()).ln() as f32
-}
-
-/// The noise of the draw at `position` of a request seeded with `seed`, for the vocabulary
-/// entries from `first` on: `noise[k]` is entry `first + k`'s. A whole row's
-/// (`first == 0`, vocabulary-sized) is what [`sample_with_noise`] and [`draw_on_device`]
-/// read.
-pub fn fill_noise(noise: &mut [f32], seed: u64, position: u64, first: usize) {
-    let key = position_key(seed, position);
-    for (k, g) in noise.iter_mut().enumerate() {
-        *g = gumbel(key, (first + k) as u64);
-    }
 }
 
 /// Pick the token at `position` from `logits` (one row, vocabulary-sized).
@@ -250,60 +217,6 @@ fn gumbel_max(logits: &[f32], params: &SamplingParams, noise: impl Fn(u32) -> f3
         }
     }
     best.1
-}
-
-/// One row's draw on the device ([`draw_on_device`]): its sampling (biases and
-/// temperature; [`SamplingParams::draws_on_device`] holds) and its noise (empty when greedy).
-pub struct DeviceDraw<'a> {
-    pub params: &'a SamplingParams,
-    pub noise: &'a [f32],
-}
-
-/// Each row's token from `logits` (`[rows, V]` float32, lazy), on the device that computes
-/// them: the biases added, then [`gumbel_max`]'s score and argmax, op by op (a multiply,
-/// an add, an argmax; never fused, so never contracted into one rounding). The same tokens
-/// [`sample_with_noise`] picks from the same logits. Returns `[rows]` uint32, lazy.
-pub fn draw_on_device(logits: &Array, rows: &[DeviceDraw]) -> Result<Array> {
-    let vocab = logits.shape()[1];
-    let mut scores = logits.clone();
-    // `l + bias` for each biased entry, written back (the rows' entries are distinct).
-    let (mut at, mut bias) = (Vec::new(), Vec::new());
-    for (r, row) in rows.iter().enumerate() {
-        for &(token, b) in &row.params.logit_bias {
-            at.push(r as i32 * vocab + token as i32);
-            bias.push(b);
-        }
-    }
-    if !at.is_empty() {
-        let at = Array::from_slice(&at, &[at.len() as i32]);
-        let flat = scores.reshape(&[-1])?;
-        let biased = flat
-            .take_axis(&at, 0)?
-            .add(Array::from_slice(&bias, &[bias.len() as i32]))?;
-        let n = bias.len() as i32;
-        scores = scatter_single(&flat, &at, biased.reshape(&[n, 1])?, 0)?.reshape(&[-1, vocab])?;
-    }
-    if rows.iter().any(|r| r.params.temperature > 0.0) {
-        // A greedy row's score is its logit: times 1, plus 0, exactly.
-        let inv_t: Vec<f32> = rows
-            .iter()
-            .map(|r| match r.params.temperature {
-                0.0 => 1.0,
-                _ => r.params.inverse_temperature(),
-            })
-            .collect();
-        let mut noise = Vec::with_capacity(rows.len() * vocab as usize);
-        for row in rows {
-            match row.params.temperature {
-                0.0 => noise.resize(noise.len() + vocab as usize, 0.0),
-                _ => noise.extend_from_slice(row.noise),
-            }
-        }
-        let inv_t = Array::from_slice(&inv_t, &[rows.len() as i32, 1]);
-        let noise = Array::from_slice(&noise, &[rows.len() as i32, vocab]);
-        scores = scores.multiply(&inv_t)?.add(&noise)?;
-    }
-    Ok(argmax_axis(&scores, -1, false)?)
 }
 
 /// The tokens top-k, top-p and min-p leave in play, most likely first when filtered.
@@ -371,6 +284,8 @@ fn sort_head(order: &mut [u32], head: usize, cmp: impl Fn(&u32, &u32) -> std::cm
 
 #[cfg(test)]
 mod tests {
+    use mlx_rs::Array;
+
     use super::*;
 
     fn params(seed: u64) -> SamplingParams {
@@ -499,7 +414,7 @@ mod tests {
         let inv_t = 1.0 / params.temperature;
         let mut best = (f32::NEG_INFINITY, candidates[0]);
         for &i in &candidates {
-            let g = -(-uniform(key, i as u64).ln()).ln() as f32;
+            let g = gumbel(key, i as u64);
             let score = logits[i as usize] * inv_t + g;
             if score > best.0 {
                 best = (score, i);
@@ -511,7 +426,7 @@ mod tests {
     /// Mixed 64-bit values from `seed`, one per call: the tests' inputs.
     fn values(mut state: u64) -> impl FnMut() -> u64 {
         move || {
-            state = mix(state);
+            state = keyed_noise::mix(state);
             state
         }
     }
@@ -618,7 +533,11 @@ mod tests {
             let draws: Vec<DeviceDraw> = params
                 .iter()
                 .zip(&noise)
-                .map(|(params, noise)| DeviceDraw { params, noise })
+                .map(|(params, noise)| DeviceDraw {
+                    params,
+                    position,
+                    noise,
+                })
                 .collect();
             let all = Array::from_slice(&logits, &[rows as i32, vocab as i32]);
             let on_device = draw_on_device(&all, &draws).unwrap();
@@ -661,7 +580,7 @@ mod tests {
             // A peaked, Zipf-like row of 4096 logits with repeated values (ties).
             let logits: Vec<f32> = (0..4096)
                 .map(|i| {
-                    state = mix(state);
+                    state = keyed_noise::mix(state);
                     let noise = (state >> 40) as f32 / (1u64 << 24) as f32;
                     -peak * ((i % 1000 + 1) as f32).ln() + (noise * 8.0).round() / 4.0
                 })

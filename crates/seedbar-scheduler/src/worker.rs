@@ -17,7 +17,7 @@ use mlx_rs::{transforms::async_eval, Array};
 use seedbar_engine::{
     row_trace::RowTrace,
     runtime,
-    sampling::DeviceDraw,
+    sampling::{self, DeviceDraw},
     step::{
         kv_cache::{KvCache, KvSnapshot},
         plan::Layout,
@@ -432,8 +432,14 @@ impl Worker {
             .map(|(i, _)| *i)
             .collect();
         // Their noise does not depend on the logits: computed ahead during the last step
-        // (`draw::noise_ahead`), or now on other threads while the step is built.
-        let noise = self.noise_jobs(&drawn_rows);
+        // (`draw::noise_ahead`), or now on other threads while the step is built; none
+        // where the device draws and computes the noise itself.
+        let noise = if on_device && sampling::noise_drawn_on_device() {
+            Vec::new()
+        } else {
+            self.noise_jobs(&drawn_rows)
+        };
+        let draw_at: Vec<u64> = drawn_rows.iter().map(|&i| self.draw_position(i)).collect();
         let ahead = self.noise_ahead.take();
         let threads = self.draw_threads;
         let traced = chosen.iter().position(|(i, _)| self.rows[*i].request.trace);
@@ -525,8 +531,10 @@ impl Worker {
                             .collect();
                         let draws: Vec<DeviceDraw> = drawn_rows
                             .iter()
-                            .map(|&i| DeviceDraw {
+                            .zip(&draw_at)
+                            .map(|(&i, &position)| DeviceDraw {
                                 params: &self.rows[i].request.sampling,
+                                position,
                                 noise: noise_of(&noise, i),
                             })
                             .collect();
@@ -692,17 +700,24 @@ impl Worker {
             .iter()
             .filter_map(|&i| {
                 let row = &self.rows[i];
-                let pending = usize::from(self.in_flight_index(row.id).is_some());
                 (row.request.sampling.temperature > 0.0).then(|| NoiseJob {
                     row: i,
                     id: row.id,
                     seed: row.request.sampling.seed,
-                    position: (row.request.prompt.len() + row.generated.len() + pending) as u64,
+                    position: self.draw_position(i),
                     noise: Vec::new(),
                     filled: false,
                 })
             })
             .collect()
+    }
+
+    /// The position the `i`-th row draws at this step: after its tokens so far and the one
+    /// in flight, if any.
+    fn draw_position(&self, i: usize) -> u64 {
+        let row = &self.rows[i];
+        let pending = usize::from(self.in_flight_index(row.id).is_some());
+        (row.request.prompt.len() + row.generated.len() + pending) as u64
     }
 
     /// Land the tokens in flight, if any, where no step takes them as inputs.

@@ -4,14 +4,13 @@
 //! chosen per backend for batch invariance), where their keys and values live
 //! (`kv_cache`: each row's own cache and the GPU decode pool), CUDA's row kernels for
 //! dense and quantized products (`row_products`) and its per-query decode attention
-//! (`pooled_attention`), both launched through `cuda_kernel`, the rows' tokens in and
+//! (`pooled_attention`), both launched through `crate::cuda_kernel`, the rows' tokens in and
 //! positions out of the matmul groups (`groups`), where each token sits for RoPE
 //! (`positions`: a multimodal-RoPE model's image grids), and how they attend (`attention`).
 //! A model's decoder is math: each layer hands its queries, keys and values to `attention`.
 
 pub mod attention;
 pub mod batch;
-mod cuda_kernel;
 pub mod groups;
 pub mod kv_cache;
 pub mod plan;

@@ -14,12 +14,12 @@ use std::sync::OnceLock;
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 
-use super::{
-    attention::AttentionMath,
+use super::{attention::AttentionMath, plan::Uploads};
+use crate::{
     cuda_kernel::{self, KernelSource, Launch},
-    plan::Uploads,
+    error::Result,
+    runtime::Backend,
 };
-use crate::{error::Result, runtime::Backend};
 
 /// One decoding row's query against the class's buffers.
 #[derive(Debug, Clone, Copy)]

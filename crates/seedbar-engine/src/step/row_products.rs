@@ -30,8 +30,11 @@ use std::{ffi::CStr, sync::OnceLock};
 
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 
-use super::cuda_kernel::{self, KernelSource, Launch};
-use crate::{error::Result, runtime::Backend};
+use crate::{
+    cuda_kernel::{self, KernelSource, Launch},
+    error::Result,
+    runtime::Backend,
+};
 
 /// The most rows one product takes (the kernels' largest row capacity).
 pub const MAX_ROWS: i32 = 32;

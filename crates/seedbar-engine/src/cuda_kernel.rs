@@ -1,8 +1,9 @@
 //! Seedbar's own CUDA kernels as MLX runs them (`mlx.fast.cuda_kernel`): a kernel's source
 //! is a body (MLX writes the signature from the inputs and the output) and a header; MLX
 //! compiles it at run time on first use, caches the build on disk by a name that carries the
-//! source's hash, and launches it on the thread's stream. The row products
-//! (`row_products`) and the pooled decode attention (`pooled_attention`) are such kernels.
+//! source's hash, and launches it on the thread's stream. The step's row products
+//! (`step::row_products`) and pooled decode attention (`step::pooled_attention`) and the
+//! keyed draw (`sampling::device_draw`) are such kernels.
 
 use std::{
     cell::RefCell,
@@ -240,8 +241,9 @@ mod tests {
             "const int x = 1;\nasm(\"a // b\\\" c\");\n#pragma unroll\n"
         );
         for kernel in [
-            include_str!("pooled_attention.cu"),
-            include_str!("row_products_mma.cuh"),
+            include_str!("step/pooled_attention.cu"),
+            include_str!("step/row_products_mma.cuh"),
+            include_str!("sampling/device_draw.cu"),
         ] {
             let compacted = compact(kernel);
             assert!(
