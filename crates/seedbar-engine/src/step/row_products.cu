@@ -1,7 +1,8 @@
 // y = x · wᵀ for a few rows, with each output computed the same way for any row count.
-// Body of an MLX custom CUDA kernel (MLX writes the signature): inputs x [M, K] and
-// w [N, K] of type T, output y [M, N]; template arguments T, MAX_ROWS (M <= MAX_ROWS)
-// and COLS (output columns per warp). One warp computes COLS columns for every row.
+// Body of an MLX custom CUDA kernel (MLX writes the signature): inputs x [..., K] (M rows)
+// and w [N, K] of type T, output y [M, N] (any shape of that size); template arguments T,
+// MAX_ROWS (M <= MAX_ROWS) and COLS (output columns per warp). One warp computes COLS
+// columns for every row.
 //
 // The sum behind y[m, n] does not depend on M, MAX_ROWS or COLS: lane l multiplies the
 // k-spans [256 j + 8 l, 256 j + 8 l + 8) in order of j, each element with one explicit
@@ -12,8 +13,12 @@
 constexpr int LANES = 32;
 constexpr int SPAN = 8;
 constexpr int CHUNK = LANES * SPAN;
-const int rows = x_shape[0];
-const int depth = x_shape[1];
+// x may carry leading axes: its rows are all of them but the last.
+const int depth = x_shape[x_ndim - 1];
+int rows = 1;
+for (int d = 0; d < x_ndim - 1; ++d) {
+  rows *= x_shape[d];
+}
 const int outputs = w_shape[0];
 const int lane = threadIdx.x % LANES;
 const int first = (blockIdx.x * blockDim.x + threadIdx.x) / LANES * COLS;

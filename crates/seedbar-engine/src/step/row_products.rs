@@ -61,18 +61,19 @@ pub fn product(x: &Array, w: &Array) -> Result<Array> {
     let kernel = if depth % 32 == 0 && tensor_cores_take(w.dtype()) {
         Some(&DENSE_MMA_KERNEL)
     } else {
-        (depth % 8 == 0 && kernels_run(w.dtype())).then_some(&DENSE_KERNEL)
+        (depth % 8 == 0 && dense_kernel_runs(w.dtype())).then_some(&DENSE_KERNEL)
     };
-    each_row(x, w.shape()[0], |matrix, shape| match kernel {
+    let shape = output_shape(x, w.shape()[0]);
+    match kernel {
         Some(kernel) => run(
             kernel,
-            &[&matrix.as_dtype(w.dtype())?, w],
+            &[&x.as_dtype(w.dtype())?, w],
             w.dtype(),
             &[],
-            shape,
+            &shape,
         ),
-        None => Ok(per_row(matrix, |row| Ok(row.matmul(w.t())?))?.reshape(shape)?),
-    })
+        None => Ok(per_row(x, |row| Ok(row.matmul(w.t())?))?.reshape(&shape)?),
+    }
 }
 
 /// `x · dequantize(w)ᵀ` for `x` of `[..., K]` with at most [`MAX_ROWS`] rows: `[..., N]`,
@@ -83,28 +84,38 @@ pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
     let span = 128 / w.bits.max(1);
     let fits = matches!(w.bits, 4 | 8) && w.group_size % span == 0;
     let dtype = w.scales.dtype();
-    let kernel = (fits && depth % span == 0 && kernels_run(dtype)).then_some(&QUANTIZED_KERNEL);
-    each_row(x, w.weight.shape()[0], |matrix, shape| match kernel {
-        Some(kernel) => run(
-            kernel,
-            &[&matrix.as_dtype(dtype)?, w.weight, w.scales, w.biases],
+    let runs = fits && depth % span == 0 && quantized_kernel_runs(dtype);
+    let shape = output_shape(x, w.weight.shape()[0]);
+    if runs {
+        return run(
+            &QUANTIZED_KERNEL,
+            &[&x.as_dtype(dtype)?, w.weight, w.scales, w.biases],
             dtype,
             &[(c"BITS", w.bits), (c"GROUP", w.group_size)],
-            shape,
-        ),
-        None => Ok(per_row(matrix, |row| {
-            Ok(ops::quantized_matmul(
-                row,
-                w.weight,
-                w.scales,
-                w.biases,
-                true,
-                w.group_size,
-                w.bits,
-            )?)
-        })?
-        .reshape(shape)?),
-    })
+            &shape,
+        );
+    }
+    Ok(per_row(x, |row| {
+        Ok(ops::quantized_matmul(
+            row,
+            w.weight,
+            w.scales,
+            w.biases,
+            true,
+            w.group_size,
+            w.bits,
+        )?)
+    })?
+    .reshape(&shape)?)
+}
+
+/// The product's shape for `x` of `[..., K]`: `x`'s leading axes, then `outputs` (the
+/// kernels read `x` with its leading axes and write this shape, so neither side is
+/// reshaped).
+fn output_shape(x: &Array, outputs: i32) -> Vec<i32> {
+    let mut shape = x.shape().to_vec();
+    *shape.last_mut().expect("a matrix input") = outputs;
+    shape
 }
 
 /// Whether the kernels run a product computed in `dtype`: float types, on MLX's CUDA
@@ -112,6 +123,60 @@ pub fn quantized_product(x: &Array, w: AffineQuantized) -> Result<Array> {
 fn kernels_run(dtype: Dtype) -> bool {
     matches!(dtype, Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32)
         && Backend::current() == Backend::Cuda
+}
+
+/// Whether the CUDA-core dense kernel runs a product in `dtype` (it passed its check).
+fn dense_kernel_runs(dtype: Dtype) -> bool {
+    static CHECKED: OnceLock<bool> = OnceLock::new();
+    kernels_run(dtype)
+        && *CHECKED.get_or_init(|| {
+            cuda_kernel::passes("the CUDA-core row products", || {
+                let w = cuda_kernel::check_values(&[96, 512], 7, Dtype::Float32)?;
+                check_rows(
+                    |x| {
+                        run(
+                            &DENSE_KERNEL,
+                            &[x, &w],
+                            Dtype::Float32,
+                            &[],
+                            &output_shape(x, 96),
+                        )
+                    },
+                    |x| Ok(x.matmul(w.t())?),
+                    Dtype::Float32,
+                )
+            })
+        })
+}
+
+/// Whether the quantized kernel runs a product whose scales are `dtype` (it passed its
+/// check).
+fn quantized_kernel_runs(dtype: Dtype) -> bool {
+    static CHECKED: OnceLock<bool> = OnceLock::new();
+    kernels_run(dtype)
+        && *CHECKED.get_or_init(|| {
+            cuda_kernel::passes("the quantized row products", || {
+                let dense = cuda_kernel::check_values(&[96, 512], 7, Dtype::Bfloat16)?;
+                let (weight, scales, biases) = ops::quantize(&dense, 64, 4)?;
+                check_rows(
+                    |x| {
+                        run(
+                            &QUANTIZED_KERNEL,
+                            &[x, &weight, &scales, &biases],
+                            Dtype::Bfloat16,
+                            &[(c"BITS", 4), (c"GROUP", 64)],
+                            &output_shape(x, 96),
+                        )
+                    },
+                    |x| {
+                        Ok(ops::quantized_matmul(
+                            x, &weight, &scales, &biases, true, 64, 4,
+                        )?)
+                    },
+                    Dtype::Bfloat16,
+                )
+            })
+        })
 }
 
 /// Whether the tensor-core kernels run a product computed in `dtype`: 16-bit floats, on a
@@ -122,24 +187,39 @@ fn tensor_cores_take(dtype: Dtype) -> bool {
         && kernels_run(dtype)
         && *TENSOR_CORES.get_or_init(|| {
             compute_capability_major().is_some_and(|m| m >= 8)
-                && cuda_kernel::passes("the tensor-core row products", check_tensor_cores)
+                && cuda_kernel::passes("the tensor-core row products", || {
+                    let dtype = Dtype::Bfloat16;
+                    let w = cuda_kernel::check_values(&[96, 512], 7, dtype)?;
+                    check_rows(
+                        |x| {
+                            run(
+                                &DENSE_MMA_KERNEL,
+                                &[x, &w],
+                                dtype,
+                                &[],
+                                &output_shape(x, 96),
+                            )
+                        },
+                        |x| Ok(x.matmul(w.t())?),
+                        dtype,
+                    )
+                })
         })
 }
 
-/// The tensor-core kernel on this GPU: a row of 19 gets its bits alone, and every row
-/// MLX's product's values within bfloat16's rounding.
-fn check_tensor_cores() -> Result<bool> {
-    let dtype = Dtype::Bfloat16;
-    let x = cuda_kernel::check_values(&[19, 512], 3, dtype)?;
-    let w = cuda_kernel::check_values(&[96, 512], 7, dtype)?;
-    let product = |x: &Array| {
-        let shape = [x.shape()[0], w.shape()[0]];
-        run(&DENSE_MMA_KERNEL, &[x, &w], dtype, &[], &shape)
-    };
-    let together = product(&x)?;
-    let alone = product(&x.index(5..6))?;
-    let same = together.index(5..6).eq_values(&alone)?;
-    Ok(same && together.all_close(x.matmul(w.t())?, 2e-2, 5e-2, None)?)
+/// A kernel's product on this GPU (`kernel`, of 96 outputs, over `x` of `[1, rows, 512]`
+/// in `dtype`): a row of 19 gets its bits alone, and every row MLX's product's values
+/// (`reference`) within `dtype`'s rounding.
+fn check_rows(
+    kernel: impl Fn(&Array) -> Result<Array>,
+    reference: impl Fn(&Array) -> Result<Array>,
+    dtype: Dtype,
+) -> Result<bool> {
+    let x = cuda_kernel::check_values(&[1, 19, 512], 3, dtype)?;
+    let together = kernel(&x)?;
+    let alone = kernel(&x.index((.., 5..6, ..)))?;
+    let same = together.index((.., 5..6, ..)).eq_values(&alone)?;
+    Ok(same && together.all_close(reference(&x)?, 2e-2, 5e-2, None)?)
 }
 
 /// The default GPU's compute capability (major), as MLX's device information has it.
@@ -162,24 +242,11 @@ fn compute_capability_major() -> Option<usize> {
     }
 }
 
-/// `x` of `[..., K]` as a `[rows, K]` matrix through `product`, which returns its `[rows,
-/// outputs]` values in the shape it is given: `x`'s leading shape, `outputs` last (a
-/// kernel writes it so, with no reshape after).
-fn each_row(
-    x: &Array,
-    outputs: i32,
-    product: impl FnOnce(&Array, &[i32]) -> Result<Array>,
-) -> Result<Array> {
-    let shape = x.shape();
-    let depth = *shape.last().expect("a matrix input");
-    let rows = x.size() as i32 / depth.max(1);
-    let mut out_shape = shape.to_vec();
-    *out_shape.last_mut().expect("a matrix input") = outputs;
-    product(&x.reshape(&[rows, depth])?, &out_shape)
-}
-
-/// Each row of `matrix` through `product` on its own, joined: row-invariant on any backend.
-fn per_row(matrix: &Array, product: impl Fn(&Array) -> Result<Array>) -> Result<Array> {
+/// Each row of `x` (`[..., K]`) through `product` on its own, joined as `[rows, N]`:
+/// row-invariant on any backend.
+fn per_row(x: &Array, product: impl Fn(&Array) -> Result<Array>) -> Result<Array> {
+    let depth = *x.shape().last().expect("a matrix input");
+    let matrix = x.reshape(&[-1, depth])?;
     let each = (0..matrix.shape()[0])
         .map(|r| product(&matrix.index((r..r + 1, ..))))
         .collect::<Result<Vec<_>>>()?;
@@ -263,8 +330,8 @@ static DENSE_MMA_KERNEL: RowKernel = RowKernel {
 };
 
 /// `y [M, N]` of `dtype`, shaped `shape` (any shape of `M·N` elements, row by row), from
-/// `inputs` (`x [M, K]` first, then the weights of N rows) through `kernel`, on its
-/// variant for M rows (see [`Tiles`]); `extra` adds integer template arguments. The
+/// `inputs` (`x [..., K]` of M rows first, then the weights of N rows) through `kernel`, on
+/// its variant for M rows (see [`Tiles`]); `extra` adds integer template arguments. The
 /// kernels read their inputs within their shapes and write each element of `y` once.
 fn run(
     kernel: &'static RowKernel,
@@ -273,7 +340,8 @@ fn run(
     extra: &[(&'static CStr, i32)],
     shape: &[i32],
 ) -> Result<Array> {
-    let rows = inputs[0].shape()[0];
+    let depth = *inputs[0].shape().last().expect("a matrix input");
+    let rows = inputs[0].size() as i32 / depth.max(1);
     let outputs = inputs[1].shape()[0];
     debug_assert_eq!(shape.iter().product::<i32>(), rows * outputs);
     let (variant, threads) = kernel.tiles.launch(rows, outputs);

@@ -1,9 +1,10 @@
 // y = x · dequantize(w)ᵀ for a few rows of x and MLX's affine-quantized w, with each output
 // computed the same way for any row count. Body of an MLX custom CUDA kernel (MLX writes
-// the signature): inputs x [M, K] of type T, w [N, K * BITS / 32] uint32 (BITS-bit values,
-// the lowest bits first), scales and biases [N, K / GROUP] of type T; output y [M, N];
-// template arguments T, MAX_ROWS (M <= MAX_ROWS), COLS (output columns per warp), BITS
-// (4 or 8) and GROUP (the quantization group, a multiple of the span below).
+// the signature): inputs x [..., K] (M rows) of type T, w [N, K * BITS / 32] uint32
+// (BITS-bit values, the lowest bits first), scales and biases [N, K / GROUP] of type T;
+// output y [M, N] (any shape of that size); template arguments T, MAX_ROWS (M <= MAX_ROWS),
+// COLS (output columns per warp), BITS (4 or 8) and GROUP (the quantization group, a
+// multiple of the span below).
 //
 // The sum behind y[m, n] does not depend on M, MAX_ROWS or COLS: lane l reads 16 bytes of
 // weights at a time, the span of SPAN elements [CHUNK j + SPAN l, CHUNK j + SPAN (l + 1))
@@ -17,8 +18,12 @@ constexpr int PER_WORD = 32 / BITS;
 constexpr int SPAN = WORDS * PER_WORD;
 constexpr int CHUNK = LANES * SPAN;
 constexpr unsigned int MASK = (1u << BITS) - 1u;
-const int rows = x_shape[0];
-const int depth = x_shape[1];
+// x may carry leading axes: its rows are all of them but the last.
+const int depth = x_shape[x_ndim - 1];
+int rows = 1;
+for (int d = 0; d < x_ndim - 1; ++d) {
+  rows *= x_shape[d];
+}
 const int outputs = w_shape[0];
 const long words_per_row = w_shape[1];
 const long groups_per_row = scales_shape[1];
