@@ -563,8 +563,8 @@ impl KvPool {
 
     /// Write `counts[r]` new positions for each of `rows` (their caches at this layer) in
     /// the class of `capacity`: `keys`/`values` are `[Σ counts, kv_heads, 1, head_dim]`, row
-    /// by row, in position order. The scatter's index comes from `uploads` (layers alike
-    /// share one).
+    /// by row, in position order, with one scatter whose index comes from `uploads` (layers
+    /// alike share one); one position alone is one slice update.
     pub fn write(
         &mut self,
         layer: usize,
@@ -576,6 +576,16 @@ impl KvPool {
     ) -> Result<()> {
         let (k, v) = &mut self.classes.get_mut(&capacity).expect("placed").layers[layer];
         let (heads, ring, head_dim) = (k.shape()[1], k.shape()[2], k.shape()[3]);
+        if let ([cache], [1]) = (&mut *rows, counts) {
+            // One position (a lone chat's decode step): written as the slice it is.
+            let p = cache.pooled.as_mut().expect("placed");
+            let (slot, at) = (p.slot, p.len % ring);
+            p.len += 1;
+            let place = || (slot..slot + 1, .., at..at + 1, ..);
+            k.try_index_mut(place(), keys)?;
+            v.try_index_mut(place(), values)?;
+            return Ok(());
+        }
         // Each new position's (slot, head, place in the ring), head by head.
         let n = keys.shape()[0] as usize * heads as usize;
         let mut index = [(); 3].map(|_| Vec::with_capacity(n));
