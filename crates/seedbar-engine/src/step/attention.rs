@@ -172,7 +172,9 @@ pub fn attend_groups(
     let mut grouped = Vec::with_capacity(plan.widths.len());
     for (g, (&w, &filled)) in plan.widths.iter().zip(&plan.filled).enumerate() {
         let decode = plan.is_decode_group(g);
-        let joined = match &group_outs[g] {
+        let out = match &group_outs[g] {
+            // A pooled group's `[W, H·hd]`, as the output projection takes it (its rows
+            // add to the residual's `[1, W, D]` by broadcasting).
             Some(out) => out.clone(),
             None => {
                 // Decode rows are `[1, H, 1, hd]`, stacked on the first axis; prefill
@@ -196,18 +198,18 @@ pub fn attend_groups(
                     shape[if decode { 0 } else { 1 }] = w - filled;
                     parts.push(ops::zeros_dtype(&shape, parts[0].dtype())?);
                 }
-                if parts.len() == 1 {
+                let joined = if parts.len() == 1 {
                     parts.pop().expect("one part")
                 } else {
                     ops::concatenate(&parts, if decode { 0 } else { 1 })?
+                };
+                // `[W, H, 1, hd]` holds each row's heads end to end, as `[1, W, H·hd]` does.
+                if decode {
+                    joined.reshape(&[1, w, width])?
+                } else {
+                    joined
                 }
             }
-        };
-        // `[W, H, 1, hd]` holds each row's heads end to end, as `[1, W, H·hd]` does.
-        let out = if decode {
-            joined.reshape(&[1, w, width])?
-        } else {
-            joined
         };
         grouped.push(out);
     }
@@ -253,7 +255,7 @@ fn own_cache(
 /// call at the class's capacity, positions past each row's length masked (a slot of no
 /// row here attends zeros with any query, its output dropped). Rows are picked by
 /// slicing where they lie in order (the usual case), so a step adds few ops per layer.
-/// Returns each decode group's `[W, H, 1, hd]` output.
+/// Returns each decode group's `[W, H · hd]` output.
 fn pooled_decode(
     layer: &impl AttentionMath,
     groups: &[Option<(Array, Array, Array)>],
@@ -392,7 +394,12 @@ fn pooled_decode(
             computed += slots;
         }
     }
+    // Each output row's heads end to end (`[places, H · hd]`), as the kernel writes them.
     let all = join_rows(&outs.iter().collect::<Vec<_>>())?;
+    let all = match all.ndim() {
+        2 => all,
+        _ => all.reshape(&[all.shape()[0], -1])?,
+    };
     let mut place = 0;
     groups
         .iter()

@@ -6,7 +6,7 @@
 // buffers: position t of slot s at index t % C), rows int32 [4 R] (per output row: the
 // query's place in q, its slot, its length — it sees positions before it — and its first
 // visible position), and factors float32 [2] (the score's scale and, where SOFTCAP, the
-// logit cap); output y [R, H, HD]; template arguments T, HD (head dim, a multiple of 32
+// logit cap); output y [R, H · HD]; template arguments T, HD (head dim, a multiple of 32
 // and of 8), SOFTCAP (0 or 1) and GROUP (query heads per block: 1, or all the heads of a
 // key-value head, which then reads each key and value once for all of them). Launch
 // R · H / GROUP blocks of 128 threads.

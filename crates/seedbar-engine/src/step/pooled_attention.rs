@@ -141,7 +141,7 @@ fn check() -> Result<bool> {
     Ok(same && alone.all_close(&reference, 2e-2, 2e-2, None)?)
 }
 
-/// `rows`' outputs (`[rows, H, 1, hd]`, in order) from the step's stacked queries `q`
+/// `rows`' outputs (`[rows, H · hd]`, each row's heads end to end, in order) from the step's stacked queries `q`
 /// (`[P, H, 1, hd]`, rotated) against one class's `keys` and `values` (`[S, kv_heads, C,
 /// hd]`, position `t` at `t % C`), with `layer`'s scale and score cap.
 pub fn attend(
@@ -184,7 +184,7 @@ fn launch_kernel(
     let factors = Array::from_slice(&[scale, softcap.unwrap_or(1.0)], &[2]);
     let count = rows.len() as i32;
     let launch = Launch {
-        shape: &[count, heads, 1, head_dim],
+        shape: &[count, heads * head_dim],
         dtype: q.dtype(),
         threads: count * heads / group * THREADS,
         block: THREADS,
@@ -218,5 +218,6 @@ fn each_query(
             layer.attend(query, seen(keys)?, seen(values)?, None)
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(ops::concatenate(&outs, 0)?)
+    let width = q.shape()[1] * q.shape()[3];
+    Ok(ops::concatenate(&outs, 0)?.reshape(&[-1, width])?)
 }
