@@ -727,6 +727,15 @@ impl<const N: usize> Projections<N> {
         Ok(outputs.try_into().expect("one output per projection"))
     }
 
+    /// The stacked product of `x` (`[..., Σ widths]`, each row's outputs end to end), where
+    /// the parts are stacked; `None` where they run apart.
+    pub fn forward_stacked(&self, x: &Array, products: Products) -> Result<Option<Array>> {
+        match self {
+            Projections::Stacked { whole, .. } => Ok(Some(whole.forward(x, products)?)),
+            Projections::Each(_) => Ok(None),
+        }
+    }
+
     /// As [`forward`](Self::forward), each output row-major in its own buffer: a stacked
     /// product's parts are copied out (for consumers that need them whole: RoPE), except
     /// where there is one row, whose parts are each whole already.

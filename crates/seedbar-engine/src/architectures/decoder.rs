@@ -272,7 +272,16 @@ impl Attention {
         decode_kv: &mut DecodeKv,
     ) -> Result<Vec<Array>> {
         let mut projected = QueriesKeysValues::default();
-        for x in xs {
+        // A decode group's queries and keys are rotated together where neither is normed
+        // per head (and q, k and v are one product).
+        let joinable = self.q_norm.is_none() && self.k_norm.is_none();
+        for (g, x) in xs.iter().enumerate() {
+            if joinable && plan.is_decode_group(g) {
+                if let Some(qkv) = self.qkv.forward_stacked(x, plan.products)? {
+                    projected.push_joined(qkv);
+                    continue;
+                }
+            }
             let [q, k, v] = self.qkv.forward_contiguous(x, plan.products)?;
             projected.push(q, k, v);
         }
@@ -287,6 +296,10 @@ impl Attention {
 impl AttentionMath for Attention {
     fn heads(&self) -> i32 {
         self.heads
+    }
+
+    fn kv_heads(&self) -> i32 {
+        self.kv_heads
     }
 
     fn scale(&self) -> f32 {

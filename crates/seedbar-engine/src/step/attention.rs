@@ -32,6 +32,7 @@ pub enum Part {
 /// rows attend together, over which keys, is this module's.
 pub trait AttentionMath {
     fn heads(&self) -> i32;
+    fn kv_heads(&self) -> i32;
     fn head_dim(&self) -> i32;
     /// A query at position `p` sees keys in `(p - window, p]`; `None`: every earlier key.
     fn window(&self) -> Option<i32>;
@@ -68,11 +69,7 @@ pub trait AttentionMath {
 /// `[1, W, H·hd]` (zero rows where a group is padded), before the output projection.
 pub fn attend_groups(
     layer: &impl AttentionMath,
-    QueriesKeysValues {
-        q: q_all,
-        k: k_all,
-        v: v_all,
-    }: QueriesKeysValues,
+    QueriesKeysValues(projected): QueriesKeysValues,
     plan: &StepPlan,
     caches: &mut [&mut KvCache],
     decode_kv: &mut DecodeKv,
@@ -111,9 +108,27 @@ pub fn attend_groups(
                 let mask = Array::from_slice(&on_grid, &[width, 1, 1, 1]);
                 Ok(ops::select(&mask, layer.rotate_grid(x, &positions)?, text)?)
             };
-            let q = rotate(layer.row_heads(q_all[g].clone(), Part::Queries)?)?;
-            let k = rotate(layer.row_heads(k_all[g].clone(), Part::Keys)?)?;
-            let v = layer.row_heads(v_all[g].clone(), Part::Values)?;
+            let (q, k, v) = match &projected[g] {
+                Projected::Parts(q, k, v) => (
+                    rotate(layer.row_heads(q.clone(), Part::Queries)?)?,
+                    rotate(layer.row_heads(k.clone(), Part::Keys)?)?,
+                    layer.row_heads(v.clone(), Part::Values)?,
+                ),
+                Projected::Joined(qkv) => {
+                    // `[W, H + 2·kv, 1, hd]`: queries and keys are its first heads, rotated
+                    // in one call (a row's heads all at its position), then sliced apart
+                    // (views; more than one row's are copied out whole for RoPE).
+                    let (h, kv) = (layer.heads(), layer.kv_heads());
+                    let heads = qkv.reshape(&[width, h + 2 * kv, 1, layer.head_dim()])?;
+                    let qk = heads.index((.., ..h + kv));
+                    let qk = rotate(if width > 1 { qk.contiguous()? } else { qk })?;
+                    (
+                        qk.index((.., ..h)),
+                        qk.index((.., h..)),
+                        heads.index((.., h + kv..)),
+                    )
+                }
+            };
             if pooled {
                 groups[g] = Some((q, k, v));
                 continue;
@@ -126,9 +141,12 @@ pub fn attend_groups(
             }
             continue;
         }
+        let Projected::Parts(q_all, k_all, v_all) = &projected[g] else {
+            unreachable!("only decode groups are projected joined");
+        };
         for &i in &members {
             let slot = &plan.slots[i];
-            let span = |a: &[Array]| a[g].index((.., slot.offset..slot.offset + slot.len, ..));
+            let span = |a: &Array| a.index((.., slot.offset..slot.offset + slot.len, ..));
             let start = caches[i].len() as usize;
             let end = start + slot.len as usize;
             let shift = plan.text_shift(i, start, end);
@@ -141,9 +159,9 @@ pub fn attend_groups(
                 Some(shift) => layer.rotate(x, start as i32 + shift),
                 None => layer.rotate_grid(x, &grid),
             };
-            let q = rotate(layer.split_heads(span(&q_all), Part::Queries)?)?;
-            let k = rotate(layer.split_heads(span(&k_all), Part::Keys)?)?;
-            let v = layer.split_heads(span(&v_all), Part::Values)?;
+            let q = rotate(layer.split_heads(span(q_all), Part::Queries)?)?;
+            let k = rotate(layer.split_heads(span(k_all), Part::Keys)?)?;
+            let v = layer.split_heads(span(v_all), Part::Values)?;
             rows[i] = Some((q, k, v));
         }
     }
@@ -455,17 +473,24 @@ fn padded_decode(
 
 /// Each matmul group's projected queries, keys and values (`[1, W, .]`), in group order.
 #[derive(Default)]
-pub struct QueriesKeysValues {
-    q: Vec<Array>,
-    k: Vec<Array>,
-    v: Vec<Array>,
+pub struct QueriesKeysValues(Vec<Projected>);
+
+/// One group's queries, keys and values.
+enum Projected {
+    Parts(Array, Array, Array),
+    /// A decode group's as one product, each row's queries, keys and values end to end.
+    Joined(Array),
 }
 
 impl QueriesKeysValues {
     pub fn push(&mut self, q: Array, k: Array, v: Array) {
-        self.q.push(q);
-        self.k.push(k);
-        self.v.push(v);
+        self.0.push(Projected::Parts(q, k, v));
+    }
+
+    /// A decode group's queries, keys and values as one product (`[1, W, (H + 2·kv_heads)
+    /// · hd]`, none normed per head): its queries and keys are rotated in one call.
+    pub fn push_joined(&mut self, qkv: Array) {
+        self.0.push(Projected::Joined(qkv));
     }
 }
 
