@@ -200,3 +200,38 @@ fn check() -> Result<bool> {
     on_device.eval()?;
     Ok(on_device.as_slice::<u32>() == on_host)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's noise is `keyed_noise`'s only while the two sources hold the same
+    /// constants: the hash's multipliers, the series' coefficients, `ln 2`'s parts, `√2`.
+    #[test]
+    fn the_kernels_noise_has_the_hosts_constants() {
+        let source = KERNEL.header;
+        let mut expected: Vec<String> = keyed_noise::ODD_RECIPROCALS
+            .iter()
+            .chain(&[keyed_noise::LN2_HIGH, keyed_noise::LN2_LOW])
+            .chain(&[std::f64::consts::SQRT_2, (1u64 << 53) as f64])
+            .map(|c| format!("{c:?}"))
+            .collect();
+        expected.extend(
+            [
+                0xbf58_476d_1ce4_e5b9u64,
+                0x94d0_49bb_1331_11eb,
+                0x9e37_79b9_7f4a_7c15,
+            ]
+            .map(|m| format!("{m:#x}ull")),
+        );
+        for constant in expected {
+            assert!(
+                source.contains(&constant),
+                "{constant} is not in the kernel"
+            );
+        }
+        // The series runs from its last coefficient down, as `keyed_noise::ln` runs it.
+        assert!(source.contains("double series = odd_reciprocals[10];"));
+        assert!(source.contains("for (int k = 9; k >= 0; --k)"));
+    }
+}

@@ -29,7 +29,7 @@ pub(super) fn uniform(key: u64, index: u64) -> f64 {
 }
 
 /// `1 / (2k + 1)` for `k` in `0..11`: the series of `atanh(s) / s` in `s²`.
-const ODD_RECIPROCALS: [f64; 11] = [
+pub(super) const ODD_RECIPROCALS: [f64; 11] = [
     1.0,
     0.3333333333333333,
     0.2,
@@ -43,8 +43,8 @@ const ODD_RECIPROCALS: [f64; 11] = [
     0.047619047619047616,
 ];
 /// `ln 2` in two parts: the first times any exponent is exact.
-const LN2_HIGH: f64 = 0.6931471803691238;
-const LN2_LOW: f64 = 1.9082149292705877e-10;
+pub(super) const LN2_HIGH: f64 = 0.6931471803691238;
+pub(super) const LN2_LOW: f64 = 1.9082149292705877e-10;
 
 /// The natural logarithm of a positive normal `x`, within a few units in the last place:
 /// `x = 2^e · m` with `m` in `[√½, √2)`, `ln m = 2 atanh(s)` with `s = (m - 1) / (m + 1)`
