@@ -3,10 +3,10 @@
 // same bits whatever the class's capacity, slot or companions, alone or in any step. Body
 // of an MLX custom CUDA kernel (MLX writes the signature): inputs q [P, H, HD] of type T
 // (rotated queries, in any order), keys and values [S, KVH, C, HD] of type T (the class's
-// buffers: position t of slot s at index t % C), rows int32 [4 R] (per output row: the
+// buffers: position t of slot s at index t % C), and rows int32 [2 + 4 R] (the bits of the
+// score's scale and, where SOFTCAP, the logit cap as float32, then per output row: the
 // query's place in q, its slot, its length — it sees positions before it — and its first
-// visible position), and factors float32 [2] (the score's scale and, where SOFTCAP, the
-// logit cap); output y [R, H · HD]; template arguments T, HD (head dim, a multiple of 32
+// visible position); output y [R, H · HD]; template arguments T, HD (head dim, a multiple of 32
 // and of 8), SOFTCAP (0 or 1) and GROUP (query heads per block: 1, or all the heads of a
 // key-value head, which then reads each key and value once for all of them). Launch
 // R · H / GROUP blocks of 128 threads.
@@ -35,10 +35,12 @@ const int kv_heads = keys_shape[1];
 const int capacity = keys_shape[2];
 const int r = blockIdx.x / (heads / GROUP);
 const int h0 = blockIdx.x % (heads / GROUP) * GROUP;
-const int place = rows[4 * r];
-const int slot = rows[4 * r + 1];
-const int len = rows[4 * r + 2];
-const int first = rows[4 * r + 3];
+const int place = rows[2 + 4 * r];
+const int slot = rows[3 + 4 * r];
+const int len = rows[4 + 4 * r];
+const int first = rows[5 + 4 * r];
+const float scale = __int_as_float(rows[0]);
+const float cap = __int_as_float(rows[1]);
 const int lane = threadIdx.x % LANES;
 const int warp = threadIdx.x / LANES;
 __shared__ float query[GROUP][HD];
@@ -46,7 +48,6 @@ __shared__ float part_max[WARPS][GROUP];
 __shared__ float part_total[WARPS][GROUP];
 __shared__ float part_out[WARPS][GROUP][HD];
 const T* q_rows = q + (static_cast<long>(place) * heads + h0) * HD;
-const float scale = factors[0];
 for (int e = threadIdx.x; e < GROUP * HD; e += blockDim.x) {
   query[e / HD][e % HD] = static_cast<float>(q_rows[e]) * scale;
 }
@@ -96,7 +97,7 @@ for (int j = first / LANES + warp; j <= last_tile; j += WARPS) {
     for (int g = 0; g < GROUP; ++g) {
       score[g] = __fadd_rn(__fadd_rn(partial[g][0], partial[g][1]), __fadd_rn(partial[g][2], partial[g][3]));
       if (SOFTCAP) {
-        score[g] = factors[1] * tanhf(score[g] / factors[1]);
+        score[g] = cap * tanhf(score[g] / cap);
       }
     }
   }

@@ -51,7 +51,7 @@ static KERNEL: KernelSource = KernelSource {
     name: "seedbar_pooled_attention",
     body: include_str!("pooled_attention.cu"),
     header: "",
-    inputs: &["q", "keys", "values", "rows", "factors"],
+    inputs: &["q", "keys", "values", "rows"],
 };
 
 /// Whether the kernel attends a layer of `head_dim` computed in `dtype`: 16-bit floats
@@ -177,13 +177,14 @@ fn launch_kernel(
     uploads: &mut Uploads,
 ) -> Result<Array> {
     let (heads, head_dim) = (q.shape()[1], q.shape()[3]);
-    let table: Vec<i32> = rows
-        .iter()
-        .flat_map(|r| [r.place, r.slot, r.len, r.first])
+    // The score's factors as float bits, then each row's numbers.
+    let factors = [scale, softcap.unwrap_or(1.0)].map(|f| f.to_bits() as i32);
+    let table: Vec<i32> = factors
+        .into_iter()
+        .chain(rows.iter().flat_map(|r| [r.place, r.slot, r.len, r.first]))
         .collect();
     // Uploaded once a step for all layers, and read flat: no op a layer.
     let table = uploads.get(&table).clone();
-    let factors = Array::from_slice(&[scale, softcap.unwrap_or(1.0)], &[2]);
     let count = rows.len() as i32;
     let launch = Launch {
         shape: &[count, heads * head_dim],
@@ -196,7 +197,7 @@ fn launch_kernel(
             (c"GROUP", group),
         ],
     };
-    cuda_kernel::launch(&KERNEL, &[q, keys, values, &table, &factors], launch)
+    cuda_kernel::launch(&KERNEL, &[q, keys, values, &table], launch)
 }
 
 /// [`attend`] off the kernel: each query an attention call of its own over exactly its
