@@ -131,20 +131,7 @@ fn dense_kernel_runs(dtype: Dtype) -> bool {
     kernels_run(dtype)
         && *CHECKED.get_or_init(|| {
             cuda_kernel::passes("the CUDA-core row products", || {
-                let w = cuda_kernel::check_values(&[96, 512], 7, Dtype::Float32)?;
-                check_rows(
-                    |x| {
-                        run(
-                            &DENSE_KERNEL,
-                            &[x, &w],
-                            Dtype::Float32,
-                            &[],
-                            &output_shape(x, 96),
-                        )
-                    },
-                    |x| Ok(x.matmul(w.t())?),
-                    Dtype::Float32,
-                )
+                check_dense(&DENSE_KERNEL, Dtype::Float32)
             })
         })
 }
@@ -188,23 +175,19 @@ fn tensor_cores_take(dtype: Dtype) -> bool {
         && *TENSOR_CORES.get_or_init(|| {
             compute_capability_major().is_some_and(|m| m >= 8)
                 && cuda_kernel::passes("the tensor-core row products", || {
-                    let dtype = Dtype::Bfloat16;
-                    let w = cuda_kernel::check_values(&[96, 512], 7, dtype)?;
-                    check_rows(
-                        |x| {
-                            run(
-                                &DENSE_MMA_KERNEL,
-                                &[x, &w],
-                                dtype,
-                                &[],
-                                &output_shape(x, 96),
-                            )
-                        },
-                        |x| Ok(x.matmul(w.t())?),
-                        dtype,
-                    )
+                    check_dense(&DENSE_MMA_KERNEL, Dtype::Bfloat16)
                 })
         })
+}
+
+/// [`check_rows`] for a dense kernel computing in `dtype`, against MLX's matmul.
+fn check_dense(kernel: &'static RowKernel, dtype: Dtype) -> Result<bool> {
+    let w = cuda_kernel::check_values(&[96, 512], 7, dtype)?;
+    check_rows(
+        |x| run(kernel, &[x, &w], dtype, &[], &output_shape(x, 96)),
+        |x| Ok(x.matmul(w.t())?),
+        dtype,
+    )
 }
 
 /// A kernel's product on this GPU (`kernel`, of 96 outputs, over `x` of `[1, rows, 512]`
