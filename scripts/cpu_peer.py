@@ -116,8 +116,13 @@ def concurrent(url, model, prompts, n, seeded=True, tokens=TOKENS):
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
+    silent = sum(1 for r in results if not r[4])
+    if silent:
+        raise RuntimeError(f"{silent} of {n} replies from {url} streamed no text: does the model's "
+                           "tokenizer decode the tokens it draws (a stub tokenizer with a random-weight "
+                           "model does not)?")
     return {"tok_s": sum(r[3] for r in results) / wall, "ttft_s": statistics.median(r[0] for r in results),
-            "decode_tok_s": statistics.median((r[3] - 1) / (r[1] - r[0]) for r in results)}
+            "decode_tok_s": statistics.median((r[3] - 1) / max(r[1] - r[0], 1e-9) for r in results)}
 
 
 def prefill(url, model, filler, repeat):
