@@ -30,16 +30,25 @@ def main() -> None:
     streams = [int(s) for s in (sys.argv[2] if len(sys.argv) > 2 else "1,8,16,32").split(",")]
     tokens = int(sys.argv[3]) if len(sys.argv) > 3 else DECODE_TOKENS
     listed = ",".join(map(str, streams))
-    # Two passes in one scheduler: the first warms every shape, the second is measured.
-    ours = seedbar("throughput", "--model", model_dir, "--streams", f"{listed},{listed}", "--tokens", tokens)
-    ours = {line["streams"]: line["aggregate_tok_s"] for line in ours[len(streams):]}
+    # Two passes in one scheduler: the first warms every shape, the second is measured; with
+    # speculation (the default) and without, and how many steps stayed pipelined.
+    def passes(*extra):
+        lines = seedbar("throughput", "--model", model_dir, "--streams", f"{listed},{listed}", "--tokens", tokens,
+                        *extra)
+        return {line["streams"]: line for line in lines[len(streams):]}
+    ours, plain = passes(), passes("--no-speculative")
     model, tokenizer = load(model_dir)
     for n in streams:
         peer = bench_common.throughput(model, tokenizer, n, tokens, warm=True)
         batched, serial = peer["batched_tok_s"], peer["serial_tok_s"]
-        print(json.dumps({"streams": n, "seedbar_tok_s": ours[n], "mlx_lm_batch_generate_tok_s": batched,
-                          "mlx_lm_seeded_serial_tok_s": serial, "vs_batch_generate": ours[n] / batched,
-                          "vs_seeded_serial": ours[n] / serial}), flush=True)
+        rate = ours[n]["aggregate_tok_s"]
+        print(json.dumps({"streams": n, "seedbar_tok_s": rate, "mlx_lm_batch_generate_tok_s": batched,
+                          "mlx_lm_seeded_serial_tok_s": serial, "vs_batch_generate": rate / batched,
+                          "vs_seeded_serial": rate / serial,
+                          "seedbar_no_speculative_tok_s": plain[n]["aggregate_tok_s"],
+                          "seedbar_steps": ours[n]["steps"], "seedbar_pipelined_steps": ours[n]["pipelined_steps"],
+                          "seedbar_drafted": ours[n]["drafted_tokens"], "seedbar_accepted": ours[n]["accepted_tokens"],
+                          "seedbar_step_ms": ours[n]["step_ms"]}), flush=True)
     (ours_speed,) = seedbar("speed", "--model", model_dir, "--repeat", 2)
     peer = bench_common.speed(model, tokenizer, PREFILL_TOKENS, DECODE_TOKENS, repeat=3)
     print(json.dumps({"seedbar": ours_speed, "mlx_lm": peer,

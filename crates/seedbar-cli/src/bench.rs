@@ -46,6 +46,12 @@ pub enum BenchCommand {
         /// Run the fastest layout without the invariance promise (what invariance costs).
         #[arg(long)]
         reference: bool,
+        /// Decode without speculation (what drafting gains or costs these streams).
+        #[arg(long)]
+        no_speculative: bool,
+        /// Pipelined steps or not, whatever the device (default: on a GPU).
+        #[arg(long)]
+        pipelined: Option<bool>,
     },
     /// Speed with and without speculative decoding (prompt lookup), same replies.
     Speculative {
@@ -118,7 +124,18 @@ pub fn run(command: BenchCommand, load: fn(&ModelArg) -> Result<Model>) -> Resul
             streams,
             tokens,
             reference,
-        } => throughput(load(&model)?, &streams, tokens, !reference),
+            no_speculative,
+            pipelined,
+        } => {
+            let default = SchedulerConfig::default();
+            let config = SchedulerConfig {
+                batch_invariant: !reference,
+                speculative: !no_speculative,
+                pipelined: pipelined.unwrap_or(default.pipelined),
+                ..default
+            };
+            throughput(load(&model)?, &streams, tokens, config)
+        }
         BenchCommand::Speculative {
             model,
             tokens,
@@ -259,7 +276,13 @@ fn run_together(scheduler: &Scheduler, requests: Vec<Request>) -> Result<(Vec<Ou
     Ok((outcomes, started.elapsed()))
 }
 
-fn throughput(model: Model, streams: &[usize], tokens: usize, batch_invariant: bool) -> Result<()> {
+fn throughput(
+    model: Model,
+    streams: &[usize],
+    tokens: usize,
+    config: SchedulerConfig,
+) -> Result<()> {
+    let (batch_invariant, speculative) = (config.batch_invariant, config.speculative);
     let prompts = prompts();
     let requests = |n: usize, model: &Model| -> Result<Vec<Request>> {
         (0..n)
@@ -270,16 +293,23 @@ fn throughput(model: Model, streams: &[usize], tokens: usize, batch_invariant: b
         .iter()
         .map(|&n| requests(n, &model))
         .collect::<Result<_>>()?;
-    let config = SchedulerConfig {
-        batch_invariant,
-        ..SchedulerConfig::default()
-    };
     let scheduler = Scheduler::start(model, config);
     run_together(&scheduler, batches[0][..1].to_vec())?; // warm-up
+    let stats = scheduler.stats();
+    let counters = || {
+        [
+            &stats.pipelined_steps,
+            &stats.drafted_tokens,
+            &stats.accepted_tokens,
+        ]
+        .map(|c| c.load(Ordering::Relaxed))
+    };
     for (n, batch) in streams.iter().zip(batches) {
-        scheduler.stats().times.take();
+        stats.times.take();
+        let before = counters();
         let (outcomes, wall) = run_together(&scheduler, batch)?;
-        let times = scheduler.stats().times.take();
+        let times = stats.times.take();
+        let [pipelined, drafted, accepted] = [0, 1, 2].map(|k| counters()[k] - before[k]);
         let per_step = |d: Duration| d.as_secs_f64() * 1e3 / times.steps.max(1) as f64;
         let step_ms: serde_json::Map<String, serde_json::Value> = times
             .phases
@@ -296,7 +326,8 @@ fn throughput(model: Model, streams: &[usize], tokens: usize, batch_invariant: b
             json!({"streams": n, "batch_invariant": batch_invariant, "tokens": total, "aggregate_tok_s": total as f64 / wall.as_secs_f64(),
                    "ttft_mean_s": ttft.iter().sum::<f64>() / ttft.len() as f64,
                    "ttft_max_s": ttft.iter().cloned().fold(0.0, f64::max),
-                   "steps": times.steps, "step_ms": step_ms})
+                   "steps": times.steps, "pipelined_steps": pipelined, "speculative": speculative,
+                   "drafted_tokens": drafted, "accepted_tokens": accepted, "step_ms": step_ms})
         );
     }
     Ok(())

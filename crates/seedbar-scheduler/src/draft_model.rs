@@ -15,6 +15,8 @@ use seedbar_engine::{
     Model,
 };
 
+use crate::step_costs::follow;
+
 /// A draft model and its steps.
 pub struct DraftModel {
     model: Model,
@@ -26,18 +28,6 @@ pub struct DraftModel {
 /// The most tokens a row reads to catch up in a round right after one it drafted in: its
 /// drafts kept and the target's token after them.
 const MAX_CATCH_UP_IN_STEADY_ROUNDS: usize = crate::speculation::MAX_MODEL_DRAFT + 1;
-
-/// How fast the step averages follow new steps.
-const STEP_TIME_WEIGHT: f32 = 0.1;
-
-/// `average` moved towards `sample` (`sample` itself where there was none yet).
-pub(crate) fn follow(average: f32, sample: f32) -> f32 {
-    if average == 0.0 {
-        sample
-    } else {
-        average + STEP_TIME_WEIGHT * (sample - average)
-    }
-}
 
 /// What a row's draft model has read: its KV and the tokens in it, from `start` in the
 /// row's history on.

@@ -23,6 +23,7 @@ mod row;
 mod scheduler;
 mod speculation;
 mod stats;
+mod step_costs;
 mod step_timing;
 mod stop;
 mod worker;

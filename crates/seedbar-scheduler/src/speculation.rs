@@ -121,6 +121,24 @@ fn tokens_that_pay(p: f32, worth: f32, max: usize) -> usize {
     }
 }
 
+/// What drafting gains a row with a hit rate of `p` in a step of `rows` decoding rows whose
+/// fixed cost is `fixed` rows, in rows: each token it drafts ([`draft_len`]) costs a row and,
+/// kept with chance `p^j`, saves the row its share of a step. 0 where no draft pays.
+fn draft_gain(p: f32, rows: usize, fixed: f32) -> f32 {
+    let share = (rows as f32 + fixed) / rows as f32;
+    (1..=draft_len(p, rows, fixed) as i32)
+        .map(|j| p.powi(j) * share - 1.0)
+        .sum()
+}
+
+/// Whether a step where rows draft by lookup pays: some row's drafts do (`gains`, each
+/// row's [`Speculation::lookup_gain`]), and together they gain what leaving the pipeline
+/// costs: `leaving` of a step (`StepCosts::leaving_pipeline`, 0 where steps do not
+/// pipeline) of `rows` decoding rows whose fixed cost is `fixed` rows.
+pub(crate) fn drafting_pays(gains: &[f32], leaving: f32, rows: usize, fixed: f32) -> bool {
+    gains.iter().any(|&g| g > 0.0) && gains.iter().sum::<f32>() >= leaving * (rows as f32 + fixed)
+}
+
 /// How many tokens a draft model drafts with a hit rate of `p`, a drafted token costing
 /// `cost` of a decode step (the draft model's share of a round and the target's for
 /// verifying it, as measured): the `j`-th is kept with chance `p^j`, and a kept one saves a
@@ -157,10 +175,20 @@ impl Speculation {
         drafts
     }
 
-    /// Whether the row's lookups guess well enough for a draft to pay in a step of `rows`
-    /// decoding rows whose fixed cost is `fixed` rows.
-    pub(crate) fn lookups_pay(&self, rows: usize, fixed: f32) -> bool {
-        draft_len(self.hit_rate, rows, fixed) > 0
+    /// What the row's lookups would gain by drafting after `prompt` and `generated` in a
+    /// step of `rows` decoding rows whose fixed cost is `fixed` rows ([`draft_gain`]): 0
+    /// where its latest tokens occur nowhere before (nothing to draft).
+    pub(crate) fn lookup_gain(
+        &self,
+        prompt: &[u32],
+        generated: &[u32],
+        rows: usize,
+        fixed: f32,
+    ) -> f32 {
+        if lookup(&history(prompt, generated), 1).is_empty() {
+            return 0.0;
+        }
+        draft_gain(self.hit_rate, rows, fixed)
     }
 
     /// How many tokens the draft model drafts for the row (at most `limit`), a drafted
@@ -299,6 +327,35 @@ mod tests {
         // Nothing matches, or nothing is wanted.
         assert!(lookup(&[1, 2, 3, 4], 4).is_empty());
         assert!(lookup(&history, 0).is_empty());
+    }
+
+    #[test]
+    fn a_pipelined_scheduler_drafts_where_the_gain_covers_leaving_the_pipeline() {
+        let gpu = ROW_KERNELS_FIXED_COST_IN_ROWS;
+        let gain = |p: f32, rows: usize| draft_gain(p, rows, gpu);
+        assert_eq!(gain(0.05, 1), 0.0, "no draft pays");
+        assert!(gain(0.3, 1) > 0.0);
+        // Where steps do not pipeline (the CPU), any row whose drafts pay drafts.
+        assert!(drafting_pays(&[gain(0.3, 1)], 0.0, 1, gpu));
+        assert!(!drafting_pays(&[gain(0.05, 1)], 0.0, 1, gpu));
+        // A host step half as long again as a pipelined one: a row guessing 3 in 10 does
+        // not make up for it, one guessing 9 in 10 does.
+        assert!(!drafting_pays(&[gain(0.3, 1)], 0.5, 1, gpu));
+        assert!(drafting_pays(&[gain(0.9, 1)], 0.5, 1, gpu));
+        // Rows share the cost: eight rows guessing 9 in 10 pay where one of them alone
+        // among eight does not.
+        let eight = [gain(0.9, 8); 8];
+        assert!(drafting_pays(&eight, 0.5, 8, gpu));
+        assert!(!drafting_pays(&eight[..1], 0.5, 8, gpu));
+        // A row whose latest tokens occur nowhere before has nothing to draft, whatever its
+        // hit rate: it does not take the scheduler off the pipeline.
+        let row = Speculation::default();
+        assert_eq!(row.lookup_gain(&[1, 2, 3], &[4, 5], 1, gpu), 0.0);
+        assert_eq!(
+            row.lookup_gain(&[1, 2, 3], &[1, 2], 1, gpu),
+            gain(row.hit_rate, 1)
+        );
+        assert!(gain(row.hit_rate, 1) > 0.0);
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub struct SchedulerStats {
     pub running: AtomicUsize,
     pub queued: AtomicUsize,
     pub steps: AtomicU64,
+    /// Of the steps, those drawn on the device and built before the last one's tokens
+    /// were read (the others drew on the host: a row drafted, or needed the host's draw).
+    pub pipelined_steps: AtomicU64,
     pub generated_tokens: AtomicU64,
     /// Tokens rows drafted (by prompt lookup or the draft model), and of those the ones
     /// verification kept.

@@ -32,7 +32,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::{
     config::SchedulerConfig,
     disk_cache::{DiskCache, Found},
-    draft_model::{follow, DraftModel},
+    draft_model::DraftModel,
     draw::{
         draw_all, draw_on_device, fill_noise_all, noise_ahead, noise_of, take_computed, Draw,
         Noise, NoiseJob,
@@ -43,6 +43,7 @@ use crate::{
     row::{emit, take_drawn, Row},
     speculation::{self, Speculation},
     stats::{SchedulerStats, TraceRecord},
+    step_costs::{StepCosts, StepKind},
     step_timing::Phase,
     stop::StopMatcher,
 };
@@ -98,12 +99,8 @@ pub(crate) struct Worker {
     images: ImageFeatures,
     /// The draft model, where one drafts for this model (`draft_model.rs`).
     drafter: Option<DraftModel>,
-    /// Seconds a step of decode tokens alone (no prefill, no drafts) takes after its rows
-    /// are chosen, on average (0 until one ran): what a kept draft saves, and what a draft
-    /// model's tokens are weighed against.
-    step_seconds: f32,
-    /// Seconds a drafted token adds to a step that verifies it, on average.
-    verify_token_seconds: f32,
+    /// What steps cost, as measured: what drafts are weighed against.
+    costs: StepCosts,
 }
 
 /// A request whose prefix the disk tier is reading.
@@ -180,8 +177,7 @@ impl Worker {
             noise_ahead: None,
             images: ImageFeatures::default(),
             drafter,
-            step_seconds: 0.0,
-            verify_token_seconds: 0.0,
+            costs: StepCosts::default(),
         }
     }
 
@@ -406,6 +402,17 @@ impl Worker {
         let stats = self.stats.clone();
         let times = &stats.times;
         let started = Instant::now();
+        let rows = (
+            self.rows.len(),
+            self.rows.iter().map(|r| r.id).fold(0, u64::wrapping_add),
+        );
+        self.costs.started(
+            started,
+            StepKind {
+                rows,
+                decoding: None,
+            },
+        );
         // The output head's width (the loaders check it against the checkpoint's tensors).
         let vocab = self.model.config().vocab_size as usize;
         let on_device = self.config.pipelined
@@ -414,7 +421,7 @@ impl Worker {
         if !on_device {
             self.land()?;
         }
-        let chosen = self.choose();
+        let chosen = self.choose(!on_device);
         if chosen.is_empty() {
             return self.land();
         }
@@ -559,6 +566,12 @@ impl Worker {
                 Ok((logits, masks, noise(), evaluated))
             })?;
         stats.steps.fetch_add(1, Ordering::Relaxed);
+        // Decoding rows alone: each row's positions are the ones it draws from.
+        let decoding = lens.iter().zip(&tails).all(|(l, t)| l == t);
+        self.costs.ran(decoding.then_some(on_device));
+        if on_device {
+            stats.pipelined_steps.fetch_add(1, Ordering::Relaxed);
+        }
         let mut fed_drawn = Vec::new();
         for (i, input) in &chosen {
             match input {
@@ -648,20 +661,19 @@ impl Worker {
         times.lap(Phase::Emit, drawn);
         let took = chosen_at.elapsed().as_secs_f32();
         let drafted: usize = tails.iter().map(|&n| n as usize - 1).sum();
-        if lens.iter().all(|&n| n == 1) {
-            self.step_seconds = follow(self.step_seconds, took);
-        } else if drafted > 0 && lens.iter().zip(&tails).all(|(l, t)| l == t) {
-            // Decode rows and verifying rows alone: what the drafts added.
-            let per_draft = (took - self.step_seconds).max(0.0) / drafted as f32;
-            self.verify_token_seconds = follow(self.verify_token_seconds, per_draft);
+        // Decode rows alone, or with verifying rows: what the drafts added.
+        if decoding {
+            self.costs.measured(took, drafted);
         }
         Ok(())
     }
 
     /// The rows that run this step, with their inputs: every decode row, and prefill rows
     /// while the chunk budget lasts (a chunk as the layout cuts it: `Layout::chunk_end`). A
-    /// row whose token is in flight feeds it back, unless it is the row's last.
-    fn choose(&mut self) -> Vec<(usize, Input)> {
+    /// row whose token is in flight feeds it back, unless it is the row's last. Decoding
+    /// rows draft where the step draws on the host (`drafting`): a pipelined step's draw
+    /// takes one token a row and verifies nothing.
+    fn choose(&mut self, drafting: bool) -> Vec<(usize, Input)> {
         let budget = self.config.prefill_tokens_per_step;
         let mut prefill_tokens = 0;
         let mut chosen = Vec::new();
@@ -681,7 +693,9 @@ impl Worker {
             }
             chosen.push((i, Input::Host(input)));
         }
-        self.draft(&mut chosen, budget.saturating_sub(prefill_tokens));
+        if drafting {
+            self.draft(&mut chosen, budget.saturating_sub(prefill_tokens));
+        }
         chosen
     }
 

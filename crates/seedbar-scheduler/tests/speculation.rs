@@ -5,6 +5,8 @@
 //! not) and after a prefix-cache hit; and where a reply copies its prompt, it takes fewer
 //! steps than tokens.
 
+use std::sync::atomic::Ordering;
+
 use seedbar_engine::{
     runtime::Backend,
     step::plan::{Layout, WeightKind},
@@ -122,6 +124,38 @@ fn drafted_replies_equal_plain_ones_on_the_cuda_layout() {
         ..SchedulerConfig::default()
     };
     drafted_replies_equal_plain_ones(config, &[7]);
+}
+
+/// On a pipelined scheduler (CUDA's layout, run here), a speculating row whose latest tokens
+/// occurred nowhere before has nothing to draft, so its steps stay pipelined (each built
+/// while the last one runs): only where a draft could be verified does a step leave the
+/// pipeline for the host's draw. (A row's fresh hit rate once made every step a host step.)
+#[test]
+fn a_row_with_nothing_to_draft_keeps_its_steps_pipelined() {
+    let model = model();
+    let config = SchedulerConfig {
+        layout: Some(Layout::for_backend(Backend::Cuda, WeightKind::Quantized)),
+        max_rows: 32,
+        pipelined: true,
+        ..SchedulerConfig::default()
+    };
+    let mut request = Request::new(prompt(&model, "Name three colours of the rainbow."), 32);
+    request.seed = Some(7);
+    request.sampling = SamplingParams {
+        temperature: 0.8,
+        ..SamplingParams::default()
+    };
+    let scheduler = Scheduler::start(model, config);
+    let reply = tokens(scheduler.submit(request).unwrap());
+    let stats = scheduler.stats();
+    let steps = stats.steps.load(Ordering::SeqCst);
+    let pipelined = stats.pipelined_steps.load(Ordering::SeqCst);
+    assert_eq!(reply.len(), 32);
+    eprintln!("{pipelined} of {steps} steps pipelined");
+    assert!(
+        pipelined * 2 >= steps,
+        "{pipelined} of {steps} steps pipelined"
+    );
 }
 
 /// Each case's seeded reply with speculation under `config` is its reply without: alone,

@@ -29,21 +29,35 @@ impl Worker {
     }
 
     /// Whether a decoding row may draft next step, which takes the host's draw (its drafts
-    /// are looked up in its tokens so far, and verified against logits read back): a row
-    /// whose lookups guess well enough to pay among this many decoding rows, or any row of
-    /// text where a draft model is loaded. Pipelined steps give way to such a step.
+    /// are looked up in its tokens so far, and verified against logits read back): where
+    /// rows whose latest tokens occurred before (their drafts' source; a pipelined step's
+    /// token still in flight is not among them) guess well enough to pay among this many
+    /// decoding rows, together more than leaving the pipeline costs
+    /// (`speculation::drafting_pays`), or any row of text where a draft model is loaded.
+    /// Pipelined steps give way to such a step.
     pub(super) fn rows_may_draft(&self) -> bool {
         if !self.speculates() {
             return false;
         }
         let decoding = self.rows.iter().filter(|r| !r.prefilling()).count();
         let fixed = speculation::fixed_cost_in_rows(self.batch.layout());
-        self.rows.iter().any(|r| {
-            !r.prefilling()
-                && r.request.speculative
-                && (r.speculation.lookups_pay(decoding, fixed)
-                    || (self.drafter.is_some() && r.request.images.is_empty()))
-        })
+        let speculating = || {
+            self.rows
+                .iter()
+                .filter(|r| !r.prefilling() && r.request.speculative)
+        };
+        if self.drafter.is_some() && speculating().any(|r| r.request.images.is_empty()) {
+            return true;
+        }
+        let gains: Vec<f32> = speculating()
+            .map(|r| {
+                let (prompt, generated) = (&r.request.prompt, &r.generated);
+                r.speculation
+                    .lookup_gain(prompt, generated, decoding, fixed)
+            })
+            .collect();
+        let leaving = self.costs.leaving_pipeline();
+        speculation::drafting_pays(&gains, leaving, decoding, fixed)
     }
 
     /// Where the scheduler speculates, decoding rows draft tokens after their last one
@@ -81,8 +95,8 @@ impl Worker {
             );
             if drafts.is_empty() {
                 if let (Some(drafter), true) = (&self.drafter, row.request.images.is_empty()) {
-                    let spent = drafter.token_seconds() + self.verify_token_seconds;
-                    let cost = spent / self.step_seconds.max(f32::EPSILON);
+                    let spent = drafter.token_seconds() + self.costs.verify_token;
+                    let cost = spent / self.costs.decode.max(f32::EPSILON);
                     let count = row.speculation.model_draft_len(left.min(room), cost);
                     if count > 0 {
                         left -= count;
