@@ -422,6 +422,10 @@ impl Worker {
             self.land()?;
         }
         let chosen = self.choose(!on_device);
+        debug_assert!(
+            !on_device || !chosen.iter().any(|(_, i)| matches!(i, Input::Verify(_))),
+            "a pipelined step verifies no drafts"
+        );
         if chosen.is_empty() {
             return self.land();
         }
