@@ -185,10 +185,12 @@ impl Speculation {
         rows: usize,
         fixed: f32,
     ) -> f32 {
-        if lookup(&history(prompt, generated), 1).is_empty() {
+        let gain = draft_gain(self.hit_rate, rows, fixed);
+        // The lookup scans the row's history: only where a draft would pay.
+        if gain > 0.0 && lookup(&history(prompt, generated), 1).is_empty() {
             return 0.0;
         }
-        draft_gain(self.hit_rate, rows, fixed)
+        gain
     }
 
     /// How many tokens the draft model drafts for the row (at most `limit`), a drafted
