@@ -309,7 +309,8 @@ fn throughput(
         let before = counters();
         let (outcomes, wall) = run_together(&scheduler, batch)?;
         let times = stats.times.take();
-        let [pipelined, drafted, accepted] = [0, 1, 2].map(|k| counters()[k] - before[k]);
+        let after = counters();
+        let [pipelined, drafted, accepted] = [0, 1, 2].map(|k| after[k] - before[k]);
         let per_step = |d: Duration| d.as_secs_f64() * 1e3 / times.steps.max(1) as f64;
         let step_ms: serde_json::Map<String, serde_json::Value> = times
             .phases

@@ -20,17 +20,19 @@ pub(crate) fn follow(average: f32, sample: f32) -> f32 {
     }
 }
 
-/// What one step was, as far as its cost tells: which rows ran and whether it was a step of
-/// decode tokens alone, pipelined or on the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StepKind {
-    /// The rows that ran (their count and the sum of their ids): a period between two steps
-    /// is a step's cost only where the same rows ran both (no arrival, finish or idle wait
-    /// between them).
-    pub rows: (usize, u64),
-    /// `Some(pipelined)` for a step of decoding rows alone (no prefill chunk; a row's
-    /// drafts may be verified in a host step).
-    pub decoding: Option<bool>,
+/// The rows a step ran: their count and the sum of their ids. A period between two steps is
+/// a step's cost only where the same rows ran both (no arrival, finish or idle wait between
+/// them).
+pub(crate) type StepRows = (usize, u64);
+
+/// The last step: when it started, its rows, and `Some(pipelined)` once it is known to be a
+/// step of decoding rows alone (no prefill chunk; a row's drafts may be verified in a host
+/// step).
+#[derive(Debug)]
+struct LastStep {
+    at: Instant,
+    rows: StepRows,
+    decoding: Option<bool>,
 }
 
 /// The averages, in seconds (each 0 until measured).
@@ -45,17 +47,16 @@ pub(crate) struct StepCosts {
     /// pipeline costs, so drafting errs towards not leaving it).
     pipelined_period: f32,
     host_period: f32,
-    /// The last step's start and kind.
-    last: Option<(Instant, StepKind)>,
+    last: Option<LastStep>,
 }
 
 impl StepCosts {
-    /// A step of `kind` starts at `at`: the period since the last one is that step's cost
+    /// A step of `rows` starts at `at`: the period since the last one is that step's cost
     /// where both ran the same rows and the last was a step of decoding rows.
-    pub(crate) fn started(&mut self, at: Instant, kind: StepKind) {
-        if let Some((last_at, last)) = self.last.take() {
-            if last.rows == kind.rows {
-                let period = at.duration_since(last_at).as_secs_f32();
+    pub(crate) fn started(&mut self, at: Instant, rows: StepRows) {
+        if let Some(last) = self.last.take() {
+            if last.rows == rows {
+                let period = at.duration_since(last.at).as_secs_f32();
                 match last.decoding {
                     Some(true) => self.pipelined_period = follow(self.pipelined_period, period),
                     Some(false) => self.host_period = follow(self.host_period, period),
@@ -63,13 +64,17 @@ impl StepCosts {
                 }
             }
         }
-        self.last = Some((at, kind));
+        self.last = Some(LastStep {
+            at,
+            rows,
+            decoding: None,
+        });
     }
 
     /// What the step that started last turned out to be (known once it is chosen).
     pub(crate) fn ran(&mut self, decoding: Option<bool>) {
-        if let Some((_, kind)) = &mut self.last {
-            kind.decoding = decoding;
+        if let Some(last) = &mut self.last {
+            last.decoding = decoding;
         }
     }
 
@@ -100,17 +105,14 @@ mod tests {
 
     use super::*;
 
-    fn kind(rows: usize, decoding: Option<bool>) -> StepKind {
-        StepKind {
-            rows: (rows, rows as u64),
-            decoding,
-        }
+    fn rows(n: usize) -> StepRows {
+        (n, n as u64)
     }
 
     /// Plain steps of `ms` milliseconds each, `pipelined` or not, from `at`.
     fn run(costs: &mut StepCosts, at: &mut Instant, steps: usize, ms: u64, pipelined: bool) {
         for _ in 0..steps {
-            costs.started(*at, kind(1, None));
+            costs.started(*at, rows(1));
             costs.ran(Some(pipelined));
             *at += Duration::from_millis(ms);
         }
@@ -124,7 +126,7 @@ mod tests {
         assert_eq!(costs.leaving_pipeline(), 0.0, "no host step measured yet");
         run(&mut costs, &mut at, 5, 6, false);
         // The first host step's period is measured at the next step's start.
-        costs.started(at, kind(1, None));
+        costs.started(at, rows(1));
         let share = costs.leaving_pipeline();
         assert!((share - 0.5).abs() < 1e-3, "{share}");
     }
@@ -133,14 +135,15 @@ mod tests {
     fn periods_across_other_rows_or_other_steps_are_not_measured() {
         let mut costs = StepCosts::default();
         let at = Instant::now();
-        costs.started(at, kind(1, Some(true)));
+        costs.started(at, rows(1));
+        costs.ran(Some(true));
         // A row arrived (or an idle wait passed) before the next step: not a step's cost.
-        costs.started(at + Duration::from_secs(5), kind(2, Some(true)));
+        costs.started(at + Duration::from_secs(5), rows(2));
         // A prefill step's period is not a decoding one's either.
         costs.ran(None);
-        costs.started(at + Duration::from_secs(6), kind(2, Some(false)));
+        costs.started(at + Duration::from_secs(6), rows(2));
         costs.ran(Some(false));
-        costs.started(at + Duration::from_secs(7), kind(2, Some(false)));
+        costs.started(at + Duration::from_secs(7), rows(2));
         assert_eq!(costs.pipelined_period, 0.0);
         assert!((costs.host_period - 1.0).abs() < 1e-6);
         assert_eq!(costs.leaving_pipeline(), 0.0, "no pipelined period yet");

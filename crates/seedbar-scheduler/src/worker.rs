@@ -43,7 +43,7 @@ use crate::{
     row::{emit, take_drawn, Row},
     speculation::{self, Speculation},
     stats::{SchedulerStats, TraceRecord},
-    step_costs::{StepCosts, StepKind},
+    step_costs::StepCosts,
     step_timing::Phase,
     stop::StopMatcher,
 };
@@ -406,13 +406,7 @@ impl Worker {
             self.rows.len(),
             self.rows.iter().map(|r| r.id).fold(0, u64::wrapping_add),
         );
-        self.costs.started(
-            started,
-            StepKind {
-                rows,
-                decoding: None,
-            },
-        );
+        self.costs.started(started, rows);
         // The output head's width (the loaders check it against the checkpoint's tensors).
         let vocab = self.model.config().vocab_size as usize;
         let on_device = self.config.pipelined
